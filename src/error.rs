@@ -1,0 +1,221 @@
+//! Typed errors for the whole library: every error names its subject (a path, patch, variant or
+//! command) and carries a `hint:` where a fix is known. The exit code a command ends with is a
+//! property of the error kind, so the CLI never has to guess.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// Exit codes, documented in the README and in `pinforge --help`.
+pub mod exit {
+    /// Everything checked out.
+    pub const OK: i32 = 0;
+    /// A check failed: verify mismatch, lint finding on a valid run, smoke failure, audit drift.
+    pub const CHECK_FAILED: i32 = 1;
+    /// Usage or input error: bad recipe, patch, pin, missing tool; nothing was half-written.
+    pub const INPUT: i32 = 2;
+    /// An external tool ran and failed (CMake configure, the compiler): the engine's problem.
+    pub const TOOL_FAILED: i32 = 3;
+    /// Internal error: I/O failure, git store corruption, a bug in pinforge.
+    pub const INTERNAL: i32 = 4;
+}
+
+/// The library's error type.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Bad input: the user can fix it by changing a file or an argument.
+    #[error("{subject}: {message}")]
+    Input {
+        subject: String,
+        message: String,
+        /// Extra lines shown under the message (for example an expected/found diff).
+        detail: Option<String>,
+        hint: Option<String>,
+    },
+    /// A verification found a difference.
+    #[error("{subject}: {message}")]
+    Check { subject: String, message: String },
+    /// A filesystem operation failed on a named path.
+    #[error("{path}: cannot {action}: {source}", path = .path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// An external command ran and failed.
+    #[error("{command}: {message}")]
+    Tool {
+        command: String,
+        message: String,
+        /// The tail of the tool's output.
+        detail: Option<String>,
+        hint: Option<String>,
+    },
+    /// libgit2 reported an error while working on a repository.
+    #[error("{subject}: git: {source}")]
+    Git {
+        subject: String,
+        #[source]
+        source: git2::Error,
+    },
+    /// Something that should not happen; a bug report is the hint.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// Shorthand used throughout the library.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// An input error about `subject`.
+    pub fn input(subject: impl fmt::Display, message: impl fmt::Display) -> Self {
+        Error::Input {
+            subject: subject.to_string(),
+            message: message.to_string(),
+            detail: None,
+            hint: None,
+        }
+    }
+
+    /// A failed check about `subject`.
+    pub fn check(subject: impl fmt::Display, message: impl fmt::Display) -> Self {
+        Error::Check {
+            subject: subject.to_string(),
+            message: message.to_string(),
+        }
+    }
+
+    /// A failed external command.
+    pub fn tool(command: impl fmt::Display, message: impl fmt::Display) -> Self {
+        Error::Tool {
+            command: command.to_string(),
+            message: message.to_string(),
+            detail: None,
+            hint: None,
+        }
+    }
+
+    /// An I/O error on `path`.
+    pub fn io(action: &'static str, path: &Path, source: std::io::Error) -> Self {
+        Error::Io {
+            action,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    /// A libgit2 error while working on `subject`.
+    pub fn git(subject: impl fmt::Display, source: git2::Error) -> Self {
+        Error::Git {
+            subject: subject.to_string(),
+            source,
+        }
+    }
+
+    /// Attach a hint (a known fix). Ignored for kinds that carry none.
+    #[must_use]
+    pub fn with_hint(mut self, text: impl fmt::Display) -> Self {
+        match &mut self {
+            Error::Input { hint, .. } | Error::Tool { hint, .. } => *hint = Some(text.to_string()),
+            _ => {}
+        }
+        self
+    }
+
+    /// Attach detail lines (a diff, a log tail).
+    #[must_use]
+    pub fn with_detail(mut self, text: impl fmt::Display) -> Self {
+        match &mut self {
+            Error::Input { detail, .. } | Error::Tool { detail, .. } => {
+                *detail = Some(text.to_string())
+            }
+            _ => {}
+        }
+        self
+    }
+
+    /// The hint, if any.
+    pub fn hint(&self) -> Option<&str> {
+        match self {
+            Error::Input { hint, .. } | Error::Tool { hint, .. } => hint.as_deref(),
+            Error::Io { source, .. } if source.kind() == std::io::ErrorKind::StorageFull => {
+                Some("free disk space and run the command again; nothing was committed")
+            }
+            Error::Internal(_) => Some("this is a bug in pinforge; please report it"),
+            _ => None,
+        }
+    }
+
+    /// Detail lines, if any.
+    pub fn detail(&self) -> Option<&str> {
+        match self {
+            Error::Input { detail, .. } | Error::Tool { detail, .. } => detail.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// The process exit code this error ends a command with.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Input { .. } => exit::INPUT,
+            Error::Check { .. } => exit::CHECK_FAILED,
+            Error::Tool { .. } => exit::TOOL_FAILED,
+            Error::Io { .. } | Error::Git { .. } | Error::Internal(_) => exit::INTERNAL,
+        }
+    }
+}
+
+/// Attach a path to `std::io::Result`s in one call.
+pub trait IoContext<T> {
+    /// Map an I/O error to [`Error::Io`] naming `path`.
+    fn at(self, action: &'static str, path: &Path) -> Result<T>;
+}
+
+impl<T> IoContext<T> for std::io::Result<T> {
+    fn at(self, action: &'static str, path: &Path) -> Result<T> {
+        self.map_err(|e| Error::io(action, path, e))
+    }
+}
+
+/// Attach a subject to libgit2 results in one call.
+pub trait GitContext<T> {
+    /// Map a libgit2 error to [`Error::Git`] naming `subject`.
+    fn git_at(self, subject: &dyn fmt::Display) -> Result<T>;
+}
+
+impl<T> GitContext<T> for std::result::Result<T, git2::Error> {
+    fn git_at(self, subject: &dyn fmt::Display) -> Result<T> {
+        self.map_err(|e| Error::git(subject, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_follow_kind() {
+        assert_eq!(Error::input("r.toml", "bad").exit_code(), 2);
+        assert_eq!(Error::check("lib.so", "differs").exit_code(), 1);
+        assert_eq!(Error::tool("cmake", "failed").exit_code(), 3);
+        assert_eq!(Error::Internal("x".into()).exit_code(), 4);
+    }
+
+    #[test]
+    fn hint_and_detail_attach_to_input_errors() {
+        let e = Error::input("p.patch", "does not apply")
+            .with_hint("rebase the patch")
+            .with_detail("-a\n+b");
+        assert_eq!(e.hint(), Some("rebase the patch"));
+        assert_eq!(e.detail(), Some("-a\n+b"));
+        assert_eq!(e.to_string(), "p.patch: does not apply");
+    }
+
+    #[test]
+    fn io_errors_name_the_path() {
+        let e: Result<()> = Err(std::io::Error::from(std::io::ErrorKind::NotFound))
+            .at("read", Path::new("/x/y"));
+        let text = e.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(text.starts_with("/x/y: cannot read:"), "{text}");
+    }
+}

@@ -1,0 +1,100 @@
+//! Filesystem edges: every call attaches the path to its error, and writes that must never be
+//! seen half-done go through a temp file in the same directory, fsync, rename, fsync of the
+//! directory.
+
+use crate::error::{IoContext, Result};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Read a whole file.
+pub fn read(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).at("read", path)
+}
+
+/// Read a whole UTF-8 file.
+pub fn read_to_string(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).at("read", path)
+}
+
+/// Create a directory and its parents.
+pub fn create_dir_all(path: &Path) -> Result<()> {
+    std::fs::create_dir_all(path).at("create directory", path)
+}
+
+/// fsync a directory so that a rename inside it is durable.
+pub fn sync_dir(path: &Path) -> Result<()> {
+    std::fs::File::open(path)
+        .and_then(|d| d.sync_all())
+        .at("fsync directory", path)
+}
+
+/// Write `bytes` to `path` atomically: readers see the old content or the new, never a prefix.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = parent_of(path);
+    create_dir_all(&dir)?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".pinforge-tmp-")
+        .tempfile_in(&dir)
+        .at("create temp file in", &dir)?;
+    tmp.write_all(bytes).at("write", tmp.path())?;
+    tmp.as_file().sync_all().at("fsync", tmp.path())?;
+    tmp.persist(path).map_err(|e| e.error).at("rename into", path)?;
+    sync_dir(&dir)
+}
+
+/// The directory a path lives in (`.` for a bare file name).
+pub fn parent_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// An exclusive advisory lock on a directory, held for the guard's lifetime. The kernel drops
+/// it when the process dies, so a killed run never leaves a stale lock behind. Locking the
+/// directory itself (not a lock file in it) leaves the directory's contents untouched.
+pub struct DirLock {
+    _file: std::fs::File,
+}
+
+impl DirLock {
+    /// Block until the lock on `dir` is ours.
+    pub fn acquire(dir: &Path) -> Result<DirLock> {
+        use fs4::fs_std::FileExt;
+        let file = std::fs::File::open(dir).at("open for locking", dir)?;
+        file.lock_exclusive().at("lock", dir)?;
+        Ok(DirLock { _file: file })
+    }
+}
+
+/// Make `path` absolute against the current directory without resolving symlinks.
+pub fn absolute(path: &Path) -> Result<PathBuf> {
+    std::path::absolute(path).at("make absolute", path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_atomic_replaces_and_leaves_no_temp() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("sub/f.json");
+        write_atomic(&p, b"one").expect("write");
+        write_atomic(&p, b"two").expect("rewrite");
+        assert_eq!(std::fs::read(&p).expect("read"), b"two");
+        let names: Vec<_> = std::fs::read_dir(dir.path().join("sub"))
+            .expect("ls")
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, vec!["f.json".to_string()]);
+    }
+
+    #[test]
+    fn dir_lock_can_be_taken_twice_in_sequence() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        drop(DirLock::acquire(dir.path()).expect("lock"));
+        drop(DirLock::acquire(dir.path()).expect("relock"));
+    }
+}

@@ -1,0 +1,19 @@
+//! pinforge: pin an upstream native inference engine (llama.cpp first), carry attributed
+//! patches, build variants through CMake reproducibly, and record SHA-256 provenance that
+//! someone else can verify later. The binary is a thin layer over [`cli`].
+
+pub mod build;
+pub mod cli;
+pub mod digest;
+pub mod error;
+pub mod fsx;
+pub mod manifest;
+pub mod patch;
+pub mod process;
+pub mod progress;
+pub mod recipe;
+pub mod toolchain;
+pub mod upstream;
+pub mod workspace;
+
+pub use error::{Error, Result};

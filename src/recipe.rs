@@ -1,0 +1,875 @@
+//! Recipes: the TOML schema (unknown keys are errors), the pin, toolchains, and variants
+//! expressed as a base plus a delta, resolved into complete build descriptions. Every error
+//! points at `file:line:column`.
+
+use crate::digest::Sha256;
+use crate::error::{Error, Result};
+use crate::fsx;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use toml::Spanned;
+
+/// A variant's name (`patched`, `unpatched-asan`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct VariantName(String);
+
+impl VariantName {
+    /// Validate: lower-case letters, digits, `-`, `_`, `.`; used in directory names.
+    pub fn new(s: &str) -> std::result::Result<VariantName, String> {
+        let ok = !s.is_empty()
+            && s.len() <= 64
+            && s.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        if ok {
+            Ok(VariantName(s.to_string()))
+        } else {
+            Err(format!(
+                "`{s}` is not a variant name (letters, digits, `-`, `_`, `.`; it names a directory)"
+            ))
+        }
+    }
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for VariantName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raw schema, as written.
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawRecipe {
+    name: Option<Spanned<String>>,
+    description: Option<String>,
+    default_variant: Spanned<String>,
+    patches_dir: Option<String>,
+    pin: Spanned<RawPin>,
+    #[serde(default)]
+    toolchain: BTreeMap<String, Spanned<RawToolchain>>,
+    base: RawVariant,
+    #[serde(default)]
+    variants: BTreeMap<Spanned<String>, Spanned<RawVariant>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawPin {
+    kind: Spanned<String>,
+    // crate
+    #[serde(rename = "crate")]
+    krate: Option<String>,
+    version: Option<String>,
+    // git
+    url: Option<String>,
+    tag: Option<String>,
+    commit: Option<Spanned<String>>,
+    // tarball / dir
+    path: Option<String>,
+    // crate, tarball
+    sha256: Option<Spanned<String>>,
+    // dir
+    tree_sha256: Option<Spanned<String>>,
+    // all
+    subdir: Option<String>,
+    build_number: Option<u64>,
+    build_commit: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawToolchain {
+    description: Option<String>,
+    cc: String,
+    cxx: String,
+    cc_version: Option<Spanned<String>>,
+    cxx_version: Option<Spanned<String>>,
+    cmake_version: Option<Spanned<String>>,
+    ninja_version: Option<Spanned<String>>,
+    nvcc: Option<String>,
+    nvcc_version: Option<Spanned<String>>,
+    cuda_root: Option<String>,
+    cuda_architectures: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawVariant {
+    inherits: Option<Spanned<String>>,
+    description: Option<String>,
+    patches: Option<Spanned<toml::Value>>,
+    toolchain: Option<Spanned<String>>,
+    build_type: Option<Spanned<String>>,
+    targets: Option<Spanned<Vec<String>>>,
+    #[serde(default)]
+    cmake: BTreeMap<String, Spanned<toml::Value>>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Resolved model.
+
+/// Where the upstream source comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum PinSource {
+    /// A crate from the package registry, fetched with cargo.
+    Crate {
+        /// Crate name.
+        name: String,
+        /// Exact version.
+        version: String,
+        /// SHA-256 of the `.crate` file.
+        sha256: Sha256,
+    },
+    /// One commit of a git repository.
+    Git {
+        /// Repository URL (or local path).
+        url: String,
+        /// Optional tag that must resolve to the commit.
+        tag: Option<String>,
+        /// Full or abbreviated commit id as written.
+        commit: String,
+    },
+    /// A local `.tar.gz` / `.tar` file.
+    Tarball {
+        /// Path (relative paths are relative to the recipe).
+        path: PathBuf,
+        /// SHA-256 of the file.
+        sha256: Sha256,
+    },
+    /// A local directory, verified by its tree digest.
+    Dir {
+        /// Path (relative paths are relative to the recipe).
+        path: PathBuf,
+        /// Tree digest (see `digest::tree_digest`).
+        tree_sha256: Sha256,
+    },
+}
+
+/// The pinned upstream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Pin {
+    /// The source.
+    pub source: PinSource,
+    /// Folder inside the source that is the upstream tree (`llama.cpp` in the sys crate).
+    pub subdir: Option<String>,
+    /// Build number passed to llama.cpp's build info (else derived from a `bNNNN` tag).
+    pub build_number: Option<u64>,
+    /// Commit string passed to llama.cpp's build info (else derived from the pin).
+    pub build_commit: Option<String>,
+}
+
+/// A toolchain: compilers and the versions they must have.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Toolchain {
+    /// Name in the recipe.
+    pub name: String,
+    /// C compiler (name searched in PATH, or a path).
+    pub cc: String,
+    /// C++ compiler.
+    pub cxx: String,
+    /// Version requirements by tool (`cc`, `cxx`, `cmake`, `ninja`, `nvcc`).
+    pub requirements: BTreeMap<String, semver::VersionReq>,
+    /// CUDA compiler, for CUDA variants.
+    pub nvcc: Option<String>,
+    /// CUDA toolkit root (`CUDAToolkit_ROOT`).
+    pub cuda_root: Option<String>,
+    /// `CMAKE_CUDA_ARCHITECTURES`.
+    pub cuda_architectures: Option<String>,
+}
+
+/// Which patches a variant applies.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PatchSelection {
+    /// The whole `series`, in order.
+    Series,
+    /// These files, in this order (empty: unpatched).
+    List(Vec<String>),
+}
+
+/// A fully resolved variant.
+#[derive(Debug, Clone, Serialize)]
+pub struct Variant {
+    /// Name.
+    pub name: VariantName,
+    /// What it is for.
+    pub description: Option<String>,
+    /// Inheritance chain, nearest first, ending in `base`.
+    pub inherits: Vec<String>,
+    /// Patches.
+    pub patches: PatchSelection,
+    /// Toolchain.
+    pub toolchain: Toolchain,
+    /// `CMAKE_BUILD_TYPE`.
+    pub build_type: String,
+    /// Build targets.
+    pub targets: Vec<String>,
+    /// CMake cache entries, sorted.
+    pub cmake: BTreeMap<String, String>,
+}
+
+/// A loaded, validated recipe.
+#[derive(Debug, Clone)]
+pub struct Recipe {
+    /// Recipe name (file stem unless `name` says otherwise).
+    pub name: String,
+    /// What it is for.
+    pub description: Option<String>,
+    /// Where it was read from (`embedded:recipes/mrope-cpu.toml` for the built-in one).
+    pub path: PathBuf,
+    /// Whether it is the copy compiled into the binary.
+    pub embedded: bool,
+    /// SHA-256 of the recipe bytes.
+    pub sha256: Sha256,
+    /// The pin.
+    pub pin: Pin,
+    /// The patch bundle folder (None: the embedded bundle).
+    pub patches_dir: Option<PathBuf>,
+    /// Default variant.
+    pub default_variant: VariantName,
+    /// Variants by name.
+    pub variants: BTreeMap<VariantName, Variant>,
+}
+
+/// The built-in default recipe.
+pub const EMBEDDED_DEFAULT: &str = include_str!("../recipes/mrope-cpu.toml");
+/// Its path as shown in messages and manifests.
+pub const EMBEDDED_DEFAULT_PATH: &str = "embedded:recipes/mrope-cpu.toml";
+
+/// CMake variables pinforge sets itself; a recipe setting them would silently lose.
+const RESERVED_CMAKE: &[(&str, &str)] = &[
+    ("CMAKE_BUILD_TYPE", "set `build-type` instead"),
+    ("CMAKE_C_COMPILER", "set the toolchain's `cc` instead"),
+    ("CMAKE_CXX_COMPILER", "set the toolchain's `cxx` instead"),
+    ("CMAKE_CUDA_COMPILER", "set the toolchain's `nvcc` instead"),
+    ("CMAKE_MAKE_PROGRAM", "pinforge drives Ninja itself"),
+    ("CMAKE_GENERATOR", "pinforge always uses Ninja"),
+    ("LLAMA_BUILD_NUMBER", "set the pin's `build-number` instead"),
+    ("LLAMA_BUILD_COMMIT", "set the pin's `build-commit` instead"),
+];
+
+impl Recipe {
+    /// Load a recipe file.
+    pub fn load(path: &Path) -> Result<Recipe> {
+        let bytes = fsx::read(path).map_err(|e| match e {
+            Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                Error::input(path.display(), "recipe not found")
+                    .with_hint("give the path of a recipe TOML file, e.g. recipes/mrope-cpu.toml")
+            }
+            other => other,
+        })?;
+        let text = String::from_utf8(bytes).map_err(|_| {
+            Error::input(path.display(), "recipe is not UTF-8 text")
+        })?;
+        let base = fsx::parent_of(path);
+        Recipe::parse(&text, path, Some(&base))
+    }
+
+    /// The recipe compiled into the binary.
+    pub fn embedded_default() -> Result<Recipe> {
+        Recipe::parse(EMBEDDED_DEFAULT, Path::new(EMBEDDED_DEFAULT_PATH), None)
+    }
+
+    /// Parse recipe text. `base_dir` resolves relative paths; None means embedded.
+    pub fn parse(text: &str, path: &Path, base_dir: Option<&Path>) -> Result<Recipe> {
+        let at = |span: Option<Range<usize>>| location(path, text, span);
+        let raw: RawRecipe = toml::from_str(text).map_err(|e| {
+            let msg = e.message().to_string();
+            let hint = if msg.starts_with("unknown field") {
+                "remove the key or fix its spelling; unknown keys are errors so that typos never pass silently"
+            } else {
+                "fix the TOML at that position"
+            };
+            Error::input(at(e.span()), msg).with_hint(hint)
+        })?;
+
+        let name = match &raw.name {
+            Some(n) => {
+                VariantName::new(n.get_ref())
+                    .map_err(|m| Error::input(at(Some(n.span())), m.replace("variant", "recipe")))?;
+                n.get_ref().clone()
+            }
+            None => path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "recipe".into()),
+        };
+
+        let pin = resolve_pin(&raw.pin, base_dir, &at)?;
+
+        let mut toolchains = BTreeMap::new();
+        for (tname, tc) in &raw.toolchain {
+            toolchains.insert(tname.clone(), resolve_toolchain(tname, tc, &at)?);
+        }
+
+        check_variant(&raw.base, "base", &toolchains, &at)?;
+        let mut raw_variants: BTreeMap<String, (&RawVariant, Range<usize>)> = BTreeMap::new();
+        for (vname, v) in &raw.variants {
+            VariantName::new(vname.get_ref()).map_err(|m| Error::input(at(Some(vname.span())), m))?;
+            if vname.get_ref() == "base" {
+                return Err(Error::input(
+                    at(Some(vname.span())),
+                    "`base` is the name of the base table, not a variant",
+                ));
+            }
+            check_variant(v.get_ref(), vname.get_ref(), &toolchains, &at)?;
+            raw_variants.insert(vname.get_ref().clone(), (v.get_ref(), v.span()));
+        }
+        if raw_variants.is_empty() {
+            return Err(Error::input(at(None), "recipe has no `[variants.NAME]` table")
+                .with_hint("add at least `[variants.default]` (it may be empty: it inherits `[base]`)"));
+        }
+
+        let mut variants = BTreeMap::new();
+        for vname in raw_variants.keys() {
+            let v = resolve_variant(vname, &raw.base, &raw_variants, &toolchains, &at)?;
+            variants.insert(v.name.clone(), v);
+        }
+
+        let default_variant = VariantName::new(raw.default_variant.get_ref())
+            .map_err(|m| Error::input(at(Some(raw.default_variant.span())), m))?;
+        if !variants.contains_key(&default_variant) {
+            return Err(Error::input(
+                at(Some(raw.default_variant.span())),
+                format!("default-variant `{default_variant}` is not defined"),
+            )
+            .with_hint(format!(
+                "defined variants: {}",
+                variants.keys().map(|v| v.as_str()).collect::<Vec<_>>().join(", ")
+            )));
+        }
+
+        let patches_dir = match (base_dir, &raw.patches_dir) {
+            (None, _) => None,
+            (Some(b), Some(d)) => Some(b.join(d)),
+            (Some(b), None) => Some(b.join("../patches")),
+        };
+
+        Ok(Recipe {
+            name,
+            description: raw.description.clone(),
+            path: path.to_path_buf(),
+            embedded: base_dir.is_none(),
+            sha256: Sha256::of_bytes(text.as_bytes()),
+            pin,
+            patches_dir,
+            default_variant,
+            variants,
+        })
+    }
+
+    /// A variant by name, with the list of names when it does not exist.
+    pub fn variant(&self, name: &str) -> Result<&Variant> {
+        VariantName::new(name)
+            .ok()
+            .and_then(|n| self.variants.get(&n))
+            .ok_or_else(|| {
+                Error::input(
+                    format!("{}: variant `{name}`", self.path.display()),
+                    "no such variant",
+                )
+                .with_hint(format!(
+                    "defined variants: {}",
+                    self.variants
+                        .keys()
+                        .map(|v| v.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })
+    }
+
+    /// The lock file that records the resolved pin (git pins), next to the recipe.
+    pub fn lock_path(&self) -> Option<PathBuf> {
+        if self.embedded {
+            return None;
+        }
+        Some(self.path.with_extension("lock"))
+    }
+}
+
+/// `file:line:column` for a byte span.
+fn location(path: &Path, text: &str, span: Option<Range<usize>>) -> String {
+    match span {
+        Some(r) => {
+            let (line, col) = line_col(text, r.start);
+            format!("{}:{line}:{col}", path.display())
+        }
+        None => path.display().to_string(),
+    }
+}
+
+/// 1-based line and column (in characters) of a byte offset.
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let col = before
+        .rsplit('\n')
+        .next()
+        .map(|l| l.chars().count())
+        .unwrap_or(0)
+        + 1;
+    (line, col)
+}
+
+type At<'a> = dyn Fn(Option<Range<usize>>) -> String + 'a;
+
+fn parse_sha(s: &Spanned<String>, at: &At) -> Result<Sha256> {
+    s.get_ref()
+        .parse()
+        .map_err(|e: crate::digest::ParseDigestError| Error::input(at(Some(s.span())), e))
+}
+
+fn resolve_pin(raw: &Spanned<RawPin>, base_dir: Option<&Path>, at: &At) -> Result<Pin> {
+    let span = raw.span();
+    let p = raw.get_ref();
+    let need = |v: &Option<String>, key: &str, kind: &str| -> Result<String> {
+        v.clone().ok_or_else(|| {
+            Error::input(at(Some(span.clone())), format!("a `{kind}` pin needs `{key}`"))
+        })
+    };
+    let forbid = |present: bool, key: &str, kind: &str| -> Result<()> {
+        if present {
+            Err(Error::input(
+                at(Some(span.clone())),
+                format!("`{key}` does not apply to a `{kind}` pin"),
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    let rel = |s: String| -> PathBuf {
+        let p = PathBuf::from(&s);
+        match base_dir {
+            Some(b) if p.is_relative() => b.join(p),
+            _ => p,
+        }
+    };
+    let kind = p.kind.get_ref().as_str();
+    let source = match kind {
+        "crate" => {
+            forbid(p.url.is_some() || p.tag.is_some() || p.commit.is_some(), "url/tag/commit", kind)?;
+            forbid(p.path.is_some() || p.tree_sha256.is_some(), "path/tree-sha256", kind)?;
+            let sha = p.sha256.as_ref().ok_or_else(|| {
+                Error::input(at(Some(span.clone())), "a `crate` pin needs `sha256` (of the .crate file)")
+                    .with_hint("the registry index lists it as `cksum`; pinforge refuses to build unverified sources")
+            })?;
+            PinSource::Crate {
+                name: need(&p.krate, "crate", kind)?,
+                version: need(&p.version, "version", kind)?,
+                sha256: parse_sha(sha, at)?,
+            }
+        }
+        "git" => {
+            forbid(p.krate.is_some() || p.version.is_some(), "crate/version", kind)?;
+            forbid(p.path.is_some() || p.sha256.is_some() || p.tree_sha256.is_some(), "path/sha256", kind)?;
+            let commit = p.commit.as_ref().ok_or_else(|| {
+                Error::input(at(Some(span.clone())), "a `git` pin needs `commit`")
+                    .with_hint("pin the commit id; a tag alone can move")
+            })?;
+            let c = commit.get_ref();
+            if !(7..=40).contains(&c.len()) || !c.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(Error::input(
+                    at(Some(commit.span())),
+                    format!("commit `{c}` is not a commit id (7 to 40 hex digits)"),
+                ));
+            }
+            if c.len() < 40 && p.tag.is_none() {
+                return Err(Error::input(
+                    at(Some(commit.span())),
+                    "an abbreviated commit needs a `tag` to resolve it",
+                )
+                .with_hint("give the full 40-digit commit id, or the tag it belongs to"));
+            }
+            PinSource::Git {
+                url: need(&p.url, "url", kind)?,
+                tag: p.tag.clone(),
+                commit: c.to_ascii_lowercase(),
+            }
+        }
+        "tarball" => {
+            forbid(p.krate.is_some() || p.url.is_some() || p.commit.is_some(), "crate/url/commit", kind)?;
+            let sha = p.sha256.as_ref().ok_or_else(|| {
+                Error::input(at(Some(span.clone())), "a `tarball` pin needs `sha256`")
+            })?;
+            PinSource::Tarball {
+                path: rel(need(&p.path, "path", kind)?),
+                sha256: parse_sha(sha, at)?,
+            }
+        }
+        "dir" => {
+            forbid(p.krate.is_some() || p.url.is_some() || p.sha256.is_some(), "crate/url/sha256", kind)?;
+            let sha = p.tree_sha256.as_ref().ok_or_else(|| {
+                Error::input(at(Some(span.clone())), "a `dir` pin needs `tree-sha256`")
+                    .with_hint("`pinforge vendor digest DIR` prints it")
+            })?;
+            PinSource::Dir {
+                path: rel(need(&p.path, "path", kind)?),
+                tree_sha256: parse_sha(sha, at)?,
+            }
+        }
+        other => {
+            return Err(Error::input(
+                at(Some(p.kind.span())),
+                format!("unknown pin kind `{other}`; expected crate, git, tarball or dir"),
+            ))
+        }
+    };
+    if let Some(sub) = &p.subdir {
+        let ok = !sub.is_empty()
+            && Path::new(sub)
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !ok {
+            return Err(Error::input(
+                at(Some(span)),
+                format!("subdir `{sub}` must be a relative path inside the source"),
+            ));
+        }
+    }
+    Ok(Pin {
+        source,
+        subdir: p.subdir.clone(),
+        build_number: p.build_number,
+        build_commit: p.build_commit.clone(),
+    })
+}
+
+fn parse_req(s: &Spanned<String>, at: &At) -> Result<semver::VersionReq> {
+    semver::VersionReq::parse(s.get_ref()).map_err(|e| {
+        Error::input(
+            at(Some(s.span())),
+            format!("`{}` is not a version requirement: {e}", s.get_ref()),
+        )
+        .with_hint("write e.g. \">=3.21\" or \"=12.8\"")
+    })
+}
+
+fn resolve_toolchain(name: &str, tc: &Spanned<RawToolchain>, at: &At) -> Result<Toolchain> {
+    let t = tc.get_ref();
+    let mut requirements = BTreeMap::new();
+    for (tool, req) in [
+        ("cc", &t.cc_version),
+        ("cxx", &t.cxx_version),
+        ("cmake", &t.cmake_version),
+        ("ninja", &t.ninja_version),
+        ("nvcc", &t.nvcc_version),
+    ] {
+        if let Some(r) = req {
+            requirements.insert(tool.to_string(), parse_req(r, at)?);
+        }
+    }
+    if t.nvcc.is_none() && (t.nvcc_version.is_some() || t.cuda_root.is_some()) {
+        return Err(Error::input(
+            at(Some(tc.span())),
+            format!("toolchain `{name}` sets CUDA options but no `nvcc`"),
+        ));
+    }
+    let _ = &t.description;
+    Ok(Toolchain {
+        name: name.to_string(),
+        cc: t.cc.clone(),
+        cxx: t.cxx.clone(),
+        requirements,
+        nvcc: t.nvcc.clone(),
+        cuda_root: t.cuda_root.clone(),
+        cuda_architectures: t.cuda_architectures.clone(),
+    })
+}
+
+fn check_variant(
+    v: &RawVariant,
+    name: &str,
+    toolchains: &BTreeMap<String, Toolchain>,
+    at: &At,
+) -> Result<()> {
+    if let Some(t) = &v.toolchain {
+        if !toolchains.contains_key(t.get_ref()) {
+            return Err(Error::input(
+                at(Some(t.span())),
+                format!("{name}: toolchain `{}` is not defined", t.get_ref()),
+            )
+            .with_hint(format!(
+                "defined toolchains: {}",
+                toolchains.keys().cloned().collect::<Vec<_>>().join(", ")
+            )));
+        }
+    }
+    for (key, value) in &v.cmake {
+        if let Some((_, why)) = RESERVED_CMAKE.iter().find(|(k, _)| k == key) {
+            return Err(Error::input(
+                at(Some(value.span())),
+                format!("{name}: cmake option `{key}` is set by pinforge"),
+            )
+            .with_hint(*why));
+        }
+        cmake_value(key, value, at)?;
+    }
+    if let Some(p) = &v.patches {
+        patch_selection(p, at)?;
+    }
+    if let Some(t) = &v.targets {
+        if t.get_ref().is_empty() {
+            return Err(Error::input(
+                at(Some(t.span())),
+                format!("{name}: `targets` is empty"),
+            )
+            .with_hint("name at least one CMake target, e.g. [\"llama\"]"));
+        }
+    }
+    if let Some(bt) = &v.build_type {
+        const TYPES: [&str; 4] = ["Release", "Debug", "RelWithDebInfo", "MinSizeRel"];
+        if !TYPES.contains(&bt.get_ref().as_str()) {
+            return Err(Error::input(
+                at(Some(bt.span())),
+                format!("build-type `{}` is not one of {}", bt.get_ref(), TYPES.join(", ")),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn cmake_value(key: &str, v: &Spanned<toml::Value>, at: &At) -> Result<String> {
+    match v.get_ref() {
+        toml::Value::Boolean(b) => Ok(if *b { "ON" } else { "OFF" }.into()),
+        toml::Value::String(s) => Ok(s.clone()),
+        toml::Value::Integer(i) => Ok(i.to_string()),
+        _ => Err(Error::input(
+            at(Some(v.span())),
+            format!("cmake option `{key}` must be a string, boolean or integer"),
+        )),
+    }
+}
+
+fn patch_selection(v: &Spanned<toml::Value>, at: &At) -> Result<PatchSelection> {
+    match v.get_ref() {
+        toml::Value::String(s) if s == "series" => Ok(PatchSelection::Series),
+        toml::Value::Array(items) => items
+            .iter()
+            .map(|i| match i {
+                toml::Value::String(s) => Ok(s.clone()),
+                _ => Err(Error::input(at(Some(v.span())), "`patches` entries must be file names")),
+            })
+            .collect::<Result<Vec<_>>>()
+            .map(PatchSelection::List),
+        _ => Err(Error::input(
+            at(Some(v.span())),
+            "`patches` must be \"series\" or a list of patch file names",
+        )),
+    }
+}
+
+fn resolve_variant(
+    name: &str,
+    base: &RawVariant,
+    all: &BTreeMap<String, (&RawVariant, Range<usize>)>,
+    toolchains: &BTreeMap<String, Toolchain>,
+    at: &At,
+) -> Result<Variant> {
+    // Walk the inheritance chain up to `base`, refusing cycles and unknown parents.
+    let mut chain: Vec<&RawVariant> = Vec::new();
+    let mut names: Vec<String> = Vec::new();
+    let mut cur = name.to_string();
+    loop {
+        if names.contains(&cur) {
+            let span = all.get(name).map(|(_, s)| s.clone());
+            return Err(Error::input(
+                at(span),
+                format!("variant `{name}`: inheritance cycle {} -> {cur}", names.join(" -> ")),
+            ));
+        }
+        let (v, _) = all.get(&cur).ok_or_else(|| Error::Internal(format!("variant {cur}")))?;
+        names.push(cur.clone());
+        chain.push(v);
+        match &v.inherits {
+            None => break,
+            Some(p) if p.get_ref() == "base" => break,
+            Some(p) => {
+                if !all.contains_key(p.get_ref()) {
+                    return Err(Error::input(
+                        at(Some(p.span())),
+                        format!("variant `{cur}` inherits unknown variant `{}`", p.get_ref()),
+                    ));
+                }
+                cur = p.get_ref().clone();
+            }
+        }
+    }
+    chain.push(base);
+    names.push("base".into());
+
+    // Apply from base outwards: later (nearer) layers override.
+    let mut patches = PatchSelection::Series;
+    let mut toolchain_name: Option<String> = None;
+    let mut build_type = "Release".to_string();
+    let mut targets: Option<Vec<String>> = None;
+    let mut cmake = BTreeMap::new();
+    let mut description = None;
+    for layer in chain.iter().rev() {
+        if let Some(p) = &layer.patches {
+            patches = patch_selection(p, at)?;
+        }
+        if let Some(t) = &layer.toolchain {
+            toolchain_name = Some(t.get_ref().clone());
+        }
+        if let Some(bt) = &layer.build_type {
+            build_type = bt.get_ref().clone();
+        }
+        if let Some(t) = &layer.targets {
+            targets = Some(t.get_ref().clone());
+        }
+        for (k, v) in &layer.cmake {
+            cmake.insert(k.clone(), cmake_value(k, v, at)?);
+        }
+        if layer.description.is_some() {
+            description = layer.description.clone();
+        }
+    }
+    let toolchain_name = toolchain_name.ok_or_else(|| {
+        Error::input(at(None), format!("variant `{name}` has no toolchain"))
+            .with_hint("set `toolchain = \"NAME\"` in [base] or in the variant")
+    })?;
+    let toolchain = toolchains
+        .get(&toolchain_name)
+        .cloned()
+        .ok_or_else(|| Error::Internal(format!("toolchain {toolchain_name}")))?;
+    let targets = targets.ok_or_else(|| {
+        Error::input(at(None), format!("variant `{name}` has no targets"))
+            .with_hint("set `targets = [\"llama\"]` in [base]")
+    })?;
+    Ok(Variant {
+        name: VariantName::new(name).map_err(|m| Error::input(at(None), m))?,
+        description,
+        inherits: names[1..].to_vec(),
+        patches,
+        toolchain,
+        build_type,
+        targets,
+        cmake,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Recipe> {
+        Recipe::parse(text, Path::new("r.toml"), Some(Path::new("/ws/recipes")))
+    }
+
+    const MINI: &str = r#"
+default-variant = "a"
+[pin]
+kind = "crate"
+crate = "x"
+version = "1.0.0"
+sha256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+[toolchain.cpu]
+cc = "gcc"
+cxx = "g++"
+[base]
+toolchain = "cpu"
+targets = ["llama"]
+cmake = { GGML_NATIVE = false, X = "1" }
+[variants.a]
+[variants.b]
+inherits = "a"
+patches = []
+cmake = { X = "2", SAN = true }
+"#;
+
+    #[test]
+    fn embedded_default_parses_with_all_four_variants() {
+        let r = Recipe::embedded_default().expect("embedded recipe");
+        let names: Vec<_> = r.variants.keys().map(|v| v.to_string()).collect();
+        for v in ["patched", "unpatched", "patched-asan", "unpatched-asan"] {
+            assert!(names.contains(&v.to_string()), "{v} in {names:?}");
+        }
+        assert_eq!(r.default_variant.as_str(), "patched");
+        let asan = r.variant("unpatched-asan").expect("variant");
+        assert_eq!(asan.patches, PatchSelection::List(vec![]));
+        assert_eq!(asan.cmake.get("LLAMA_SANITIZE_ADDRESS").map(String::as_str), Some("ON"));
+        assert_eq!(asan.cmake.get("GGML_NATIVE").map(String::as_str), Some("OFF"));
+    }
+
+    #[test]
+    fn variants_are_base_plus_delta() {
+        let r = parse(MINI).expect("parse");
+        let a = r.variant("a").expect("a");
+        let b = r.variant("b").expect("b");
+        assert_eq!(a.patches, PatchSelection::Series);
+        assert_eq!(a.cmake["X"], "1");
+        assert_eq!(b.cmake["X"], "2");
+        assert_eq!(b.cmake["GGML_NATIVE"], "OFF");
+        assert_eq!(b.cmake["SAN"], "ON");
+        assert_eq!(b.inherits, vec!["a", "base"]);
+        assert_eq!(r.patches_dir, Some(PathBuf::from("/ws/recipes/../patches")));
+    }
+
+    #[test]
+    fn unknown_key_is_an_error_with_line_and_column() {
+        let text = MINI.replace("[variants.a]", "[variants.a]\ncmake-optons = 1");
+        let e = parse(&text).expect_err("unknown key");
+        let s = e.to_string();
+        assert!(s.starts_with("r.toml:16:1:"), "{s}");
+        assert!(s.contains("unknown field `cmake-optons`"), "{s}");
+        assert_eq!(e.exit_code(), 2);
+    }
+
+    #[test]
+    fn malformed_toml_points_at_the_position() {
+        let e = parse("default-variant = \"a\"\n[pin\n").expect_err("malformed");
+        assert!(e.to_string().starts_with("r.toml:2:"), "{e}");
+    }
+
+    #[test]
+    fn semantic_errors_name_their_position() {
+        let cases = [
+            (MINI.replace("inherits = \"a\"", "inherits = \"zz\""), "r.toml:17:12:"),
+            (MINI.replace("toolchain = \"cpu\"", "toolchain = \"gpu\""), "r.toml:12:13:"),
+            (MINI.replace("default-variant = \"a\"", "default-variant = \"c\""), "r.toml:2:19:"),
+            (MINI.replace("X = \"1\"", "CMAKE_BUILD_TYPE = \"Debug\""), "r.toml:14:51:"),
+            (MINI.replace("sha256 = \"e3", "sha256 = \"zz"), "r.toml:7:10:"),
+        ];
+        for (text, want) in cases {
+            let e = parse(&text).expect_err(want);
+            assert!(e.to_string().starts_with(want), "want {want}, got {e}");
+        }
+    }
+
+    #[test]
+    fn inheritance_cycles_are_refused() {
+        let text = MINI.replace("[variants.a]", "[variants.a]\ninherits = \"b\"");
+        let e = parse(&text).expect_err("cycle");
+        assert!(e.to_string().contains("cycle"), "{e}");
+    }
+
+    #[test]
+    fn git_pin_needs_tag_for_abbreviated_commit() {
+        let text = MINI.replace(
+            "kind = \"crate\"\ncrate = \"x\"\nversion = \"1.0.0\"\nsha256 = \"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\"",
+            "kind = \"git\"\nurl = \"https://example.invalid/r\"\ncommit = \"612db6188\"",
+        );
+        let e = parse(&text).expect_err("abbrev without tag");
+        assert!(e.to_string().contains("needs a `tag`"), "{e}");
+    }
+
+    #[test]
+    fn line_col_counts_from_one() {
+        assert_eq!(line_col("ab\ncd", 0), (1, 1));
+        assert_eq!(line_col("ab\ncd", 4), (2, 2));
+    }
+}
