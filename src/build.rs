@@ -217,10 +217,7 @@ pub fn build(
             name: name.clone(),
             uri: None,
             digest: BTreeMap::new(),
-            annotations: BTreeMap::from([(
-                "link_target".to_string(),
-                Value::from(target.clone()),
-            )]),
+            annotations: BTreeMap::from([("link_target".to_string(), Value::from(target.clone()))]),
         })
         .collect();
     let (log_digest, _) = Sha256::of_file(&log_path)?;
@@ -340,9 +337,15 @@ fn cmake_args(
     let actual = t
         .iter()
         .map(|a| {
-            let mut s = a.replace("${SRC}", &src).replace("${BUILD}", &build).replace("${VARIANT}", &vd);
+            let mut s = a
+                .replace("${SRC}", &src)
+                .replace("${BUILD}", &build)
+                .replace("${VARIANT}", &vd);
             for (role, tool) in &tools.tools {
-                s = s.replace(&format!("${{TOOL:{role}}}"), &tool.path.display().to_string());
+                s = s.replace(
+                    &format!("${{TOOL:{role}}}"),
+                    &tool.path.display().to_string(),
+                );
             }
             s
         })
@@ -437,7 +440,10 @@ fn run_logged(
 
 /// Regular files under `bin/` and `lib/` of the build folder are the artifacts; symlinks among
 /// them are recorded as links (`libllama.so -> libllama.so.0`).
-fn collect_artifacts(cmake_dir: &Path) -> Result<(Vec<Artifact>, Vec<(String, String)>)> {
+/// Symlinks among the outputs: (path relative to the artifact root, link target).
+type Links = Vec<(String, String)>;
+
+fn collect_artifacts(cmake_dir: &Path) -> Result<(Vec<Artifact>, Links)> {
     let mut files = Vec::new();
     let mut links = Vec::new();
     for sub in ["bin", "lib"] {
@@ -451,12 +457,7 @@ fn collect_artifacts(cmake_dir: &Path) -> Result<(Vec<Artifact>, Vec<(String, St
     Ok((files, links))
 }
 
-fn walk(
-    root: &Path,
-    dir: &Path,
-    files: &mut Vec<Artifact>,
-    links: &mut Vec<(String, String)>,
-) -> Result<()> {
+fn walk(root: &Path, dir: &Path, files: &mut Vec<Artifact>, links: &mut Links) -> Result<()> {
     for entry in std::fs::read_dir(dir).at("read directory", dir)? {
         let entry = entry.at("read directory", dir)?;
         let path = entry.path();
@@ -506,7 +507,10 @@ fn dependencies(
     let mut ann = BTreeMap::from([
         ("kind".to_string(), Value::from(pin.kind.clone())),
         ("build_number".to_string(), Value::from(pin.build_number)),
-        ("build_commit".to_string(), Value::from(pin.build_commit.clone())),
+        (
+            "build_commit".to_string(),
+            Value::from(pin.build_commit.clone()),
+        ),
     ]);
     if let Some(s) = &pin.subdir {
         ann.insert("subdir".into(), Value::from(s.clone()));
@@ -594,7 +598,10 @@ fn dependencies(
             digest: BTreeMap::from([("sha256".to_string(), t.sha256.to_string())]),
             annotations: BTreeMap::from([
                 ("version".to_string(), Value::from(t.version.clone())),
-                ("version_line".to_string(), Value::from(t.version_line.clone())),
+                (
+                    "version_line".to_string(),
+                    Value::from(t.version_line.clone()),
+                ),
             ]),
         });
         inputs.insert(name, t.real_path.clone());

@@ -70,6 +70,15 @@ pub enum PatchCommand {
         /// Patch files or bundle folders
         paths: Vec<PathBuf>,
     },
+    /// Apply the series onto a clean git checkout, one commit per patch with attribution
+    /// trailers (no fuzz; a hunk that does not match is shown, nothing is committed for it).
+    Apply {
+        /// The checkout
+        repo: PathBuf,
+        /// Bundle folder
+        #[arg(long, default_value = "patches")]
+        dir: PathBuf,
+    },
     /// The bibliography: one row per patch in series order.
     List {
         /// Bundle folder
@@ -105,6 +114,7 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Verify { manifest, json } => cmd_verify(&manifest, json),
         Command::Patch(PatchCommand::Lint { paths }) => cmd_lint(paths),
         Command::Patch(PatchCommand::List { dir, json }) => cmd_list(&dir, json),
+        Command::Patch(PatchCommand::Apply { repo, dir }) => cmd_apply(&repo, &dir),
     }
 }
 
@@ -150,7 +160,9 @@ impl Reporter for TermReporter {
         }
     }
     fn progress(&self, done: u64, total: u64, message: &str) {
-        let Ok(mut guard) = self.bar.lock() else { return };
+        let Ok(mut guard) = self.bar.lock() else {
+            return;
+        };
         let bar = guard.get_or_insert_with(|| {
             let b = indicatif::ProgressBar::new(total);
             if let Ok(style) = indicatif::ProgressStyle::with_template(
@@ -234,7 +246,12 @@ fn render_build(o: &BuildOutcome) {
     println!("  manifest   {}", o.manifest.display());
     println!("  artifacts  {}", o.artifact_root.display());
     for a in &o.artifacts {
-        println!("    {:<28} sha256:{}  {} bytes", a.path, a.sha256.short(16), a.size);
+        println!(
+            "    {:<28} sha256:{}  {} bytes",
+            a.path,
+            a.sha256.short(16),
+            a.size
+        );
     }
     println!("  log        {}", o.log.display());
 }
@@ -252,7 +269,10 @@ fn cmd_verify(path: &std::path::Path, json: bool) -> Result<i32> {
             report.input_digest.short(16)
         );
         if !report.inputs_absent.is_empty() {
-            println!("  not on disk (skipped): {}", report.inputs_absent.join(", "));
+            println!(
+                "  not on disk (skipped): {}",
+                report.inputs_absent.join(", ")
+            );
         }
     } else {
         for m in &report.mismatches {
@@ -266,7 +286,11 @@ fn cmd_verify(path: &std::path::Path, json: bool) -> Result<i32> {
             path.display()
         );
     }
-    Ok(if report.ok { exit::OK } else { exit::CHECK_FAILED })
+    Ok(if report.ok {
+        exit::OK
+    } else {
+        exit::CHECK_FAILED
+    })
 }
 
 fn cmd_lint(paths: Vec<PathBuf>) -> Result<i32> {
@@ -297,7 +321,13 @@ fn cmd_lint(paths: Vec<PathBuf>) -> Result<i32> {
             Severity::Error => "error",
             Severity::Warning => "warning",
         };
-        println!("{}:{}: {sev}: {} [{}]", path.display(), f.line, f.message, f.rule);
+        println!(
+            "{}:{}: {sev}: {} [{}]",
+            path.display(),
+            f.line,
+            f.message,
+            f.rule
+        );
         if let Some(h) = &f.hint {
             println!("  hint: {h}");
         }
@@ -307,6 +337,21 @@ fn cmd_lint(paths: Vec<PathBuf>) -> Result<i32> {
         findings.len() - errors
     );
     Ok(if errors > 0 { exit::INPUT } else { exit::OK })
+}
+
+fn cmd_apply(repo: &std::path::Path, dir: &std::path::Path) -> Result<i32> {
+    let bundle = Bundle::load(dir)?;
+    let patches = bundle.select(None)?;
+    let applied = crate::patch::apply::apply_to_checkout(repo, &patches)?;
+    for a in &applied {
+        println!("{} {}", a.commit.short(12), a.id);
+    }
+    println!(
+        "applied {} patch(es) onto {}",
+        applied.len(),
+        repo.display()
+    );
+    Ok(exit::OK)
 }
 
 fn cmd_list(dir: &std::path::Path, json: bool) -> Result<i32> {
@@ -322,8 +367,9 @@ fn cmd_list(dir: &std::path::Path, json: bool) -> Result<i32> {
             .map(|n| format!("#{n}"))
             .unwrap_or_else(|| "-".into())
     };
+    let fw = rows.iter().map(|r| r.file.len()).max().unwrap_or(4).max(4);
     println!(
-        "{:<3} {:<52} {:<14} {:<7} {:<7} {:<10} {:<24} URL",
+        "{:<3} {:<fw$} {:<14} {:<7} {:<7} {:<10} {:<24} URL",
         "#", "FILE", "STATUS", "ISSUE", "PR", "COMMIT", "HANDLES"
     );
     for (i, r) in rows.iter().enumerate() {
@@ -333,7 +379,7 @@ fn cmd_list(dir: &std::path::Path, json: bool) -> Result<i32> {
             .map(|s| s.split(' ').next().unwrap_or(s).to_string())
             .unwrap_or_else(|| "INVALID".into());
         println!(
-            "{:<3} {:<52} {:<14} {:<7} {:<7} {:<10} {:<24} {}",
+            "{:<3} {:<fw$} {:<14} {:<7} {:<7} {:<10} {:<24} {}",
             i + 1,
             r.file,
             status,

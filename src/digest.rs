@@ -262,7 +262,11 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(root.join("a/x"), std::fs::Permissions::from_mode(0o755))
             .expect("chmod");
-        assert_ne!(tree_digest(root).expect("digest"), d2, "mode change is seen");
+        assert_ne!(
+            tree_digest(root).expect("digest"),
+            d2,
+            "mode change is seen"
+        );
     }
 
     #[test]

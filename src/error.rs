@@ -213,8 +213,8 @@ mod tests {
 
     #[test]
     fn io_errors_name_the_path() {
-        let e: Result<()> = Err(std::io::Error::from(std::io::ErrorKind::NotFound))
-            .at("read", Path::new("/x/y"));
+        let e: Result<()> =
+            Err(std::io::Error::from(std::io::ErrorKind::NotFound)).at("read", Path::new("/x/y"));
         let text = e.err().map(|e| e.to_string()).unwrap_or_default();
         assert!(text.starts_with("/x/y: cannot read:"), "{text}");
     }

@@ -38,7 +38,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         .at("create temp file in", &dir)?;
     tmp.write_all(bytes).at("write", tmp.path())?;
     tmp.as_file().sync_all().at("fsync", tmp.path())?;
-    tmp.persist(path).map_err(|e| e.error).at("rename into", path)?;
+    tmp.persist(path)
+        .map_err(|e| e.error)
+        .at("rename into", path)?;
     sync_dir(&dir)
 }
 

@@ -178,8 +178,8 @@ impl Statement {
     /// Canonical, pretty JSON (sorted keys, trailing newline).
     pub fn to_json(&self) -> Result<String> {
         let v = serde_json::to_value(self).map_err(|e| Error::Internal(e.to_string()))?;
-        let mut s = serde_json::to_string_pretty(&sort(v))
-            .map_err(|e| Error::Internal(e.to_string()))?;
+        let mut s =
+            serde_json::to_string_pretty(&sort(v)).map_err(|e| Error::Internal(e.to_string()))?;
         s.push('\n');
         Ok(s)
     }
@@ -225,10 +225,7 @@ pub fn canonical_json<T: Serialize>(value: &T) -> Result<String> {
 }
 
 /// The input digest: what was asked for and what it was built from, nothing machine-local.
-pub fn input_digest(
-    params: &ExternalParameters,
-    deps: &[Resource],
-) -> Result<Sha256> {
+pub fn input_digest(params: &ExternalParameters, deps: &[Resource]) -> Result<Sha256> {
     #[derive(Serialize)]
     struct Inputs<'a> {
         #[serde(rename = "buildType")]
@@ -284,7 +281,10 @@ pub fn verify(manifest_path: &Path) -> Result<VerifyReport> {
     for s in &st.subject {
         let path = root.join(&s.name);
         let expected = s.sha256().ok_or_else(|| {
-            Error::input(manifest_path.display(), format!("subject `{}` has no sha256", s.name))
+            Error::input(
+                manifest_path.display(),
+                format!("subject `{}` has no sha256", s.name),
+            )
         })?;
         let shown = path.display().to_string();
         match std::fs::symlink_metadata(&path) {

@@ -39,7 +39,9 @@ pub fn tail(text: &str, n: usize) -> String {
 /// an error naming the command. `missing_hint` is shown when the program cannot be found.
 pub fn run(cmd: &mut Command, missing_hint: &str) -> Result<Output> {
     let line = display(cmd);
-    let out = cmd.output().map_err(|e| spawn_error(&line, e, missing_hint))?;
+    let out = cmd
+        .output()
+        .map_err(|e| spawn_error(&line, e, missing_hint))?;
     if !out.status.success() {
         let text = format!(
             "{}{}",
@@ -97,16 +99,19 @@ mod tests {
 
     #[test]
     fn failing_command_is_a_tool_error_with_tail() {
-        let e = run(Command::new("sh").args(["-c", "echo boom; exit 3"]), "")
-            .expect_err("must fail");
+        let e =
+            run(Command::new("sh").args(["-c", "echo boom; exit 3"]), "").expect_err("must fail");
         assert_eq!(e.exit_code(), crate::error::exit::TOOL_FAILED);
         assert_eq!(e.detail(), Some("boom"));
     }
 
     #[test]
     fn missing_program_is_an_input_error_with_hint() {
-        let e = run(&mut Command::new("/nonexistent/pinforge-no-such-tool"), "install it")
-            .expect_err("must fail");
+        let e = run(
+            &mut Command::new("/nonexistent/pinforge-no-such-tool"),
+            "install it",
+        )
+        .expect_err("must fail");
         assert_eq!(e.exit_code(), crate::error::exit::INPUT);
         assert_eq!(e.hint(), Some("install it"));
     }

@@ -25,7 +25,11 @@ pub fn parse_ninja_status(line: &str) -> Option<(u64, u64, &str)> {
     let rest = line.strip_prefix('[')?;
     let (counts, message) = rest.split_once(']')?;
     let (done, total) = counts.split_once('/')?;
-    Some((done.trim().parse().ok()?, total.trim().parse().ok()?, message.trim()))
+    Some((
+        done.trim().parse().ok()?,
+        total.trim().parse().ok()?,
+        message.trim(),
+    ))
 }
 
 #[cfg(test)]

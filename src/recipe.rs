@@ -270,9 +270,8 @@ impl Recipe {
             }
             other => other,
         })?;
-        let text = String::from_utf8(bytes).map_err(|_| {
-            Error::input(path.display(), "recipe is not UTF-8 text")
-        })?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| Error::input(path.display(), "recipe is not UTF-8 text"))?;
         let base = fsx::parent_of(path);
         Recipe::parse(&text, path, Some(&base))
     }
@@ -297,8 +296,9 @@ impl Recipe {
 
         let name = match &raw.name {
             Some(n) => {
-                VariantName::new(n.get_ref())
-                    .map_err(|m| Error::input(at(Some(n.span())), m.replace("variant", "recipe")))?;
+                VariantName::new(n.get_ref()).map_err(|m| {
+                    Error::input(at(Some(n.span())), m.replace("variant", "recipe"))
+                })?;
                 n.get_ref().clone()
             }
             None => path
@@ -317,7 +317,8 @@ impl Recipe {
         check_variant(&raw.base, "base", &toolchains, &at)?;
         let mut raw_variants: BTreeMap<String, (&RawVariant, Range<usize>)> = BTreeMap::new();
         for (vname, v) in &raw.variants {
-            VariantName::new(vname.get_ref()).map_err(|m| Error::input(at(Some(vname.span())), m))?;
+            VariantName::new(vname.get_ref())
+                .map_err(|m| Error::input(at(Some(vname.span())), m))?;
             if vname.get_ref() == "base" {
                 return Err(Error::input(
                     at(Some(vname.span())),
@@ -328,8 +329,11 @@ impl Recipe {
             raw_variants.insert(vname.get_ref().clone(), (v.get_ref(), v.span()));
         }
         if raw_variants.is_empty() {
-            return Err(Error::input(at(None), "recipe has no `[variants.NAME]` table")
-                .with_hint("add at least `[variants.default]` (it may be empty: it inherits `[base]`)"));
+            return Err(
+                Error::input(at(None), "recipe has no `[variants.NAME]` table").with_hint(
+                    "add at least `[variants.default]` (it may be empty: it inherits `[base]`)",
+                ),
+            );
         }
 
         let mut variants = BTreeMap::new();
@@ -347,7 +351,11 @@ impl Recipe {
             )
             .with_hint(format!(
                 "defined variants: {}",
-                variants.keys().map(|v| v.as_str()).collect::<Vec<_>>().join(", ")
+                variants
+                    .keys()
+                    .map(|v| v.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )));
         }
 
@@ -438,7 +446,10 @@ fn resolve_pin(raw: &Spanned<RawPin>, base_dir: Option<&Path>, at: &At) -> Resul
     let p = raw.get_ref();
     let need = |v: &Option<String>, key: &str, kind: &str| -> Result<String> {
         v.clone().ok_or_else(|| {
-            Error::input(at(Some(span.clone())), format!("a `{kind}` pin needs `{key}`"))
+            Error::input(
+                at(Some(span.clone())),
+                format!("a `{kind}` pin needs `{key}`"),
+            )
         })
     };
     let forbid = |present: bool, key: &str, kind: &str| -> Result<()> {
@@ -461,8 +472,16 @@ fn resolve_pin(raw: &Spanned<RawPin>, base_dir: Option<&Path>, at: &At) -> Resul
     let kind = p.kind.get_ref().as_str();
     let source = match kind {
         "crate" => {
-            forbid(p.url.is_some() || p.tag.is_some() || p.commit.is_some(), "url/tag/commit", kind)?;
-            forbid(p.path.is_some() || p.tree_sha256.is_some(), "path/tree-sha256", kind)?;
+            forbid(
+                p.url.is_some() || p.tag.is_some() || p.commit.is_some(),
+                "url/tag/commit",
+                kind,
+            )?;
+            forbid(
+                p.path.is_some() || p.tree_sha256.is_some(),
+                "path/tree-sha256",
+                kind,
+            )?;
             let sha = p.sha256.as_ref().ok_or_else(|| {
                 Error::input(at(Some(span.clone())), "a `crate` pin needs `sha256` (of the .crate file)")
                     .with_hint("the registry index lists it as `cksum`; pinforge refuses to build unverified sources")
@@ -474,8 +493,16 @@ fn resolve_pin(raw: &Spanned<RawPin>, base_dir: Option<&Path>, at: &At) -> Resul
             }
         }
         "git" => {
-            forbid(p.krate.is_some() || p.version.is_some(), "crate/version", kind)?;
-            forbid(p.path.is_some() || p.sha256.is_some() || p.tree_sha256.is_some(), "path/sha256", kind)?;
+            forbid(
+                p.krate.is_some() || p.version.is_some(),
+                "crate/version",
+                kind,
+            )?;
+            forbid(
+                p.path.is_some() || p.sha256.is_some() || p.tree_sha256.is_some(),
+                "path/sha256",
+                kind,
+            )?;
             let commit = p.commit.as_ref().ok_or_else(|| {
                 Error::input(at(Some(span.clone())), "a `git` pin needs `commit`")
                     .with_hint("pin the commit id; a tag alone can move")
@@ -501,7 +528,11 @@ fn resolve_pin(raw: &Spanned<RawPin>, base_dir: Option<&Path>, at: &At) -> Resul
             }
         }
         "tarball" => {
-            forbid(p.krate.is_some() || p.url.is_some() || p.commit.is_some(), "crate/url/commit", kind)?;
+            forbid(
+                p.krate.is_some() || p.url.is_some() || p.commit.is_some(),
+                "crate/url/commit",
+                kind,
+            )?;
             let sha = p.sha256.as_ref().ok_or_else(|| {
                 Error::input(at(Some(span.clone())), "a `tarball` pin needs `sha256`")
             })?;
@@ -511,7 +542,11 @@ fn resolve_pin(raw: &Spanned<RawPin>, base_dir: Option<&Path>, at: &At) -> Resul
             }
         }
         "dir" => {
-            forbid(p.krate.is_some() || p.url.is_some() || p.sha256.is_some(), "crate/url/sha256", kind)?;
+            forbid(
+                p.krate.is_some() || p.url.is_some() || p.sha256.is_some(),
+                "crate/url/sha256",
+                kind,
+            )?;
             let sha = p.tree_sha256.as_ref().ok_or_else(|| {
                 Error::input(at(Some(span.clone())), "a `dir` pin needs `tree-sha256`")
                     .with_hint("`pinforge vendor digest DIR` prints it")
@@ -623,11 +658,10 @@ fn check_variant(
     }
     if let Some(t) = &v.targets {
         if t.get_ref().is_empty() {
-            return Err(Error::input(
-                at(Some(t.span())),
-                format!("{name}: `targets` is empty"),
-            )
-            .with_hint("name at least one CMake target, e.g. [\"llama\"]"));
+            return Err(
+                Error::input(at(Some(t.span())), format!("{name}: `targets` is empty"))
+                    .with_hint("name at least one CMake target, e.g. [\"llama\"]"),
+            );
         }
     }
     if let Some(bt) = &v.build_type {
@@ -635,7 +669,11 @@ fn check_variant(
         if !TYPES.contains(&bt.get_ref().as_str()) {
             return Err(Error::input(
                 at(Some(bt.span())),
-                format!("build-type `{}` is not one of {}", bt.get_ref(), TYPES.join(", ")),
+                format!(
+                    "build-type `{}` is not one of {}",
+                    bt.get_ref(),
+                    TYPES.join(", ")
+                ),
             ));
         }
     }
@@ -661,7 +699,10 @@ fn patch_selection(v: &Spanned<toml::Value>, at: &At) -> Result<PatchSelection> 
             .iter()
             .map(|i| match i {
                 toml::Value::String(s) => Ok(s.clone()),
-                _ => Err(Error::input(at(Some(v.span())), "`patches` entries must be file names")),
+                _ => Err(Error::input(
+                    at(Some(v.span())),
+                    "`patches` entries must be file names",
+                )),
             })
             .collect::<Result<Vec<_>>>()
             .map(PatchSelection::List),
@@ -688,10 +729,15 @@ fn resolve_variant(
             let span = all.get(name).map(|(_, s)| s.clone());
             return Err(Error::input(
                 at(span),
-                format!("variant `{name}`: inheritance cycle {} -> {cur}", names.join(" -> ")),
+                format!(
+                    "variant `{name}`: inheritance cycle {} -> {cur}",
+                    names.join(" -> ")
+                ),
             ));
         }
-        let (v, _) = all.get(&cur).ok_or_else(|| Error::Internal(format!("variant {cur}")))?;
+        let (v, _) = all
+            .get(&cur)
+            .ok_or_else(|| Error::Internal(format!("variant {cur}")))?;
         names.push(cur.clone());
         chain.push(v);
         match &v.inherits {
@@ -801,8 +847,14 @@ cmake = { X = "2", SAN = true }
         assert_eq!(r.default_variant.as_str(), "patched");
         let asan = r.variant("unpatched-asan").expect("variant");
         assert_eq!(asan.patches, PatchSelection::List(vec![]));
-        assert_eq!(asan.cmake.get("LLAMA_SANITIZE_ADDRESS").map(String::as_str), Some("ON"));
-        assert_eq!(asan.cmake.get("GGML_NATIVE").map(String::as_str), Some("OFF"));
+        assert_eq!(
+            asan.cmake.get("LLAMA_SANITIZE_ADDRESS").map(String::as_str),
+            Some("ON")
+        );
+        assert_eq!(
+            asan.cmake.get("GGML_NATIVE").map(String::as_str),
+            Some("OFF")
+        );
     }
 
     #[test]
@@ -838,11 +890,26 @@ cmake = { X = "2", SAN = true }
     #[test]
     fn semantic_errors_name_their_position() {
         let cases = [
-            (MINI.replace("inherits = \"a\"", "inherits = \"zz\""), "r.toml:17:12:"),
-            (MINI.replace("toolchain = \"cpu\"", "toolchain = \"gpu\""), "r.toml:12:13:"),
-            (MINI.replace("default-variant = \"a\"", "default-variant = \"c\""), "r.toml:2:19:"),
-            (MINI.replace("X = \"1\"", "CMAKE_BUILD_TYPE = \"Debug\""), "r.toml:14:51:"),
-            (MINI.replace("sha256 = \"e3", "sha256 = \"zz"), "r.toml:7:10:"),
+            (
+                MINI.replace("inherits = \"a\"", "inherits = \"zz\""),
+                "r.toml:17:12:",
+            ),
+            (
+                MINI.replace("toolchain = \"cpu\"", "toolchain = \"gpu\""),
+                "r.toml:12:13:",
+            ),
+            (
+                MINI.replace("default-variant = \"a\"", "default-variant = \"c\""),
+                "r.toml:2:19:",
+            ),
+            (
+                MINI.replace("X = \"1\"", "CMAKE_BUILD_TYPE = \"Debug\""),
+                "r.toml:14:51:",
+            ),
+            (
+                MINI.replace("sha256 = \"e3", "sha256 = \"zz"),
+                "r.toml:7:10:",
+            ),
         ];
         for (text, want) in cases {
             let e = parse(&text).expect_err(want);

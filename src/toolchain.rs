@@ -55,8 +55,16 @@ const BOOTSTRAP_HINT: &str =
 pub fn resolve(tc: &Toolchain, extra: &[PathBuf]) -> Result<ResolvedToolchain> {
     let mut tools = BTreeMap::new();
     let mut wanted: Vec<(&str, String, &str)> = vec![
-        ("cc", tc.cc.clone(), "install the C compiler, or point the toolchain's `cc` at it"),
-        ("cxx", tc.cxx.clone(), "install the C++ compiler, or point the toolchain's `cxx` at it"),
+        (
+            "cc",
+            tc.cc.clone(),
+            "install the C compiler, or point the toolchain's `cc` at it",
+        ),
+        (
+            "cxx",
+            tc.cxx.clone(),
+            "install the C++ compiler, or point the toolchain's `cxx` at it",
+        ),
         ("cmake", "cmake".into(), BOOTSTRAP_HINT),
         ("ninja", "ninja".into(), BOOTSTRAP_HINT),
     ];
@@ -153,13 +161,20 @@ pub fn parse_version(role: &str, line: &str) -> Option<String> {
         .chars()
         .take_while(|c| c.is_ascii_digit() || *c == '.')
         .collect();
-    let parts: Vec<&str> = numeric.split('.').filter(|p| !p.is_empty()).take(3).collect();
+    let parts: Vec<&str> = numeric
+        .split('.')
+        .filter(|p| !p.is_empty())
+        .take(3)
+        .collect();
     (!parts.is_empty()).then(|| parts.join("."))
 }
 
 /// `12.8` → 12.8.0 so that semver requirements apply to two-part versions too.
 pub fn lenient_semver(v: &str) -> Option<semver::Version> {
-    let mut parts: Vec<u64> = v.split('.').map(|p| p.parse().ok()).collect::<Option<_>>()?;
+    let mut parts: Vec<u64> = v
+        .split('.')
+        .map(|p| p.parse().ok())
+        .collect::<Option<_>>()?;
     parts.resize(3, 0);
     Some(semver::Version::new(parts[0], parts[1], parts[2]))
 }
@@ -170,7 +185,10 @@ mod tests {
 
     #[test]
     fn versions_are_read_from_real_tool_output_shapes() {
-        assert_eq!(parse_version("cmake", "cmake version 4.4.5").as_deref(), Some("4.4.5"));
+        assert_eq!(
+            parse_version("cmake", "cmake version 4.4.5").as_deref(),
+            Some("4.4.5")
+        );
         assert_eq!(
             parse_version("ninja", "1.13.2.git.kitware.jobserver-pipe-1").as_deref(),
             Some("1.13.2")
@@ -203,7 +221,10 @@ mod tests {
         };
         let e = resolve(&tc, &[]).expect_err("missing cc");
         assert_eq!(e.exit_code(), 2);
-        assert!(e.to_string().contains("cc `pinforge-no-such-cc` not found"), "{e}");
+        assert!(
+            e.to_string().contains("cc `pinforge-no-such-cc` not found"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -110,7 +110,10 @@ pub fn pristine(ws: &Workspace, recipe: &Recipe) -> Result<Tree> {
     fsx::create_dir_all(&work)?;
     prepared.extract(&work)?;
     let repo = Repository::init(&work).git_at(&work.display())?;
-    let base = commit_all(&repo, &format!("pristine upstream: {}", prepared.resolved.uri))?;
+    let base = commit_all(
+        &repo,
+        &format!("pristine upstream: {}", prepared.resolved.uri),
+    )?;
     repo.reference(PRISTINE_TAG, base.raw(), true, "pinforge pristine")
         .git_at(&work.display())?;
     let tree = Tree {
@@ -158,7 +161,10 @@ pub fn patched(ws: &Workspace, base: &Tree, patches: &[&PatchFile]) -> Result<Tr
                 dest.display(),
                 "patched tree does not hold the expected series",
             )
-            .with_hint(format!("remove {} to apply the series again", dest.display())));
+            .with_hint(format!(
+                "remove {} to apply the series again",
+                dest.display()
+            )));
         }
         return Ok(tree);
     }
@@ -171,10 +177,7 @@ pub fn patched(ws: &Workspace, base: &Tree, patches: &[&PatchFile]) -> Result<Tr
     let url = base.path.to_string_lossy().into_owned();
     let repo = Repository::clone(&url, &work).git_at(&base.path.display())?;
     let applied = apply::apply_series(&repo, patches)?;
-    let head = applied
-        .last()
-        .map(|a| a.commit)
-        .unwrap_or(base.base_commit);
+    let head = applied.last().map(|a| a.commit).unwrap_or(base.base_commit);
     let tree = Tree {
         path: dest.clone(),
         base_commit: base.base_commit,
@@ -233,17 +236,19 @@ pub fn check_clean(path: &Path, head: GitOid) -> Result<()> {
 fn reuse(dest: &Path) -> Result<Tree> {
     let state = dest.join(".git").join(STATE_FILE);
     let text = fsx::read_to_string(&state).map_err(|_| {
-        Error::input(dest.display(), "vendor folder is not a pinforge tree (no state)")
-            .with_hint(format!("remove {} and run again", dest.display()))
+        Error::input(
+            dest.display(),
+            "vendor folder is not a pinforge tree (no state)",
+        )
+        .with_hint(format!("remove {} and run again", dest.display()))
     })?;
     let mut tree: Tree = serde_json::from_str(&text)
         .map_err(|e| Error::input(state.display(), format!("unreadable state: {e}")))?;
     check_clean(dest, tree.head).map_err(|e| {
-        Error::input(dest.display(), format!("vendor tree was modified: {e}"))
-            .with_hint(format!(
-                "pinforge never builds a modified vendor tree; remove {} to materialize it again",
-                dest.display()
-            ))
+        Error::input(dest.display(), format!("vendor tree was modified: {e}")).with_hint(format!(
+            "pinforge never builds a modified vendor tree; remove {} to materialize it again",
+            dest.display()
+        ))
     })?;
     let repo = Repository::open(dest).git_at(&dest.display())?;
     let tagged = repo
@@ -276,7 +281,10 @@ fn commit_dir(work: &Path, dest: &Path) -> Result<()> {
 /// Commit the whole work tree as the first commit, with a fixed identity and time so that
 /// the pristine commit id depends on content only.
 fn commit_all(repo: &Repository, message: &str) -> Result<GitOid> {
-    let subject = repo.workdir().map(|p| p.display().to_string()).unwrap_or_default();
+    let subject = repo
+        .workdir()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
     let mut index = repo.index().git_at(&subject)?;
     // FORCE: upstream .gitignore files must not hide upstream files from the pristine commit.
     index
@@ -285,8 +293,12 @@ fn commit_all(repo: &Repository, message: &str) -> Result<GitOid> {
     index.write().git_at(&subject)?;
     let tree_oid = index.write_tree().git_at(&subject)?;
     let tree = repo.find_tree(tree_oid).git_at(&subject)?;
-    let sig = Signature::new(apply::COMMITTER_NAME, apply::COMMITTER_EMAIL, &Time::new(0, 0))
-        .git_at(&subject)?;
+    let sig = Signature::new(
+        apply::COMMITTER_NAME,
+        apply::COMMITTER_EMAIL,
+        &Time::new(0, 0),
+    )
+    .git_at(&subject)?;
     let oid = repo
         .commit(Some("HEAD"), &sig, &sig, message, &tree, &[])
         .git_at(&subject)?;
@@ -307,7 +319,13 @@ fn human_name(source: &PinSource) -> String {
             .unwrap_or_else(|| "source".into()),
     };
     raw.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 
@@ -339,7 +357,10 @@ impl Prepared {
 fn build_info(pin: &Pin, tag: Option<&str>, default_commit: String) -> (u64, String) {
     let number = pin
         .build_number
-        .or_else(|| tag.and_then(|t| t.strip_prefix('b')).and_then(|n| n.parse().ok()))
+        .or_else(|| {
+            tag.and_then(|t| t.strip_prefix('b'))
+                .and_then(|n| n.parse().ok())
+        })
         .unwrap_or(0);
     let commit = pin.build_commit.clone().unwrap_or(default_commit);
     (number, commit)
@@ -565,7 +586,10 @@ fn fetch_git(
     };
 
     let cache_dir = ws.git_cache();
-    let repo_path = cache_dir.join(format!("{}.git", Sha256::of_bytes(url.as_bytes()).short(16)));
+    let repo_path = cache_dir.join(format!(
+        "{}.git",
+        Sha256::of_bytes(url.as_bytes()).short(16)
+    ));
     let repo = if repo_path.exists() {
         Repository::open_bare(&repo_path).git_at(&repo_path.display())?
     } else {
@@ -573,7 +597,9 @@ fn fetch_git(
         Repository::init_bare(&repo_path).git_at(&repo_path.display())?
     };
 
-    let full_known = locked.clone().or_else(|| (commit.len() == 40).then(|| commit.to_string()));
+    let full_known = locked
+        .clone()
+        .or_else(|| (commit.len() == 40).then(|| commit.to_string()));
     let have_commit = full_known
         .as_deref()
         .and_then(|c| git2::Oid::from_str(c).ok())
@@ -611,9 +637,7 @@ fn fetch_git(
                 .find_reference(&format!("refs/tags/{t}"))
                 .and_then(|r| r.peel_to_commit())
                 .map(|c| c.id())
-                .map_err(|_| {
-                    Error::input(format!("{url} tag {t}"), "tag not found after fetch")
-                })?;
+                .map_err(|_| Error::input(format!("{url} tag {t}"), "tag not found after fetch"))?;
             let want = full_known.as_deref().unwrap_or(commit);
             if !oid.to_string().starts_with(want) {
                 return Err(Error::input(
@@ -672,8 +696,12 @@ fn read_lock(path: &Path) -> std::result::Result<Option<GitLock>, (String, Strin
     }
     let text = std::fs::read_to_string(path)
         .map_err(|e| (path.display().to_string(), format!("cannot read lock: {e}")))?;
-    let lock: LockFile = toml::from_str(&text)
-        .map_err(|e| (path.display().to_string(), format!("malformed lock file: {}", e.message())))?;
+    let lock: LockFile = toml::from_str(&text).map_err(|e| {
+        (
+            path.display().to_string(),
+            format!("malformed lock file: {}", e.message()),
+        )
+    })?;
     Ok(Some(lock.pin))
 }
 
@@ -742,7 +770,9 @@ fn extract_archive(archive: &Path, dest: &Path, subdir: Option<&str>) -> Result<
         let first = PathBuf::from(comps.next().map(|c| c.as_os_str()).unwrap_or_default());
         match &top {
             None => top = Some(first.clone()),
-            Some(t) if *t != first => return Err(bad(&raw, "archive has more than one top-level folder")),
+            Some(t) if *t != first => {
+                return Err(bad(&raw, "archive has more than one top-level folder"))
+            }
             _ => {}
         }
         let inner: PathBuf = comps.collect();
@@ -789,8 +819,15 @@ fn extract_archive(archive: &Path, dest: &Path, subdir: Option<&str>) -> Result<
                 }
                 links.push((out, target));
             }
-            tar::EntryType::XGlobalHeader | tar::EntryType::XHeader | tar::EntryType::GNULongName => {}
-            _ => return Err(bad(&raw, "only files, folders and in-tree symlinks are allowed")),
+            tar::EntryType::XGlobalHeader
+            | tar::EntryType::XHeader
+            | tar::EntryType::GNULongName => {}
+            _ => {
+                return Err(bad(
+                    &raw,
+                    "only files, folders and in-tree symlinks are allowed",
+                ))
+            }
         }
     }
     if wrote == 0 {
@@ -850,7 +887,12 @@ fn copy_dir(src: &Path, dest: &Path) -> Result<()> {
 }
 
 /// Write the tree of `commit` (or its `subdir`) into `dest`.
-fn export_commit(repo_path: &Path, commit: git2::Oid, subdir: Option<&str>, dest: &Path) -> Result<()> {
+fn export_commit(
+    repo_path: &Path,
+    commit: git2::Oid,
+    subdir: Option<&str>,
+    dest: &Path,
+) -> Result<()> {
     let repo = Repository::open_bare(repo_path).git_at(&repo_path.display())?;
     let c = repo.find_commit(commit).git_at(&commit)?;
     let mut tree = c.tree().git_at(&commit)?;
@@ -866,9 +908,9 @@ fn export_commit(repo_path: &Path, commit: git2::Oid, subdir: Option<&str>, dest
 fn export_tree(repo: &Repository, tree: &git2::Tree, dest: &Path) -> Result<()> {
     fsx::create_dir_all(dest)?;
     for entry in tree.iter() {
-        let name = entry.name().ok_or_else(|| {
-            Error::input(dest.display(), "tree entry with a non-UTF-8 name")
-        })?;
+        let name = entry
+            .name()
+            .ok_or_else(|| Error::input(dest.display(), "tree entry with a non-UTF-8 name"))?;
         let rel = safe_rel(Path::new(name))
             .filter(|r| r.components().count() == 1 && name != ".git")
             .ok_or_else(|| Error::input(dest.display(), format!("refused tree entry `{name}`")))?;
@@ -881,7 +923,8 @@ fn export_tree(repo: &Repository, tree: &git2::Tree, dest: &Path) -> Result<()> 
             Some(git2::ObjectType::Blob) => {
                 let blob = repo.find_blob(entry.id()).git_at(&name)?;
                 if entry.filemode() == 0o120000 {
-                    let target = PathBuf::from(String::from_utf8_lossy(blob.content()).into_owned());
+                    let target =
+                        PathBuf::from(String::from_utf8_lossy(blob.content()).into_owned());
                     std::os::unix::fs::symlink(&target, &out).at("create symlink", &out)?;
                 } else {
                     std::fs::write(&out, blob.content()).at("write", &out)?;
@@ -938,7 +981,10 @@ mod tests {
     #[test]
     fn extracts_subdir_and_strips_top() {
         let (dir, r) = extract(
-            tar_with(&[("top/llama.cpp/src/a.c", b"x"), ("top/README", b"r")], None),
+            tar_with(
+                &[("top/llama.cpp/src/a.c", b"x"), ("top/README", b"r")],
+                None,
+            ),
             Some("llama.cpp"),
         );
         r.expect("extract");

@@ -37,6 +37,32 @@ pub fn apply_series(repo: &Repository, patches: &[&PatchFile]) -> Result<Vec<App
     Ok(out)
 }
 
+/// Apply a bundle's series onto an existing checkout (like `git am` of the whole series): the
+/// repository must have a HEAD and no uncommitted changes, so that every patch becomes exactly
+/// one commit and nothing of the user's is mixed in.
+pub fn apply_to_checkout(repo_path: &Path, patches: &[&PatchFile]) -> Result<Vec<Applied>> {
+    let repo = Repository::open(repo_path).map_err(|e| {
+        Error::input(
+            repo_path.display(),
+            format!("not a git repository: {}", e.message()),
+        )
+    })?;
+    let head = repo.head().and_then(|h| h.peel_to_commit()).map_err(|_| {
+        Error::input(
+            repo_path.display(),
+            "repository has no commit to apply onto",
+        )
+    })?;
+    crate::upstream::check_clean(repo_path, GitOid::new(head.id())).map_err(|e| {
+        Error::input(repo_path.display(), format!("uncommitted changes: {e}"))
+            .with_hint("commit or stash them first")
+    })?;
+    for p in patches {
+        parse_diff(p)?;
+    }
+    apply_series(&repo, patches)
+}
+
 fn subject(p: &PatchFile) -> String {
     p.origin.display().to_string()
 }
@@ -47,9 +73,8 @@ pub fn parse_diff(p: &PatchFile) -> Result<Diff<'static>> {
         Error::input(subject(p), "no diff found after the header")
             .with_hint("append the output of `git diff`")
     })?;
-    let diff = Diff::from_buffer(&p.bytes[offset..]).map_err(|e| {
-        Error::input(subject(p), format!("not a valid git diff: {}", e.message()))
-    })?;
+    let diff = Diff::from_buffer(&p.bytes[offset..])
+        .map_err(|e| Error::input(subject(p), format!("not a valid git diff: {}", e.message())))?;
     for delta in diff.deltas() {
         for file in [delta.old_file(), delta.new_file()] {
             let Some(path) = file.path() else { continue };
@@ -112,7 +137,9 @@ fn check_no_symlink_parents(repo: &Repository, p: &PatchFile, diff: &Diff) -> Re
         return Err(Error::Internal("vendor repository has no work tree".into()));
     };
     for delta in diff.deltas() {
-        let Some(path) = delta.new_file().path() else { continue };
+        let Some(path) = delta.new_file().path() else {
+            continue;
+        };
         let mut cur = workdir.to_path_buf();
         for c in path.components() {
             cur.push(c);
@@ -172,7 +199,14 @@ fn apply_one(repo: &Repository, p: &PatchFile, order: usize) -> Result<GitOid> {
     message.push_str(&format!("Pinforge-Patch-Order: {order}\n"));
     message.push_str(&format!("Pinforge-Patch-Sha256: {}\n", p.sha256));
     let oid = repo
-        .commit(Some("HEAD"), &author, &committer, &message, &tree, &[&parent])
+        .commit(
+            Some("HEAD"),
+            &author,
+            &committer,
+            &message,
+            &tree,
+            &[&parent],
+        )
         .git_at(&subject(p))?;
     Ok(GitOid::new(oid))
 }
@@ -192,11 +226,11 @@ fn split_mailbox(s: &str) -> Option<(String, String)> {
 /// The commit time: the patch's `Date:`, else its `Last-Update` at midnight UTC, else the
 /// epoch. Never the wall clock: the same bundle must give the same commit ids everywhere.
 fn commit_time(a: &super::lint::Attribution) -> Time {
-    let secs = a
-        .date
-        .as_deref()
-        .and_then(parse_rfc2822)
-        .or_else(|| a.last_update.as_deref().and_then(|d| parse_ymd(d).map(|(s, _)| s)));
+    let secs = a.date.as_deref().and_then(parse_rfc2822).or_else(|| {
+        a.last_update
+            .as_deref()
+            .and_then(|d| parse_ymd(d).map(|(s, _)| s))
+    });
     match secs {
         Some((s, off)) => Time::new(s, off),
         None => Time::new(0, 0),
@@ -313,15 +347,18 @@ fn diagnose(repo: &Repository, p: &PatchFile, diff: &Diff, e: &git2::Error) -> E
                 .collect();
             let start = (hunk.old_start() as usize).saturating_sub(1);
             let found_anywhere = (0..lines.len().saturating_sub(expected.len()) + 1).any(|at| {
-                lines.get(at..at + expected.len()).is_some_and(|w| {
-                    w.iter().zip(&expected).all(|(a, b)| *a == b.as_str())
-                })
+                lines
+                    .get(at..at + expected.len())
+                    .is_some_and(|w| w.iter().zip(&expected).all(|(a, b)| *a == b.as_str()))
             });
             if found_anywhere {
                 continue;
             }
             let end = (start + expected.len()).min(lines.len());
-            let found: Vec<&str> = lines.get(start.min(lines.len())..end).unwrap_or(&[]).to_vec();
+            let found: Vec<&str> = lines
+                .get(start.min(lines.len())..end)
+                .unwrap_or(&[])
+                .to_vec();
             let header = String::from_utf8_lossy(hunk.header()).trim().to_string();
             let exp_text = expected.join("\n") + "\n";
             let found_text = found.join("\n") + "\n";
@@ -342,11 +379,8 @@ fn diagnose(repo: &Repository, p: &PatchFile, diff: &Diff, e: &git2::Error) -> E
             .with_hint("upstream changed these lines: refresh the patch against this tree");
         }
     }
-    Error::input(
-        subject(p),
-        format!("does not apply: {}", e.message()),
-    )
-    .with_hint("refresh the patch against this tree")
+    Error::input(subject(p), format!("does not apply: {}", e.message()))
+        .with_hint("refresh the patch against this tree")
 }
 
 #[cfg(test)]
@@ -355,7 +389,10 @@ mod tests {
 
     #[test]
     fn rfc2822_dates_parse_to_utc_seconds() {
-        assert_eq!(parse_rfc2822("Thu, 1 Jan 1970 00:00:00 +0000"), Some((0, 0)));
+        assert_eq!(
+            parse_rfc2822("Thu, 1 Jan 1970 00:00:00 +0000"),
+            Some((0, 0))
+        );
         assert_eq!(
             parse_rfc2822("Mon, 30 Nov 2026 01:00:00 +0100"),
             Some((1_795_996_800, 60))

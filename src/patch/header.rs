@@ -197,13 +197,13 @@ mod tests {
         let text = "From: A <a@b>\nDescription: one\n two\nUpstream-Status: Pending\n\nfree text\n---\n x | 1 +\ndiff --git a/x b/x\n";
         let h = Header::parse(text);
         assert_eq!(h.fields.len(), 3);
-        assert_eq!(h.get("description").map(|f| f.value.as_str()), Some("one\ntwo"));
+        assert_eq!(
+            h.get("description").map(|f| f.value.as_str()),
+            Some("one\ntwo")
+        );
         assert_eq!(h.get("Upstream-Status").map(|f| f.line), Some(4));
         assert_eq!(h.diff_line, Some(9));
-        assert_eq!(
-            h.diff_offset.map(|o| &text[o..o + 10]),
-            Some("diff --git")
-        );
+        assert_eq!(h.diff_offset.map(|o| &text[o..o + 10]), Some("diff --git"));
     }
 
     #[test]
@@ -214,7 +214,10 @@ mod tests {
 
     #[test]
     fn status_words_and_brackets() {
-        assert_eq!(UpstreamStatus::parse("Pending"), Ok(UpstreamStatus::Pending));
+        assert_eq!(
+            UpstreamStatus::parse("Pending"),
+            Ok(UpstreamStatus::Pending)
+        );
         assert_eq!(
             UpstreamStatus::parse("Backport [abc]"),
             Ok(UpstreamStatus::Backport(Some("abc".into())))

@@ -93,13 +93,29 @@ impl Attribution {
     /// Git trailers carrying the attribution into the commit message.
     pub fn trailers(&self) -> Vec<(String, String)> {
         let mut t = vec![("Upstream-Status".to_string(), self.status.to_string())];
-        t.extend(self.issues.iter().map(|i| ("Upstream-Issue".into(), i.url.clone())));
-        t.extend(self.prs.iter().map(|p| ("Upstream-PR".into(), p.url.clone())));
+        t.extend(
+            self.issues
+                .iter()
+                .map(|i| ("Upstream-Issue".into(), i.url.clone())),
+        );
+        t.extend(
+            self.prs
+                .iter()
+                .map(|p| ("Upstream-PR".into(), p.url.clone())),
+        );
         if let Some(c) = &self.commit {
             t.push(("Upstream-Commit".into(), c.clone()));
         }
-        t.extend(self.authors.iter().map(|a| ("Upstream-Author".into(), a.clone())));
-        t.extend(self.reporters.iter().map(|r| ("Reported-by".into(), r.clone())));
+        t.extend(
+            self.authors
+                .iter()
+                .map(|a| ("Upstream-Author".into(), a.clone())),
+        );
+        t.extend(
+            self.reporters
+                .iter()
+                .map(|r| ("Reported-by".into(), r.clone())),
+        );
         if let Some(o) = &self.origin {
             t.push(("Origin".into(), o.clone()));
         }
@@ -255,7 +271,12 @@ pub fn analyze(header: &Header) -> (Option<Attribution>, Vec<Finding>) {
         Some(f) => match UpstreamStatus::parse(&f.value) {
             Ok(s) => Some((s, f.line)),
             Err(why) => {
-                lint.error(f.line, "malformed-status", format!("Upstream-Status: {why}"), "");
+                lint.error(
+                    f.line,
+                    "malformed-status",
+                    format!("Upstream-Status: {why}"),
+                    "",
+                );
                 None
             }
         },
@@ -349,18 +370,20 @@ pub fn analyze(header: &Header) -> (Option<Attribution>, Vec<Finding>) {
     // Rules that follow the status.
     if let Some((status, line)) = &status {
         match status {
-            UpstreamStatus::Backport(_) | UpstreamStatus::Accepted if commit.is_none() => {
-                if header.get("Upstream-Commit").is_none() {
-                    lint.error(
-                        *line,
-                        "status-needs-commit",
-                        format!("a {} patch must name its upstream commit", status.word()),
-                        "add `Upstream-Commit: <id>` (the commit it was taken from)",
-                    );
-                }
+            // A present but malformed Upstream-Commit is already reported as malformed.
+            UpstreamStatus::Backport(_) | UpstreamStatus::Accepted
+                if header.get("Upstream-Commit").is_none() =>
+            {
+                lint.error(
+                    *line,
+                    "status-needs-commit",
+                    format!("a {} patch must name its upstream commit", status.word()),
+                    "add `Upstream-Commit: <id>` (the commit it was taken from)",
+                );
             }
             UpstreamStatus::Pending | UpstreamStatus::Submitted(_)
-                if header.get("Upstream-Issue").is_none() && header.get("Upstream-PR").is_none() =>
+                if header.get("Upstream-Issue").is_none()
+                    && header.get("Upstream-PR").is_none() =>
             {
                 lint.error(
                     *line,
@@ -390,7 +413,8 @@ pub fn analyze(header: &Header) -> (Option<Attribution>, Vec<Finding>) {
         );
     }
 
-    lint.findings.sort_by(|a, b| (a.line, a.severity, a.rule).cmp(&(b.line, b.severity, b.rule)));
+    lint.findings
+        .sort_by(|a, b| (a.line, a.severity, a.rule).cmp(&(b.line, b.severity, b.rule)));
     let has_error = lint.findings.iter().any(|f| f.severity == Severity::Error);
     let attribution = match (status, has_error) {
         (Some((status, _)), false) => Some(Attribution {
@@ -528,7 +552,10 @@ mod tests {
         assert_eq!(a.summary, "fix it");
         assert_eq!(a.issues[0].number, 20093);
         assert_eq!(a.handles(), vec!["cmp-nct".to_string()]);
-        assert_eq!(a.url().as_deref(), Some("https://github.com/o/r/issues/20093"));
+        assert_eq!(
+            a.url().as_deref(),
+            Some("https://github.com/o/r/issues/20093")
+        );
     }
 
     #[test]
@@ -541,7 +568,10 @@ mod tests {
         };
         let no_desc = without("Subject").replace("Description: long\n", "");
         assert_eq!(rules(&no_desc), vec![("missing-description", 7)]);
-        assert_eq!(rules(&without("Upstream-Status")), vec![("missing-status", 8)]);
+        assert_eq!(
+            rules(&without("Upstream-Status")),
+            vec![("missing-status", 8)]
+        );
         assert_eq!(
             rules(&GOOD.replace("Upstream-Status: Pending", "Upstream-Status: Merged")),
             vec![("malformed-status", 4)]
@@ -552,7 +582,8 @@ mod tests {
         );
         let backport = GOOD.replace("Upstream-Status: Pending", "Upstream-Status: Backport [x]");
         assert_eq!(rules(&backport), vec![("status-needs-commit", 4)]);
-        let inappropriate = GOOD.replace("Upstream-Status: Pending", "Upstream-Status: Inappropriate");
+        let inappropriate =
+            GOOD.replace("Upstream-Status: Pending", "Upstream-Status: Inappropriate");
         assert_eq!(rules(&inappropriate), vec![("status-needs-reason", 4)]);
         let nobody = without("Reported-by").replace("From: A <a@b.c>\n", "");
         assert_eq!(rules(&nobody), vec![("missing-person", 7)]);
@@ -561,7 +592,10 @@ mod tests {
             vec![("malformed-issue", 5)]
         );
         assert_eq!(
-            rules(&GOOD.replace("Reported-by: cmp-nct", "Upstream-PR: https://x.y/o/r/pulls/1\nReported-by: cmp-nct")),
+            rules(&GOOD.replace(
+                "Reported-by: cmp-nct",
+                "Upstream-PR: https://x.y/o/r/pulls/1\nReported-by: cmp-nct"
+            )),
             vec![("malformed-pr", 6)]
         );
         assert_eq!(
@@ -577,15 +611,24 @@ mod tests {
             vec![("malformed-date", 8)]
         );
         assert_eq!(
-            rules(&GOOD.replace("Last-Update: 2026-11-30", "Last-Update: 2026-11-30\nUpstream-Commit: xyz")),
+            rules(&GOOD.replace(
+                "Last-Update: 2026-11-30",
+                "Last-Update: 2026-11-30\nUpstream-Commit: xyz"
+            )),
             vec![("malformed-commit", 9)]
         );
         assert_eq!(
-            rules(&GOOD.replace("Last-Update: 2026-11-30", "Last-Update: 2026-11-30\nOrigin: https://a.b")),
+            rules(&GOOD.replace(
+                "Last-Update: 2026-11-30",
+                "Last-Update: 2026-11-30\nOrigin: https://a.b"
+            )),
             vec![("duplicate-field", 9)]
         );
         assert_eq!(
-            rules(&GOOD.replace("Reported-by: cmp-nct", "Reported-by: cmp-nct\nUpstream-Commit:")),
+            rules(&GOOD.replace(
+                "Reported-by: cmp-nct",
+                "Reported-by: cmp-nct\nUpstream-Commit:"
+            )),
             vec![("empty-field", 7)]
         );
         assert_eq!(
@@ -596,7 +639,10 @@ mod tests {
 
     #[test]
     fn unknown_fields_and_missing_origin_only_warn() {
-        let text = GOOD.replace("Origin: https://github.com/o/r/issues/20093\n", "Colour: blue\n");
+        let text = GOOD.replace(
+            "Origin: https://github.com/o/r/issues/20093\n",
+            "Colour: blue\n",
+        );
         let (a, findings) = analyze(&Header::parse(&text));
         assert!(a.is_some());
         let warned: Vec<_> = findings.iter().map(|f| (f.rule, f.severity)).collect();

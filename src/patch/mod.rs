@@ -91,16 +91,17 @@ impl PatchFile {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let id = PatchId::new(&name).map_err(|m| Error::input(path.display(), m))?;
-        Ok(PatchFile::from_bytes(id, path.to_path_buf(), fsx::read(path)?))
+        Ok(PatchFile::from_bytes(
+            id,
+            path.to_path_buf(),
+            fsx::read(path)?,
+        ))
     }
 
     /// The attribution, or an input error quoting the first lint error.
     pub fn require_attribution(&self) -> Result<&Attribution> {
         self.attribution.as_ref().ok_or_else(|| {
-            let first = self
-                .findings
-                .iter()
-                .find(|f| f.severity == Severity::Error);
+            let first = self.findings.iter().find(|f| f.severity == Severity::Error);
             let (line, msg) = first
                 .map(|f| (f.line, f.message.clone()))
                 .unwrap_or((1, "attribution header is invalid".into()));
@@ -244,8 +245,11 @@ impl Bundle {
             .into_iter()
             .map(|(id, at)| {
                 let p = self.files.get(&id).ok_or_else(|| {
-                    Error::input(at, format!("patch `{id}` not found in {}", self.dir.display()))
-                        .with_hint("add the file to the bundle or remove it from the series")
+                    Error::input(
+                        at,
+                        format!("patch `{id}` not found in {}", self.dir.display()),
+                    )
+                    .with_hint("add the file to the bundle or remove it from the series")
                 })?;
                 p.require_attribution()?;
                 Ok(p)

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Benchmarks: pinforge against the plain commands a user would otherwise run, same machine,
+# same run, same tree (llama.cpp from llama-cpp-sys-2 0.1.135, the shipped bundle, the
+# default recipe's CMake options). Not a test: it prints wall times and ratios.
+#
+#   bench/run.sh            cold build, no-op rebuild, verify, patch application
+#   JOBS=2 bench/run.sh     Ninja parallelism for both sides (default: Ninja's own default)
+#
+# Needs: tools/bootstrap.sh done, `cargo build --release` done (the script does both).
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+tools/bootstrap.sh
+cargo build --release --quiet
+pf="$repo/target/release/pinforge"
+export PATH="$repo/.tools/bin:$PATH"
+export PINFORGE_TOOL_PATH="$repo/.tools/bin"
+unset SOURCE_DATE_EPOCH
+jobs_flag=()
+[ -n "${JOBS:-}" ] && jobs_flag=(-j "$JOBS")
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.4f", b - a }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+calc() { awk "BEGIN { printf \"%.4f\", $1 }"; }
+
+# The verified crate (cargo's cache after the first pinforge run).
+crate=$(ls ~/.cargo/registry/cache/*/llama-cpp-sys-2-0.1.135.crate 2>/dev/null | head -n1 || true)
+if [ -z "$crate" ]; then
+  mkdir -p "$work/warm" && "$pf" --workspace "$work/warm" build --variant unpatched >/dev/null 2>&1 || true
+  crate=$(ls ~/.cargo/registry/cache/*/llama-cpp-sys-2-0.1.135.crate | head -n1)
+fi
+
+cmake_opts=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=OFF
+  -DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF
+  -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF
+  -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON -DLLAMA_BUILD_NUMBER=0 -DLLAMA_BUILD_COMMIT=llama-cpp-sys-2-0.1.135)
+
+# --- 1. cold build -----------------------------------------------------------------------
+# plain: verify the crate digest, extract, apply the three patches, configure, build, hash.
+t0=$(now)
+(
+  cd "$work" && mkdir plain && cd plain
+  echo "95cf8be1ff000b531ac0523c66a9ffce3cef6d09a5d95b21cad745bedb115468  $crate" | sha256sum -c --quiet
+  tar xzf "$crate"
+  src="$PWD/llama-cpp-sys-2-0.1.135/llama.cpp"
+  for p in $(grep -v '^#' "$repo/patches/series"); do (cd "$src" && git apply "$repo/patches/$p"); done
+  cmake -S "$src" -B build "${cmake_opts[@]}" >/dev/null
+  cmake --build build --target llama ${JOBS:+-j "$JOBS"} >/dev/null
+  sha256sum build/bin/*.so.* >/dev/null
+)
+t1=$(now)
+plain_cold=$(elapsed "$t0" "$t1")
+
+mkdir -p "$work/pf"
+t0=$(now)
+"$pf" --workspace "$work/pf" build "${jobs_flag[@]}" >/dev/null 2>&1
+t1=$(now)
+pf_cold=$(elapsed "$t0" "$t1")
+
+# --- 2. no-op rebuild --------------------------------------------------------------------
+t0=$(now); cmake --build "$work/plain/build" --target llama >/dev/null; t1=$(now)
+plain_noop=$(elapsed "$t0" "$t1")
+t0=$(now); "$pf" --workspace "$work/pf" build >/dev/null 2>&1; t1=$(now)
+pf_noop=$(elapsed "$t0" "$t1")
+
+# --- 3. verify vs sha256sum --------------------------------------------------------------
+manifest="$work/pf/build/mrope-cpu/patched/manifest.json"
+t0=$(now); sha256sum "$work/plain/build/bin/"*.so.* >/dev/null; t1=$(now)
+plain_verify=$(elapsed "$t0" "$t1")
+t0=$(now); "$pf" verify "$manifest" >/dev/null; t1=$(now)
+pf_verify=$(elapsed "$t0" "$t1")
+
+# --- 4. patch application ----------------------------------------------------------------
+pristine=$(ls -d "$work/pf/vendor/llama-cpp-sys-2-0.1.135-"* | grep -v '+' | head -n1)
+reps=10
+t0=$(now)
+for i in $(seq $reps); do
+  rm -rf "$work/ga" && git clone -q "$pristine" "$work/ga"
+  (cd "$work/ga" && for p in $(grep -v '^#' "$repo/patches/series"); do git apply "$repo/patches/$p"; done)
+done
+t1=$(now)
+git_apply=$(calc "$(elapsed "$t0" "$t1") / $reps")
+t0=$(now)
+for i in $(seq $reps); do
+  rm -rf "$work/gm" && git clone -q "$pristine" "$work/gm"
+  (cd "$work/gm" && git -c user.name=b -c user.email=b@b am -q "$repo"/patches/0*.patch)
+done
+t1=$(now)
+git_am=$(calc "$(elapsed "$t0" "$t1") / $reps")
+t0=$(now)
+for i in $(seq $reps); do
+  rm -rf "$work/pa" && git clone -q "$pristine" "$work/pa"
+  "$pf" patch apply "$work/pa" --dir "$repo/patches" >/dev/null
+done
+t1=$(now)
+pf_apply=$(calc "$(elapsed "$t0" "$t1") / $reps")
+t0=$(now)
+for i in $(seq $reps); do rm -rf "$work/c" && git clone -q "$pristine" "$work/c"; done
+t1=$(now)
+clone=$(calc "$(elapsed "$t0" "$t1") / $reps")
+
+printf '\n%-44s %10s %10s %8s\n' "measure (seconds)" "plain" "pinforge" "ratio"
+printf '%-44s %10.2f %10.2f %8s\n' "cold build (extract+patch+configure+build)" "$plain_cold" "$pf_cold" "$(ratio "$pf_cold" "$plain_cold")"
+printf '%-44s %10.3f %10.3f %8s\n' "no-op rebuild (cmake --build vs build)" "$plain_noop" "$pf_noop" "$(ratio "$pf_noop" "$plain_noop")"
+printf '%-44s %10.3f %10.3f %8s\n' "verify outputs (sha256sum vs verify)" "$plain_verify" "$pf_verify" "$(ratio "$pf_verify" "$plain_verify")"
+printf '%-44s %10.3f %10.3f %8s\n' "apply 3 patches: git apply vs patch apply" "$(calc "$git_apply - $clone")" "$(calc "$pf_apply - $clone")" "$(ratio "$(calc "$pf_apply - $clone")" "$(calc "$git_apply - $clone")")"
+printf '%-44s %10.3f %10.3f %8s\n' "apply 3 patches: git am vs patch apply" "$(calc "$git_am - $clone")" "$(calc "$pf_apply - $clone")" "$(ratio "$(calc "$pf_apply - $clone")" "$(calc "$git_am - $clone")")"
+echo "(patch rows: mean of $reps runs, the cost of a fresh clone ($(printf '%.3f' "$clone") s) subtracted)"
