@@ -4,6 +4,7 @@
 
 use crate::build::{self, BuildOptions, BuildOutcome};
 use crate::error::{exit, Error, Result};
+use crate::install::{Layer, Root, StageMode, Verification};
 use crate::manifest;
 use crate::patch::lint::Severity;
 use crate::patch::{Bundle, PatchFile};
@@ -49,13 +50,70 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Re-hash every output and every input still on disk; exit 1 on any mismatch.
+    /// Re-hash every output and every input still on disk (or, with --installed, an
+    /// installed layer through its stable path); exit 1 on any mismatch.
     Verify {
         /// A manifest written by `pinforge build`
-        manifest: PathBuf,
+        #[arg(required_unless_present = "installed")]
+        manifest: Option<PathBuf>,
+        /// Verify the install root instead: `current`, or the named layer
+        #[arg(long, num_args = 0..=1, default_missing_value = "current", value_name = "LAYER")]
+        installed: Option<String>,
+        /// Install root [default: <workspace>/rollback]
+        #[arg(long, env = "PINFORGE_ROOT")]
+        root: Option<PathBuf>,
         /// Machine-readable output
         #[arg(long)]
         json: bool,
+    },
+    /// Stage a build's outputs into the install root and commit a layer change with one rename.
+    Install {
+        /// A manifest, or a recipe (with --variant) whose build is in the workspace
+        /// [default: the embedded recipe]
+        target: Option<PathBuf>,
+        /// Variant (when TARGET is a recipe)
+        #[arg(long, short = 'v')]
+        variant: Option<String>,
+        /// live, control or original
+        #[arg(long)]
+        layer: String,
+        /// Install root [default: <workspace>/rollback]
+        #[arg(long, env = "PINFORGE_ROOT")]
+        root: Option<PathBuf>,
+        /// Copy instead of hard-linking the build outputs
+        #[arg(long)]
+        copy: bool,
+        /// Machine-readable output
+        #[arg(long)]
+        json: bool,
+    },
+    /// Point `current` at another layer, or (default) return live to the previous live build.
+    Rollback {
+        /// Layer to show through `current`
+        #[arg(long)]
+        to: Option<String>,
+        /// Install root [default: <workspace>/rollback]
+        #[arg(long, env = "PINFORGE_ROOT")]
+        root: Option<PathBuf>,
+        /// Machine-readable output
+        #[arg(long)]
+        json: bool,
+    },
+    /// Layers, what `current` shows, each entry's digest, recipe, variant, verification, and
+    /// any unfinished transaction.
+    Status {
+        /// Install root [default: <workspace>/rollback]
+        #[arg(long, env = "PINFORGE_ROOT")]
+        root: Option<PathBuf>,
+        /// Machine-readable output
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove store entries that no layer, the rollback stack or a journal references.
+    Gc {
+        /// Install root [default: <workspace>/rollback]
+        #[arg(long, env = "PINFORGE_ROOT")]
+        root: Option<PathBuf>,
     },
     /// Patch bundle commands.
     #[command(subcommand)]
@@ -111,7 +169,37 @@ fn run(cli: Cli) -> Result<i32> {
             jobs,
             json,
         } => cmd_build(&ws_root, recipe, variants, jobs, json),
-        Command::Verify { manifest, json } => cmd_verify(&manifest, json),
+        Command::Verify {
+            manifest,
+            installed,
+            root,
+            json,
+        } => match (installed, manifest) {
+            (Some(layer), _) => cmd_verify_installed(&install_root(&ws_root, root), &layer, json),
+            (None, Some(m)) => cmd_verify(&m, json),
+            (None, None) => Err(Error::input("verify", "give a MANIFEST or --installed")),
+        },
+        Command::Install {
+            target,
+            variant,
+            layer,
+            root,
+            copy,
+            json,
+        } => cmd_install(
+            &ws_root,
+            target,
+            variant,
+            &layer,
+            install_root(&ws_root, root),
+            copy,
+            json,
+        ),
+        Command::Rollback { to, root, json } => {
+            cmd_rollback(&install_root(&ws_root, root), to, json)
+        }
+        Command::Status { root, json } => cmd_status(&install_root(&ws_root, root), json),
+        Command::Gc { root } => cmd_gc(&install_root(&ws_root, root)),
         Command::Patch(PatchCommand::Lint { paths }) => cmd_lint(paths),
         Command::Patch(PatchCommand::List { dir, json }) => cmd_list(&dir, json),
         Command::Patch(PatchCommand::Apply { repo, dir }) => cmd_apply(&repo, &dir),
@@ -291,6 +379,180 @@ fn cmd_verify(path: &std::path::Path, json: bool) -> Result<i32> {
     } else {
         exit::CHECK_FAILED
     })
+}
+
+fn install_root(ws_root: &std::path::Path, root: Option<PathBuf>) -> PathBuf {
+    root.unwrap_or_else(|| ws_root.join("rollback"))
+}
+
+fn render_verification(v: &Verification) {
+    if v.ok {
+        println!("ok: {} file(s) verified through {}", v.files, v.through);
+    } else {
+        for m in &v.mismatches {
+            println!("MISMATCH {}", m.path);
+            println!("  expected {}", m.expected);
+            println!("  found    {}", m.actual);
+        }
+        println!("{} mismatch(es) through {}", v.mismatches.len(), v.through);
+    }
+}
+
+fn cmd_verify_installed(root: &std::path::Path, layer: &str, json: bool) -> Result<i32> {
+    let root = Root::open(root)?;
+    let layer = match layer {
+        "current" => None,
+        other => Some(Layer::parse(other)?),
+    };
+    let v = root.verify_installed(layer)?;
+    if json {
+        print_json(&v)?;
+    } else {
+        render_verification(&v);
+    }
+    Ok(if v.ok { exit::OK } else { exit::CHECK_FAILED })
+}
+
+/// The manifest an install names: a manifest file, or a recipe + variant built in the workspace.
+fn manifest_for(
+    ws_root: &std::path::Path,
+    target: Option<PathBuf>,
+    variant: Option<String>,
+) -> Result<PathBuf> {
+    if let Some(t) = &target {
+        if t.extension().is_some_and(|x| x == "json") {
+            if variant.is_some() {
+                return Err(Error::input(
+                    t.display(),
+                    "--variant goes with a recipe, not a manifest",
+                ));
+            }
+            return Ok(t.clone());
+        }
+    }
+    let recipe = match &target {
+        Some(p) => Recipe::load(p)?,
+        None => Recipe::embedded_default()?,
+    };
+    let v = recipe.variant(
+        variant
+            .as_deref()
+            .unwrap_or(recipe.default_variant.as_str()),
+    )?;
+    let ws = Workspace::new(ws_root)?;
+    let m = ws
+        .variant_dir(&recipe.name, v.name.as_str())
+        .join("manifest.json");
+    if !m.exists() {
+        return Err(
+            Error::input(m.display(), "no build of this variant in the workspace")
+                .with_hint(format!("run `pinforge build --variant {}` first", v.name)),
+        );
+    }
+    Ok(m)
+}
+
+fn cmd_install(
+    ws_root: &std::path::Path,
+    target: Option<PathBuf>,
+    variant: Option<String>,
+    layer: &str,
+    root: PathBuf,
+    copy: bool,
+    json: bool,
+) -> Result<i32> {
+    let layer = Layer::parse(layer)?;
+    let manifest = manifest_for(ws_root, target, variant)?;
+    let root = Root::open(&root)?;
+    let out = root.install(&manifest, layer, copy.then_some(StageMode::Copy))?;
+    if json {
+        print_json(&out)?;
+    } else {
+        if let Some(r) = &out.recovered {
+            println!("recovered an interrupted transaction: {}", r.display());
+        }
+        println!("installed {} into {layer}", out.entry.display());
+        render_verification(&out.verification);
+        println!("receipt {}", out.receipt.display());
+    }
+    Ok(exit::OK)
+}
+
+fn cmd_rollback(root: &std::path::Path, to: Option<String>, json: bool) -> Result<i32> {
+    let to = to.as_deref().map(Layer::parse).transpose()?;
+    let root = Root::open(root)?;
+    let out = root.rollback(to)?;
+    if json {
+        print_json(&out)?;
+    } else {
+        if let Some(r) = &out.recovered {
+            println!("recovered an interrupted transaction: {}", r.display());
+        }
+        println!("current now shows {}", out.layer);
+        render_verification(&out.verification);
+        println!("receipt {}", out.receipt.display());
+    }
+    Ok(exit::OK)
+}
+
+fn cmd_status(root: &std::path::Path, json: bool) -> Result<i32> {
+    let root = Root::open(root)?;
+    let st = root.status()?;
+    if json {
+        print_json(&st)?;
+        return Ok(exit::OK);
+    }
+    println!("install root {} (generation {})", st.root.display(), st.gen);
+    match &st.current {
+        Some(c) => println!(
+            "current -> {} ({}/{}, {})",
+            c.layer,
+            c.recipe,
+            c.variant,
+            c.digest.short(16)
+        ),
+        None => println!("current -> nothing installed"),
+    }
+    for (name, slot) in &st.layers {
+        match slot {
+            Some(s) => println!(
+                "  {name:<9} {}  {}/{}  verification: {}",
+                s.digest.short(16),
+                s.recipe,
+                s.variant,
+                s.verification
+            ),
+            None => println!("  {name:<9} -"),
+        }
+    }
+    if !st.live_history.is_empty() {
+        println!(
+            "  rollback stack: {} earlier live build(s)",
+            st.live_history.len()
+        );
+    }
+    if let Some(j) = &st.transaction {
+        println!(
+            "unfinished transaction {} ({} of {}, generation {} -> {}, phase {}): the next install, rollback or gc finishes or undoes it",
+            j.txid, j.op, j.layer, j.from_gen, j.to_gen, j.phase
+        );
+    }
+    Ok(exit::OK)
+}
+
+fn cmd_gc(root: &std::path::Path) -> Result<i32> {
+    let root = Root::open(root)?;
+    let out = root.gc()?;
+    for e in &out.removed_entries {
+        println!("removed store/{e}");
+    }
+    println!(
+        "gc: removed {} entr(ies) and {} old generation(s); {} entr(ies) still referenced",
+        out.removed_entries.len(),
+        out.removed_generations,
+        out.kept_entries
+    );
+    Ok(exit::OK)
 }
 
 fn cmd_lint(paths: Vec<PathBuf>) -> Result<i32> {

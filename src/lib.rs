@@ -7,6 +7,7 @@ pub mod cli;
 pub mod digest;
 pub mod error;
 pub mod fsx;
+pub mod install;
 pub mod manifest;
 pub mod patch;
 pub mod process;

@@ -244,7 +244,7 @@ pub fn input_digest(params: &ExternalParameters, deps: &[Resource]) -> Result<Sh
 }
 
 /// A difference found by `verify`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Mismatch {
     /// The file (or tree) that differs.
     pub path: String,

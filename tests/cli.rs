@@ -759,3 +759,533 @@ fn llama_cpp_end_to_end() {
     assert_eq!(code(&v), 1);
     assert!(stdout(&v).contains("libllama.so"), "{}", stdout(&v));
 }
+
+// ---------------------------------------------------------------------------------------------
+// The install root: atomic three-layer rollback.
+
+/// Two real tiny builds (patched, unpatched) in one workspace, and an install root beside it.
+struct Installed {
+    t: Tiny,
+    root: PathBuf,
+    patched: PathBuf,
+    unpatched: PathBuf,
+}
+
+impl Installed {
+    fn new() -> Installed {
+        let t = Tiny::new();
+        let p = json(&t.build("patched"));
+        let u = json(&t.build("unpatched"));
+        let root = t.ws.join("rollback");
+        Installed {
+            patched: PathBuf::from(p["manifest"].as_str().expect("manifest")),
+            unpatched: PathBuf::from(u["manifest"].as_str().expect("manifest")),
+            root,
+            t,
+        }
+    }
+    fn run(&self, args: &[&str]) -> Output {
+        let mut all: Vec<&str> = args.to_vec();
+        let root = self.root.display().to_string();
+        all.extend(["--root", &root]);
+        pinforge(&self.t.ws, &all)
+    }
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_pinforge"));
+        c.current_dir(&self.t.ws)
+            .env("PINFORGE_TOOL_PATH", tool_path())
+            .args(args)
+            .arg("--root")
+            .arg(&self.root);
+        c
+    }
+    fn install(&self, manifest: &Path, layer: &str) -> Output {
+        self.run(&[
+            "install",
+            manifest.to_str().expect("utf8"),
+            "--layer",
+            layer,
+            "--json",
+        ])
+    }
+    fn status(&self) -> serde_json::Value {
+        let o = self.run(&["status", "--json"]);
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        json(&o)
+    }
+    fn current_variant(&self) -> Option<String> {
+        self.status()["current"]["variant"]
+            .as_str()
+            .map(str::to_string)
+    }
+    fn verify_ok(&self) -> bool {
+        code(&self.run(&["verify", "--installed"])) == 0
+    }
+    fn receipts(&self) -> Vec<serde_json::Value> {
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(self.root.join("receipts"))
+            .map(|rd| rd.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        paths.sort();
+        paths
+            .iter()
+            .map(|p| serde_json::from_slice(&std::fs::read(p).expect("receipt")).expect("json"))
+            .collect()
+    }
+}
+
+#[test]
+fn install_layers_rollback_status_and_gc() {
+    let i = Installed::new();
+    let o = i.install(&i.patched, "live");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = json(&o);
+    assert_eq!(
+        out["stage_mode"], "link",
+        "same filesystem: hard links, no copy"
+    );
+    assert!(Path::new(out["receipt"].as_str().expect("receipt")).exists());
+    assert_eq!(code(&i.install(&i.unpatched, "control")), 0);
+
+    let st = i.status();
+    assert_eq!(st["current"]["layer"], "live");
+    assert_eq!(st["current"]["variant"], "patched");
+    assert_eq!(st["current"]["recipe"], "tiny");
+    assert_eq!(st["layers"]["control"]["variant"], "unpatched");
+    assert!(st["layers"]["original"].is_null());
+    assert!(st["transaction"].is_null());
+    assert_eq!(st["layers"]["live"]["verification"], "ok");
+    // Consumers run through one stable path.
+    assert!(i.root.join("current/bin/libtiny.so.1.0.0").is_file());
+    assert!(i.root.join("current/bin/libtiny.so").is_symlink());
+
+    // Switch current to the control layer and back.
+    let o = i.run(&["rollback", "--to", "control", "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(i.current_variant().as_deref(), Some("unpatched"));
+    assert!(i.verify_ok());
+    assert_eq!(code(&i.run(&["rollback", "--to", "live"])), 0);
+
+    // Installing to live pushes the old live on the rollback stack; rollback pops it.
+    assert_eq!(code(&i.install(&i.unpatched, "live")), 0);
+    assert_eq!(i.current_variant().as_deref(), Some("unpatched"));
+    let o = i.run(&["rollback", "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(i.current_variant().as_deref(), Some("patched"));
+    let receipt = i.receipts().pop().expect("receipt");
+    assert_eq!(receipt["op"], "rollback");
+    assert_eq!(receipt["restoration_matches_recorded"], true);
+    assert_eq!(receipt["from"]["variant"], "unpatched");
+    assert_eq!(receipt["to"]["variant"], "patched");
+    // Nothing left to roll back to: a clear input error.
+    let o = i.run(&["rollback"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("no earlier live build"));
+
+    // gc keeps every referenced entry; once control is replaced by the live entry, the
+    // unpatched entry is no longer referenced and goes.
+    let o = i.run(&["gc"]);
+    assert_eq!(code(&o), 0);
+    assert!(stdout(&o).contains("removed 0 entr(ies)"), "{}", stdout(&o));
+    assert_eq!(code(&i.install(&i.patched, "control")), 0);
+    let o = i.run(&["gc"]);
+    assert!(stdout(&o).contains("removed 1 entr(ies)"), "{}", stdout(&o));
+    assert!(i.verify_ok());
+    assert_eq!(i.status()["layers"]["control"]["variant"], "patched");
+}
+
+#[test]
+fn tampered_install_is_named_and_rollback_restores_a_verified_state() {
+    let i = Installed::new();
+    assert_eq!(code(&i.install(&i.patched, "live")), 0);
+    assert_eq!(code(&i.install(&i.unpatched, "control")), 0);
+    let lib = i.root.join("current/bin/libtiny.so.1.0.0");
+    let mut bytes = std::fs::read(&lib).expect("read");
+    bytes[200] ^= 0x5a;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    std::fs::write(&lib, bytes).expect("tamper");
+    let o = i.run(&["verify", "--installed", "--json"]);
+    assert_eq!(code(&o), 1);
+    let v = json(&o);
+    assert_eq!(v["ok"], false);
+    assert!(v["mismatches"][0]["path"]
+        .as_str()
+        .expect("path")
+        .ends_with("bin/libtiny.so.1.0.0"));
+    assert_eq!(
+        code(&i.run(&["verify", "--installed", "control"])),
+        0,
+        "control is intact"
+    );
+    let o = i.run(&["rollback", "--to", "control"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(i.verify_ok());
+    // Switching back to the damaged live entry is refused.
+    let o = i.run(&["rollback", "--to", "live"]);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    assert!(stderr(&o).contains("damaged"), "{}", stderr(&o));
+    assert_eq!(i.current_variant().as_deref(), Some("unpatched"));
+}
+
+#[test]
+fn failed_post_swap_verification_reverts_the_swap() {
+    let i = Installed::new();
+    assert_eq!(code(&i.install(&i.patched, "live")), 0);
+    assert_eq!(code(&i.install(&i.unpatched, "control")), 0);
+    // Someone re-pointed the consumers' path at the live layer by hand: after switching
+    // current to control, what consumers see is not the control entry.
+    let current = i.root.join("current");
+    std::fs::remove_file(&current).expect("rm");
+    std::os::unix::fs::symlink("state/live", &current).expect("link");
+    let gen_before = i.status()["gen"].clone();
+    let o = i.run(&["rollback", "--to", "control"]);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    assert!(stderr(&o).contains("reverted"), "{}", stderr(&o));
+    let st = i.status();
+    assert_eq!(st["gen"], gen_before, "the swap was undone");
+    assert_eq!(st["current"]["layer"], "live");
+    let r = i.receipts().pop().expect("receipt");
+    assert_eq!(r["reverted"], true);
+    assert_eq!(r["verification"]["ok"], false);
+}
+
+/// Kill the process right after every step of install and of rollback; after each, status
+/// shows current at the old or the new entry, verify passes, and re-running converges.
+#[test]
+fn crash_at_every_step_leaves_a_consistent_state() {
+    let base = Installed::new();
+    let mut states_checked = 0;
+    for (op, steps) in [("install", 10u32), ("rollback", 7u32)] {
+        for n in 1..=steps {
+            let _ = std::fs::remove_dir_all(&base.root);
+            assert_eq!(code(&base.install(&base.patched, "live")), 0);
+            assert_eq!(code(&base.install(&base.unpatched, "control")), 0);
+            let args: Vec<String> = match op {
+                "install" => vec![
+                    "install".into(),
+                    base.unpatched.display().to_string(),
+                    "--layer".into(),
+                    "live".into(),
+                ],
+                _ => vec!["rollback".into(), "--to".into(), "control".into()],
+            };
+            let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            let o = base
+                .cmd(&arg_refs)
+                .env("PINFORGE_CRASH_AT", format!("{op}:{n}"))
+                .output()
+                .expect("run");
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(
+                o.status.signal(),
+                Some(9),
+                "{op}:{n} must die by SIGKILL: {}",
+                stderr(&o)
+            );
+            let v = base.current_variant();
+            assert!(
+                v.as_deref() == Some("patched") || v.as_deref() == Some("unpatched"),
+                "{op}:{n}: current is {v:?}"
+            );
+            assert!(
+                base.verify_ok(),
+                "{op}:{n}: verify --installed fails after the crash"
+            );
+            let again = base.run(&arg_refs);
+            assert_eq!(code(&again), 0, "{op}:{n}: re-run: {}", stderr(&again));
+            assert_eq!(
+                base.current_variant().as_deref(),
+                Some("unpatched"),
+                "{op}:{n} converges"
+            );
+            assert!(base.status()["transaction"].is_null());
+            assert!(base.verify_ok());
+            let leftovers: Vec<String> = std::fs::read_dir(base.root.join("store"))
+                .expect("store")
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(".stage-"))
+                .collect();
+            assert!(
+                leftovers.is_empty(),
+                "{op}:{n}: staging left behind: {leftovers:?}"
+            );
+            states_checked += 1;
+        }
+    }
+    eprintln!("crash points checked: {states_checked}");
+    assert_eq!(states_checked, 17);
+}
+
+/// At least 100 SIGKILLs at random moments of installs and rollbacks.
+#[test]
+fn random_kills_never_leave_an_inconsistent_state() {
+    let i = Installed::new();
+    assert_eq!(code(&i.install(&i.patched, "live")), 0);
+    assert_eq!(code(&i.install(&i.unpatched, "control")), 0);
+    let mut seed: u64 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1)
+        | 1;
+    eprintln!("random kill seed: {seed}");
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut killed = 0;
+    for k in 0..120 {
+        let args: Vec<String> = match next() % 3 {
+            0 => vec![
+                "install".into(),
+                i.patched.display().to_string(),
+                "--layer".into(),
+                "live".into(),
+            ],
+            1 => vec![
+                "install".into(),
+                i.unpatched.display().to_string(),
+                "--layer".into(),
+                "live".into(),
+            ],
+            _ => vec![
+                "rollback".into(),
+                "--to".into(),
+                if k % 2 == 0 { "control" } else { "live" }.into(),
+            ],
+        };
+        let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut child = i
+            .cmd(&arg_refs)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn");
+        std::thread::sleep(std::time::Duration::from_micros(next() % 12_000));
+        if child.try_wait().expect("wait").is_none() {
+            killed += 1;
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        let v = i.current_variant();
+        assert!(
+            v.as_deref() == Some("patched") || v.as_deref() == Some("unpatched"),
+            "kill {k}: current is {v:?}"
+        );
+        assert!(i.verify_ok(), "kill {k}: verify --installed fails");
+    }
+    eprintln!("random kills: 120 runs, {killed} killed while running");
+    assert!(
+        killed >= 30,
+        "too few kills landed inside a run ({killed}); timing window too short"
+    );
+    let o = i.install(&i.patched, "live");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(i.status()["transaction"].is_null());
+}
+
+#[test]
+fn concurrent_installs_and_rollbacks_serialize() {
+    let i = Installed::new();
+    assert_eq!(code(&i.install(&i.patched, "live")), 0);
+    assert_eq!(code(&i.install(&i.unpatched, "control")), 0);
+    let before = i.receipts().len();
+    let mut children = Vec::new();
+    for k in 0..8 {
+        let args: Vec<String> = match k % 4 {
+            0 => vec![
+                "install".into(),
+                i.unpatched.display().to_string(),
+                "--layer".into(),
+                "live".into(),
+            ],
+            1 => vec!["rollback".into(), "--to".into(), "control".into()],
+            2 => vec![
+                "install".into(),
+                i.patched.display().to_string(),
+                "--layer".into(),
+                "live".into(),
+            ],
+            _ => vec!["rollback".into(), "--to".into(), "live".into()],
+        };
+        let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        children.push(i.cmd(&arg_refs).output_spawn());
+    }
+    for c in children {
+        let o = c.wait_with_output().expect("wait");
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+    let receipts = i.receipts();
+    assert_eq!(receipts.len(), before + 8, "one receipt per command");
+    // Serialized: each receipt starts from where the previous one ended.
+    for w in receipts[before - 1..].windows(2) {
+        assert_eq!(
+            w[1]["current_before"], w[0]["current_after"],
+            "{} then {}",
+            w[0], w[1]
+        );
+        assert!(w[1]["seq"].as_u64() > w[0]["seq"].as_u64());
+    }
+    assert!(i.verify_ok());
+    assert!(i.status()["transaction"].is_null());
+}
+
+trait SpawnOutput {
+    fn output_spawn(&mut self) -> std::process::Child;
+}
+impl SpawnOutput for Command {
+    fn output_spawn(&mut self) -> std::process::Child {
+        self.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn")
+    }
+}
+
+/// A manifest for synthetic outputs (sizes the tests need without building).
+fn synthetic_build(dir: &Path, files: &[(&str, usize)]) -> PathBuf {
+    let out = dir.join("out");
+    let mut subjects = Vec::new();
+    for (name, size) in files {
+        let p = out.join(name);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        let bytes: Vec<u8> = (0..*size).map(|i| (i * 31 % 251) as u8).collect();
+        std::fs::write(&p, &bytes).expect("write");
+        use sha2_like::digest_hex;
+        subjects.push(serde_json::json!({
+            "name": name, "digest": {"sha256": digest_hex(&bytes)}, "annotations": {"size": size}
+        }));
+    }
+    let m = serde_json::json!({
+        "_type": "https://in-toto.io/Statement/v1",
+        "predicateType": "https://slsa.dev/provenance/v1",
+        "subject": subjects,
+        "predicate": {
+            "buildDefinition": {
+                "buildType": "https://pinforge.invalid/cmake-variant/v1",
+                "externalParameters": {"recipe": "synthetic", "variant": dir.file_name().expect("name").to_string_lossy(),
+                    "build_type": "Release", "targets": [], "cmake_args": [], "patches": []},
+                "internalParameters": {"artifact_root": "out", "inputs": {},
+                    "input_digest": "0000000000000000000000000000000000000000000000000000000000000000"},
+                "resolvedDependencies": []
+            },
+            "runDetails": {"builder": {"id": "test"}, "metadata": {"invocationId": "x", "startedOn": "", "finishedOn": ""}, "byproducts": []}
+        }
+    });
+    let path = dir.join("manifest.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(&m).expect("json")).expect("write");
+    path
+}
+
+/// SHA-256 through the system's sha256sum keeps the test independent of pinforge's hashing.
+mod sha2_like {
+    pub fn digest_hex(bytes: &[u8]) -> String {
+        use std::io::Write;
+        let mut child = std::process::Command::new("sha256sum")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("sha256sum");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(bytes)
+            .expect("write");
+        let out = child.wait_with_output().expect("wait");
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .next()
+            .expect("digest")
+            .to_string()
+    }
+}
+
+/// Staging onto a full filesystem fails cleanly: live untouched, store clean, no journal.
+/// Uses a real 1 MiB tmpfs where mounting is allowed (root), else a simulated write failure.
+#[test]
+fn enospc_while_staging_leaves_live_untouched_and_store_clean() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let small = synthetic_build(&dir.path().join("small"), &[("lib/libsmall.so", 10_000)]);
+    let big = synthetic_build(&dir.path().join("big"), &[("lib/libbig.so", 3_000_000)]);
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir_all(&mnt).expect("mkdir");
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(&mnt)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    let root = mnt.join("rollback");
+    let run = |args: &[&str], simulate: bool| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_pinforge"));
+        c.current_dir(dir.path())
+            .args(args)
+            .arg("--root")
+            .arg(&root);
+        if simulate {
+            c.env("PINFORGE_FAIL_WRITE_AFTER", "1000000");
+        }
+        c.output().expect("run")
+    };
+    let simulate = !mounted;
+    eprintln!(
+        "ENOSPC via {}",
+        if mounted {
+            "a real 1 MiB tmpfs"
+        } else {
+            "simulated write failure"
+        }
+    );
+    let o = run(
+        &[
+            "install",
+            small.to_str().expect("utf8"),
+            "--layer",
+            "live",
+            "--copy",
+        ],
+        false,
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = run(
+        &[
+            "install",
+            big.to_str().expect("utf8"),
+            "--layer",
+            "live",
+            "--copy",
+        ],
+        simulate,
+    );
+    let err = stderr(&o);
+    // Checked on the full filesystem itself, before it is unmounted.
+    let st = json(&run(&["status", "--json"], false));
+    let verified = code(&run(&["verify", "--installed"], false));
+    let store: Vec<String> = std::fs::read_dir(root.join("store"))
+        .expect("store")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    let journal = root.join("journal.json").exists();
+    if mounted {
+        let _ = Command::new("umount").arg(&mnt).status();
+    }
+    assert_eq!(code(&o), 4, "an I/O failure, not a success: {err}");
+    assert!(
+        err.contains("No space left on device") || err.contains("storage full"),
+        "{err}"
+    );
+    assert!(err.contains("hint: free disk space"), "{err}");
+    assert_eq!(st["current"]["variant"], "small", "live untouched");
+    assert!(st["transaction"].is_null());
+    assert!(!journal);
+    assert_eq!(verified, 0, "live still verifies");
+    assert_eq!(
+        store.len(),
+        1,
+        "store holds only the small entry: {store:?}"
+    );
+}
