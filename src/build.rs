@@ -176,11 +176,12 @@ pub fn build(
     let steps_run = run_logged(&mut cmd, &log, &log_path, reporter)?;
     reporter.finish();
 
+    copy_public_headers(&tree.path, &cmake_dir)?;
     let (artifacts, links) = collect_artifacts(&cmake_dir)?;
     if artifacts.is_empty() {
         return Err(Error::tool(
             format!("build of {}/{}", recipe.name, variant.name),
-            "finished but produced no artifacts in bin/ or lib/",
+            "finished but produced no artifacts in bin/, lib/ or include/",
         ));
     }
 
@@ -438,7 +439,33 @@ fn run_logged(
     Ok(steps)
 }
 
-/// Regular files under `bin/` and `lib/` of the build folder are the artifacts; symlinks among
+/// The public headers (`include/*.h`, `ggml/include/*.h`) travel with the libraries, so that
+/// an installed layer can be compiled against (the smoke shim uses the build's own llama.h).
+/// Files are rewritten only when their content changed, keeping no-op builds no-ops.
+fn copy_public_headers(src: &Path, cmake_dir: &Path) -> Result<()> {
+    let dest = cmake_dir.join("include");
+    for dir in [src.join("include"), src.join("ggml").join("include")] {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut names: Vec<PathBuf> = rd
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "h") && p.is_file())
+            .collect();
+        names.sort();
+        for h in names {
+            let bytes = std::fs::read(&h).at("read", &h)?;
+            let to = dest.join(h.file_name().unwrap_or_default());
+            if std::fs::read(&to).ok().as_deref() != Some(bytes.as_slice()) {
+                crate::fsx::write_atomic(&to, &bytes)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Regular files under `bin/`, `lib/` and `include/` of the build folder are the artifacts; symlinks among
 /// them are recorded as links (`libllama.so -> libllama.so.0`).
 /// Symlinks among the outputs: (path relative to the artifact root, link target).
 type Links = Vec<(String, String)>;
@@ -446,7 +473,7 @@ type Links = Vec<(String, String)>;
 fn collect_artifacts(cmake_dir: &Path) -> Result<(Vec<Artifact>, Links)> {
     let mut files = Vec::new();
     let mut links = Vec::new();
-    for sub in ["bin", "lib"] {
+    for sub in ["bin", "lib", "include"] {
         let dir = cmake_dir.join(sub);
         if dir.is_dir() {
             walk(cmake_dir, &dir, &mut files, &mut links)?;

@@ -6,10 +6,12 @@ use crate::build::{self, BuildOptions, BuildOutcome};
 use crate::error::{exit, Error, Result};
 use crate::install::{Layer, Root, StageMode, Verification};
 use crate::manifest;
+use crate::model::{self, Arch};
 use crate::patch::lint::Severity;
 use crate::patch::{Bundle, PatchFile};
 use crate::progress::Reporter;
 use crate::recipe::Recipe;
+use crate::smoke::{self, SmokeOptions, Verdict};
 use crate::workspace::Workspace;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -83,6 +85,12 @@ pub enum Command {
         /// Copy instead of hard-linking the build outputs
         #[arg(long)]
         copy: bool,
+        /// Gate: smoke-decode the build first and refuse the swap unless the verdict is ok
+        #[arg(long)]
+        smoke: bool,
+        /// Architecture of the gate's tiny model
+        #[arg(long, default_value = "qwen2vl")]
+        smoke_arch: String,
         /// Machine-readable output
         #[arg(long)]
         json: bool,
@@ -118,6 +126,67 @@ pub enum Command {
     /// Patch bundle commands.
     #[command(subcommand)]
     Patch(PatchCommand),
+    /// Model commands.
+    #[command(subcommand)]
+    Model(ModelCommand),
+    /// Smoke-decode a build (a manifest) or an installed layer: decode, save the sequence
+    /// state, clear, restore, continue, compare with an uninterrupted run. Exit 0 ok, 1
+    /// mismatch or crash, 2 error.
+    Smoke {
+        /// A manifest written by `pinforge build`
+        #[arg(required_unless_present = "installed")]
+        manifest: Option<PathBuf>,
+        /// Smoke the install root: `current`, or the named layer
+        #[arg(long, num_args = 0..=1, default_missing_value = "current", value_name = "LAYER")]
+        installed: Option<String>,
+        /// Install root [default: <workspace>/rollback]
+        #[arg(long, env = "PINFORGE_ROOT")]
+        root: Option<PathBuf>,
+        /// A GGUF model [default: the tiny model of --arch]
+        #[arg(long, conflicts_with = "arch")]
+        model: Option<PathBuf>,
+        /// Architecture of the generated tiny model: qwen2vl (M-RoPE) or qwen2 (control)
+        #[arg(long)]
+        arch: Option<String>,
+        /// Tokens to generate (the state is saved and restored halfway)
+        #[arg(long, default_value_t = 16)]
+        tokens: usize,
+        /// Machine-readable output
+        #[arg(long)]
+        json: bool,
+        /// Test only: make the engine call crash
+        #[arg(long, hide = true)]
+        crash_test: bool,
+    },
+    /// Internal: the child process of `smoke`.
+    #[command(name = "__smoke-child", hide = true)]
+    SmokeChild {
+        #[arg(long)]
+        shim: PathBuf,
+        #[arg(long)]
+        model: PathBuf,
+        #[arg(long)]
+        tokens: usize,
+        #[arg(long)]
+        gpu_layers: i32,
+    },
+}
+
+/// `pinforge model ...`
+#[derive(Debug, Subcommand)]
+pub enum ModelCommand {
+    /// Write a tiny random-weight GGUF model (deterministic for a seed, well under 1 MB).
+    Tiny {
+        /// qwen2vl (M-RoPE) or qwen2 (classical RoPE, same weights)
+        #[arg(long)]
+        arch: String,
+        /// Output file
+        #[arg(short = 'o', long)]
+        output: PathBuf,
+        /// Seed for the weights
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
 }
 
 /// `pinforge patch ...`
@@ -185,16 +254,57 @@ fn run(cli: Cli) -> Result<i32> {
             layer,
             root,
             copy,
+            smoke,
+            smoke_arch,
             json,
         } => cmd_install(
             &ws_root,
-            target,
-            variant,
-            &layer,
-            install_root(&ws_root, root),
-            copy,
-            json,
+            InstallArgs {
+                target,
+                variant,
+                layer,
+                root: install_root(&ws_root, root),
+                copy,
+                smoke: smoke.then_some(smoke_arch),
+                json,
+            },
         ),
+        Command::Model(ModelCommand::Tiny { arch, output, seed }) => {
+            cmd_model_tiny(&arch, &output, seed)
+        }
+        Command::Smoke {
+            manifest,
+            installed,
+            root,
+            model,
+            arch,
+            tokens,
+            json,
+            crash_test,
+        } => cmd_smoke(
+            &ws_root,
+            SmokeArgs {
+                manifest,
+                installed,
+                root: install_root(&ws_root, root),
+                model,
+                arch,
+                tokens,
+                json,
+                crash_test,
+            },
+        ),
+        Command::SmokeChild {
+            shim,
+            model,
+            tokens,
+            gpu_layers,
+        } => {
+            let r = crate::smoke::child::run(&shim, &model, tokens, gpu_layers);
+            let failed = r.error.is_some();
+            print_json(&r)?;
+            Ok(if failed { exit::INPUT } else { exit::OK })
+        }
         Command::Rollback { to, root, json } => {
             cmd_rollback(&install_root(&ws_root, root), to, json)
         }
@@ -452,19 +562,42 @@ fn manifest_for(
     Ok(m)
 }
 
-fn cmd_install(
-    ws_root: &std::path::Path,
+struct InstallArgs {
     target: Option<PathBuf>,
     variant: Option<String>,
-    layer: &str,
+    layer: String,
     root: PathBuf,
     copy: bool,
+    smoke: Option<String>,
     json: bool,
-) -> Result<i32> {
-    let layer = Layer::parse(layer)?;
-    let manifest = manifest_for(ws_root, target, variant)?;
-    let root = Root::open(&root)?;
-    let out = root.install(&manifest, layer, copy.then_some(StageMode::Copy))?;
+}
+
+fn cmd_install(ws_root: &std::path::Path, a: InstallArgs) -> Result<i32> {
+    let layer = Layer::parse(&a.layer)?;
+    let manifest = manifest_for(ws_root, a.target, a.variant)?;
+    let json = a.json;
+    if let Some(arch) = &a.smoke {
+        // The gate smokes the very bytes install will stage (install re-verifies them).
+        let target = smoke::target_from_manifest(&manifest)?;
+        let report = smoke::run(
+            &target,
+            &smoke_options(ws_root, None, Some(arch.clone()), 16, false)?,
+        )?;
+        if !json {
+            render_smoke(&report);
+        }
+        if report.verdict != Verdict::Ok {
+            return Err(Error::check(
+                manifest.display(),
+                format!(
+                    "smoke gate: verdict {:?}, not ok; the swap was not committed",
+                    report.verdict
+                ),
+            ));
+        }
+    }
+    let root = Root::open(&a.root)?;
+    let out = root.install(&manifest, layer, a.copy.then_some(StageMode::Copy))?;
     if json {
         print_json(&out)?;
     } else {
@@ -476,6 +609,116 @@ fn cmd_install(
         println!("receipt {}", out.receipt.display());
     }
     Ok(exit::OK)
+}
+
+fn cmd_model_tiny(arch: &str, output: &std::path::Path, seed: u64) -> Result<i32> {
+    let arch = Arch::parse(arch)?;
+    let size = model::write_tiny(arch, seed, output)?;
+    println!(
+        "wrote {} ({} bytes, arch {}, seed {seed})",
+        output.display(),
+        size,
+        arch.name()
+    );
+    Ok(exit::OK)
+}
+
+struct SmokeArgs {
+    manifest: Option<PathBuf>,
+    installed: Option<String>,
+    root: PathBuf,
+    model: Option<PathBuf>,
+    arch: Option<String>,
+    tokens: usize,
+    json: bool,
+    crash_test: bool,
+}
+
+fn smoke_options(
+    ws_root: &std::path::Path,
+    model: Option<PathBuf>,
+    arch: Option<String>,
+    tokens: usize,
+    crash_test: bool,
+) -> Result<SmokeOptions> {
+    let ws = Workspace::new(ws_root)?;
+    Ok(SmokeOptions {
+        model,
+        arch: Arch::parse(arch.as_deref().unwrap_or("qwen2vl"))?,
+        tokens,
+        cache: ws.root().join("build").join(".smoke"),
+        crash_test,
+        timeout: std::time::Duration::from_secs(300),
+    })
+}
+
+fn cmd_smoke(ws_root: &std::path::Path, a: SmokeArgs) -> Result<i32> {
+    let target = match (&a.installed, &a.manifest) {
+        (Some(layer), _) => {
+            let root = Root::open(&a.root)?;
+            let layer = match layer.as_str() {
+                "current" => None,
+                other => Some(Layer::parse(other)?),
+            };
+            smoke::target_from_installed(&root, layer)?
+        }
+        (None, Some(m)) => smoke::target_from_manifest(m)?,
+        (None, None) => return Err(Error::input("smoke", "give a MANIFEST or --installed")),
+    };
+    let opts = smoke_options(ws_root, a.model, a.arch, a.tokens, a.crash_test)?;
+    let report = smoke::run(&target, &opts)?;
+    if a.json {
+        print_json(&report)?;
+    } else {
+        render_smoke(&report);
+    }
+    Ok(match report.verdict {
+        Verdict::Ok => exit::OK,
+        Verdict::Mismatch | Verdict::Crash => exit::CHECK_FAILED,
+        Verdict::Error => exit::INPUT,
+    })
+}
+
+fn render_smoke(r: &smoke::SmokeReport) {
+    let verdict = match r.verdict {
+        Verdict::Ok => "ok",
+        Verdict::Mismatch => "mismatch",
+        Verdict::Crash => "crash",
+        Verdict::Error => "error",
+    };
+    println!(
+        "smoke {}: {verdict}  (arch {}, device {}, {} tokens, {:.0} tok/s{})",
+        r.target,
+        r.arch,
+        r.device,
+        r.tokens_generated,
+        r.tokens_per_second,
+        r.sanitizer
+            .as_deref()
+            .map(|s| format!(", sanitizer {s}"))
+            .unwrap_or_default()
+    );
+    if let Some(d) = &r.detail {
+        println!("  {d}");
+    }
+    if let Some(s) = &r.signature {
+        for line in s.lines() {
+            println!("  {line}");
+        }
+    }
+    if r.verdict == Verdict::Crash && !r.stderr_tail.is_empty() {
+        println!("  last lines of the engine's stderr:");
+        let lines: Vec<&str> = r.stderr_tail.lines().collect();
+        for line in &lines[lines.len().saturating_sub(8)..] {
+            println!("    {line}");
+        }
+    }
+    if !r.cuda.driver_present {
+        println!(
+            "  cuda: {}",
+            r.cuda.reason.as_deref().unwrap_or("no CUDA driver")
+        );
+    }
 }
 
 fn cmd_rollback(root: &std::path::Path, to: Option<String>, json: bool) -> Result<i32> {

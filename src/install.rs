@@ -779,7 +779,11 @@ impl Root {
             crash_point("install", 3);
         } else {
             let t = Instant::now();
-            let staged = stage(&artifact_root, &staging, &info, mode);
+            let staged = stage(&artifact_root, &staging, &info, mode).and_then(|m| {
+                // The manifest travels with the entry: what it was built from, for smoke and audit.
+                fsx::write_atomic(&staging.join("manifest.json"), &fsx::read(manifest_path)?)?;
+                Ok(m)
+            });
             let m = match staged {
                 Ok(m) => m,
                 Err(e) => {

@@ -4,15 +4,18 @@
 
 pub mod build;
 pub mod cli;
+pub mod cuda;
 pub mod digest;
 pub mod error;
 pub mod fsx;
 pub mod install;
 pub mod manifest;
+pub mod model;
 pub mod patch;
 pub mod process;
 pub mod progress;
 pub mod recipe;
+pub mod smoke;
 pub mod toolchain;
 pub mod upstream;
 pub mod workspace;

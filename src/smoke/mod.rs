@@ -1,0 +1,623 @@
+//! Smoke decodes: a tiny model decoded by the build under test, with a sequence-state save,
+//! memory clear and restore in the middle, compared token by token and logit by logit with an
+//! uninterrupted reference run. The engine runs in a child process (this binary re-executed)
+//! through a C shim compiled against the build's own `llama.h`, so an engine crash is a
+//! result (`crash`, with the sanitizer's signature), never pinforge's crash.
+
+pub mod child;
+
+use crate::cuda;
+use crate::digest::Sha256;
+use crate::error::{Error, IoContext, Result};
+use crate::fsx;
+use crate::install::Root;
+use crate::manifest::Statement;
+use crate::model::{self, Arch};
+use serde::{Deserialize, Serialize};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The shim's source, compiled per build under test.
+pub const SHIM_SOURCE: &str = include_str!("shim.c");
+
+/// The target triple pinforge was built for (the shim is built for the same).
+const TARGET: &str = env!("PINFORGE_TARGET");
+
+/// A build to smoke: where its libraries and headers are, and what it is.
+#[derive(Debug, Clone, Serialize)]
+pub struct SmokeTarget {
+    /// Human name: `recipe/variant`.
+    pub name: String,
+    /// Folder holding `bin/libllama.so*` and `include/llama.h`.
+    pub root: PathBuf,
+    /// libllama file (relative to root).
+    pub libllama: String,
+    /// SHA-256 of libllama (keys the shim cache).
+    pub libllama_sha256: Sha256,
+    /// SHA-256 of include/llama.h.
+    pub header_sha256: Sha256,
+    /// Whether the build has a CUDA backend (libggml-cuda).
+    pub cuda: bool,
+    /// nvcc version the build used, if any.
+    pub cuda_toolkit: Option<String>,
+    /// CMAKE_CUDA_ARCHITECTURES, if any.
+    pub cuda_architectures: Option<String>,
+}
+
+/// Smoke a build described by a manifest.
+pub fn target_from_manifest(path: &Path) -> Result<SmokeTarget> {
+    let st = Statement::read(path)?;
+    let root = st.artifact_root(path);
+    target_from(&st, root)
+}
+
+/// Smoke an installed layer (`None`: what `current` shows), through its store entry.
+pub fn target_from_installed(
+    root: &Root,
+    layer: Option<crate::install::Layer>,
+) -> Result<SmokeTarget> {
+    let link = root
+        .path()
+        .join(layer.map(|l| l.as_str()).unwrap_or("current"));
+    let entry = std::fs::canonicalize(&link).map_err(|_| {
+        Error::input(link.display(), "nothing is installed there")
+            .with_hint("`pinforge status` lists the layers")
+    })?;
+    let manifest = entry.join("manifest.json");
+    let st = Statement::read(&manifest)?;
+    target_from(&st, entry)
+}
+
+fn target_from(st: &Statement, root: PathBuf) -> Result<SmokeTarget> {
+    let params = &st.predicate.build_definition.external_parameters;
+    let name = format!("{}/{}", params.recipe, params.variant);
+    let lib = st
+        .subject
+        .iter()
+        .find(|s| s.name.starts_with("bin/libllama.so") || s.name.starts_with("lib/libllama.so"))
+        .ok_or_else(|| {
+            Error::input(&name, "the build has no libllama shared library")
+                .with_hint("smoke needs a BUILD_SHARED_LIBS build of the `llama` target")
+        })?;
+    let header = st
+        .subject
+        .iter()
+        .find(|s| s.name == "include/llama.h")
+        .ok_or_else(|| {
+            Error::input(&name, "the build has no include/llama.h")
+                .with_hint("rebuild with this pinforge: builds now keep the public headers")
+        })?;
+    let cuda = st.subject.iter().any(|s| s.name.contains("libggml-cuda"));
+    let arg = |prefix: &str| {
+        params
+            .cmake_args
+            .iter()
+            .find_map(|a| a.strip_prefix(prefix).map(str::to_string))
+    };
+    let toolkit = st
+        .predicate
+        .build_definition
+        .resolved_dependencies
+        .iter()
+        .find(|d| d.name == "tool:nvcc")
+        .and_then(|d| d.annotations.get("version"))
+        .and_then(|v| v.as_str())
+        .map(str::to_string);
+    Ok(SmokeTarget {
+        name,
+        root,
+        libllama: lib.name.clone(),
+        libllama_sha256: lib
+            .sha256()
+            .ok_or_else(|| Error::Internal("libllama digest".into()))?,
+        header_sha256: header
+            .sha256()
+            .ok_or_else(|| Error::Internal("header digest".into()))?,
+        cuda,
+        cuda_toolkit: toolkit,
+        cuda_architectures: arg("-DCMAKE_CUDA_ARCHITECTURES="),
+    })
+}
+
+/// Compile (or reuse) the shim for `target` into `cache`; the cache key covers the shim
+/// source, the build's libllama and llama.h, and the compiler.
+pub fn shim_for(target: &SmokeTarget, cache: &Path) -> Result<PathBuf> {
+    let mut b = cc::Build::new();
+    b.cargo_metadata(false)
+        .cargo_warnings(false)
+        .cargo_debug(false)
+        .target(TARGET)
+        .host(TARGET)
+        .opt_level(1)
+        .debug(false)
+        .pic(true)
+        .warnings(false);
+    let compiler = b.try_get_compiler().map_err(|e| {
+        Error::input("smoke shim", format!("no C compiler: {e}"))
+            .with_hint("install gcc (or set CC)")
+    })?;
+    let key = Sha256::of_bytes(
+        format!(
+            "{}\n{}\n{}\n{}\n{}",
+            Sha256::of_bytes(SHIM_SOURCE.as_bytes()),
+            target.libllama_sha256,
+            target.header_sha256,
+            compiler.path().display(),
+            target.root.display()
+        )
+        .as_bytes(),
+    );
+    let out = cache.join(format!("pinforge-smoke-{}.so", key.short(16)));
+    if out.is_file() {
+        return Ok(out);
+    }
+    fsx::create_dir_all(cache)?;
+    let src = cache.join(format!("shim-{}.c", key.short(16)));
+    fsx::write_atomic(&src, SHIM_SOURCE.as_bytes())?;
+    let lib_path = target.root.join(&target.libllama);
+    let lib_dir = fsx::parent_of(&lib_path);
+    let tmp = cache.join(format!(".tmp-{}-{}.so", key.short(16), std::process::id()));
+    let mut cmd = compiler.to_command();
+    cmd.arg("-shared")
+        .arg("-o")
+        .arg(&tmp)
+        .arg(&src)
+        .arg(format!("-I{}", target.root.join("include").display()))
+        .arg(&lib_path)
+        // Bound to this build's libraries, not to whatever a layer link shows later.
+        .arg(format!("-Wl,-rpath,{}", lib_dir.display()));
+    crate::process::run(&mut cmd, "install gcc (or set CC)").map_err(|e| match e {
+        Error::Tool {
+            command, detail, ..
+        } => Error::input(
+            format!("smoke shim for {}", target.name),
+            format!("does not compile against this build's llama.h ({command})"),
+        )
+        .with_detail(detail.unwrap_or_default())
+        .with_hint("the build's C API changed in a way the shim does not cover"),
+        other => other,
+    })?;
+    std::fs::rename(&tmp, &out).at("rename into", &out)?;
+    Ok(out)
+}
+
+/// What the smoke found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// The restored decode equals the reference.
+    Ok,
+    /// The restored decode diverged.
+    Mismatch,
+    /// The engine died.
+    Crash,
+    /// The decode could not run.
+    Error,
+}
+
+/// The `smoke --json` contract (and more).
+#[derive(Debug, Clone, Serialize)]
+pub struct SmokeReport {
+    /// ok | mismatch | crash | error.
+    pub verdict: Verdict,
+    /// Model architecture.
+    pub arch: String,
+    /// Tokens generated in the reference run.
+    pub tokens_generated: usize,
+    /// Reference decode speed.
+    pub tokens_per_second: f64,
+    /// Crash signature (sanitizer summary and first frames, or the signal), else null.
+    pub signature: Option<String>,
+    /// Device used: `cpu`, or `cuda:N (name)`.
+    pub device: String,
+    /// The build smoked.
+    pub target: String,
+    /// Why (mismatch: where; error: the reason).
+    pub detail: Option<String>,
+    /// Reference tokens.
+    pub reference: Vec<i32>,
+    /// Tokens of the save/restore run.
+    pub restored: Vec<i32>,
+    /// Step at which the state was saved and restored.
+    pub restore_step: Option<usize>,
+    /// Largest absolute logit difference after the restore.
+    pub max_logit_diff: Option<f32>,
+    /// Size of the saved sequence state.
+    pub state_bytes: Option<usize>,
+    /// The signal that ended the child, if any.
+    pub signal: Option<i32>,
+    /// The child's exit code, if it exited.
+    pub exit_code: Option<i32>,
+    /// Last lines of the child's stderr.
+    pub stderr_tail: String,
+    /// CUDA probe.
+    pub cuda: cuda::Probe,
+    /// Whether the build is AddressSanitizer-instrumented.
+    pub sanitizer: Option<String>,
+    /// GPU memory used by the decode (free before minus free during), when on a GPU.
+    pub gpu_memory_used_bytes: Option<u64>,
+}
+
+/// Options for [`run`].
+pub struct SmokeOptions {
+    /// Model file (None: generate the tiny model for `arch`).
+    pub model: Option<PathBuf>,
+    /// Architecture of the generated model.
+    pub arch: Arch,
+    /// Tokens to generate.
+    pub tokens: usize,
+    /// Where shims and generated models are cached.
+    pub cache: PathBuf,
+    /// Test-only: make the engine call crash.
+    pub crash_test: bool,
+    /// Give up after this long.
+    pub timeout: Duration,
+}
+
+/// The logit tolerance: restored and reference decodes run the same kernels on the same KV
+/// bytes, so anything above float noise is a divergence.
+pub const LOGIT_TOLERANCE: f32 = 1e-3;
+
+/// Run a smoke decode against `target`.
+pub fn run(target: &SmokeTarget, opts: &SmokeOptions) -> Result<SmokeReport> {
+    if opts.tokens < 2 || opts.tokens > 64 {
+        return Err(Error::input(
+            format!("--tokens {}", opts.tokens),
+            "must be between 2 and 64 (the save/restore happens halfway)",
+        ));
+    }
+    let probe = cuda::probe();
+    let lib = target.root.join(&target.libllama);
+    let sanitizer = asan_soname(&lib)?;
+    let mut report = SmokeReport {
+        verdict: Verdict::Error,
+        arch: opts.arch.name().to_string(),
+        tokens_generated: 0,
+        tokens_per_second: 0.0,
+        signature: None,
+        device: "cpu".into(),
+        target: target.name.clone(),
+        detail: None,
+        reference: vec![],
+        restored: vec![],
+        restore_step: None,
+        max_logit_diff: None,
+        state_bytes: None,
+        signal: None,
+        exit_code: None,
+        stderr_tail: String::new(),
+        cuda: probe.clone(),
+        sanitizer: sanitizer.clone(),
+        gpu_memory_used_bytes: None,
+    };
+    let mut gpu_layers = 0;
+    if target.cuda {
+        if let Some(why) = cuda::preflight(
+            &probe,
+            target.cuda_toolkit.as_deref(),
+            target.cuda_architectures.as_deref(),
+        ) {
+            report.detail = Some(format!("refused: {why}"));
+            return Ok(report);
+        }
+        if let Some(d) = probe.devices.first() {
+            report.device = format!("cuda:{} ({})", d.ordinal, d.name);
+            gpu_layers = 999;
+        }
+    }
+
+    let model = match &opts.model {
+        Some(m) => {
+            report.arch = model::architecture(m)?;
+            m.clone()
+        }
+        None => {
+            let p = opts
+                .cache
+                .join(format!("tiny-{}-seed1.gguf", opts.arch.name()));
+            if !p.exists() {
+                model::write_tiny(opts.arch, 1, &p)?;
+            }
+            p
+        }
+    };
+    let shim = shim_for(target, &opts.cache)?;
+
+    let exe = std::env::current_exe().map_err(|e| Error::io("locate", Path::new("pinforge"), e))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("__smoke-child")
+        .arg("--shim")
+        .arg(&shim)
+        .arg("--model")
+        .arg(&model)
+        .arg("--tokens")
+        .arg(opts.tokens.to_string())
+        .arg("--gpu-layers")
+        .arg(gpu_layers.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if opts.crash_test {
+        cmd.env("PINFORGE_SMOKE_CRASH_TEST", "1");
+    }
+    if let Some(so) = &sanitizer {
+        // An instrumented libllama needs the ASan runtime loaded first; leaks of the Rust
+        // driver are not the engine's bug, and a distinct exit code marks a sanitizer stop.
+        cmd.env("LD_PRELOAD", so).env(
+            "ASAN_OPTIONS",
+            format!("detect_leaks=0:exitcode={ASAN_EXIT}:abort_on_error=0:symbolize=1"),
+        );
+    }
+    let started = Instant::now();
+    let (status, stdout, stderr) = run_with_timeout(&mut cmd, opts.timeout)?;
+    let _ = started;
+    use std::os::unix::process::ExitStatusExt;
+    report.signal = status.and_then(|s| s.signal());
+    report.exit_code = status.and_then(|s| s.code());
+    report.stderr_tail = crate::process::tail(&stderr, 25);
+
+    let asan = asan_signature(&stderr);
+    if status.is_none() {
+        report.verdict = Verdict::Crash;
+        report.signature = Some(format!(
+            "hang: no result within {}s",
+            opts.timeout.as_secs()
+        ));
+        return Ok(report);
+    }
+    if asan.is_some() || report.signal.is_some() {
+        report.verdict = Verdict::Crash;
+        report.signature = asan.or_else(|| {
+            report
+                .signal
+                .map(|s| format!("killed by signal {s} ({})", signal_name(s)))
+        });
+        return Ok(report);
+    }
+    let result: child::ChildResult = match serde_json::from_str(stdout.trim()) {
+        Ok(r) => r,
+        Err(_) => {
+            // It exited without a signal but also without a result: treat as a crash of the
+            // engine (e.g. abort() turned into an exit by a handler) and show why.
+            report.verdict = Verdict::Crash;
+            report.signature = Some(format!(
+                "exited with {} without a result",
+                report
+                    .exit_code
+                    .map(|c| c.to_string())
+                    .unwrap_or_else(|| "?".into())
+            ));
+            return Ok(report);
+        }
+    };
+    if let Some(e) = result.error {
+        report.verdict = Verdict::Error;
+        report.detail = Some(e);
+        return Ok(report);
+    }
+    report.tokens_generated = result.reference.len();
+    report.tokens_per_second = if result.reference_seconds > 0.0 {
+        result.reference.len() as f64 / result.reference_seconds
+    } else {
+        0.0
+    };
+    report.restore_step = Some(result.restore_step);
+    report.max_logit_diff = Some(result.max_logit_diff);
+    report.state_bytes = Some(result.state_bytes);
+    report.reference = result.reference.clone();
+    report.restored = result.restored.clone();
+    report.gpu_memory_used_bytes = result.gpu_memory_used_bytes;
+    let divergence = result
+        .reference
+        .iter()
+        .zip(&result.restored)
+        .position(|(a, b)| a != b)
+        .or_else(|| {
+            (result.reference.len() != result.restored.len()).then_some(result.restored.len())
+        });
+    match (divergence, result.max_logit_diff > LOGIT_TOLERANCE) {
+        (None, false) => report.verdict = Verdict::Ok,
+        (Some(i), _) => {
+            report.verdict = Verdict::Mismatch;
+            report.detail = Some(format!(
+                "token {i} differs after the restore at step {}: reference {:?}, restored {:?}",
+                result.restore_step,
+                result.reference.get(i),
+                result.restored.get(i)
+            ));
+        }
+        (None, true) => {
+            report.verdict = Verdict::Mismatch;
+            report.detail = Some(format!(
+                "same tokens, but logits differ by up to {} after the restore at step {} (tolerance {LOGIT_TOLERANCE})",
+                result.max_logit_diff, result.restore_step
+            ));
+        }
+    }
+    Ok(report)
+}
+
+/// The exit code the sanitizer is told to use, so its stops are told apart from errors.
+pub const ASAN_EXIT: i32 = 86;
+
+/// The ASan runtime a library needs (`libasan.so.8`), read from its dynamic section strings.
+fn asan_soname(lib: &Path) -> Result<Option<String>> {
+    let bytes = std::fs::read(lib).at("read", lib)?;
+    let needle = b"libasan.so.";
+    let Some(at) = bytes.windows(needle.len()).position(|w| w == needle) else {
+        return Ok(None);
+    };
+    let end = bytes[at..]
+        .iter()
+        .position(|&b| b == 0)
+        .map(|e| at + e)
+        .unwrap_or(at + needle.len());
+    Ok(Some(String::from_utf8_lossy(&bytes[at..end]).into_owned()))
+}
+
+/// `heap-buffer-overflow in llama_kv_cache::apply_ubatch (allocated in ...)` from an ASan
+/// report, plus its SUMMARY line and first frames.
+pub fn asan_signature(stderr: &str) -> Option<String> {
+    let err_line = stderr
+        .lines()
+        .find(|l| l.contains("ERROR: AddressSanitizer:"))?;
+    let kind = err_line
+        .split("ERROR: AddressSanitizer:")
+        .nth(1)
+        .map(|r| r.split_whitespace().next().unwrap_or("").to_string())
+        .unwrap_or_default();
+    let frame_fn = |line: &str| -> Option<String> {
+        let l = line.trim_start();
+        if !l.starts_with('#') {
+            return None;
+        }
+        let after = l.split(" in ").nth(1)?;
+        let func = after.split(" /").next().unwrap_or(after).trim();
+        let func = func.split(" (").next().unwrap_or(func);
+        Some(func.split('(').next().unwrap_or(func).trim().to_string())
+    };
+    let mut lines = stderr
+        .lines()
+        .skip_while(|l| !l.contains("ERROR: AddressSanitizer:"));
+    let frames: Vec<String> = lines
+        .by_ref()
+        .skip(1)
+        .skip_while(|l| !l.trim_start().starts_with("#0"))
+        .take_while(|l| l.trim_start().starts_with('#'))
+        .filter_map(frame_fn)
+        .take(4)
+        .collect();
+    let alloc: Option<String> = stderr
+        .lines()
+        .skip_while(|l| !l.contains("allocated by thread"))
+        .skip(1)
+        .take_while(|l| l.trim_start().starts_with('#'))
+        .filter_map(frame_fn)
+        .find(|f| f.contains("llama") || f.contains("ggml"));
+    let summary = stderr
+        .lines()
+        .find(|l| l.starts_with("SUMMARY: AddressSanitizer:"))
+        .map(str::trim);
+    let mut sig = format!(
+        "{kind} in {}",
+        frames.first().cloned().unwrap_or_else(|| "?".into())
+    );
+    if let Some(a) = alloc {
+        sig.push_str(&format!(" (allocated in {a})"));
+    }
+    if !frames.is_empty() {
+        sig.push_str(&format!("\nframes: {}", frames.join(" <- ")));
+    }
+    if let Some(s) = summary {
+        sig.push_str(&format!("\n{s}"));
+    }
+    Some(sig)
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGILL => "SIGILL",
+        libc::SIGKILL => "SIGKILL",
+        _ => "signal",
+    }
+}
+
+type ChildOutput = (Option<std::process::ExitStatus>, String, String);
+
+/// Run with a deadline; both pipes drained on threads so a chatty child cannot block.
+fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Result<ChildOutput> {
+    let line = crate::process::display(cmd);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| crate::process::spawn_error(&line, e, ""))?;
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut s = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut s);
+            }
+            String::from_utf8_lossy(&s).into_owned()
+        })
+    };
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait().at("wait for", Path::new(&line))? {
+            Some(s) => break Some(s),
+            None if Instant::now() > deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            None => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    let stdout = out.join().unwrap_or_default();
+    let stderr = err.join().unwrap_or_default();
+    Ok((status, stdout, stderr))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ASAN: &str = "=================================================================
+==4242==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x6020000001d8 at pc 0x7f00 bp 0x7ffd sp 0x7ffd
+READ of size 4 at 0x6020000001d8 thread T0
+    #0 0x7f3a in llama_kv_cache::apply_ubatch(llama_kv_cache::slot_info const&, llama_ubatch const&) (/b/bin/libllama.so.0+0x1f)
+    #1 0x7f3b in llama_kv_cache::state_read_meta(llama_io_read_i&, unsigned int, unsigned int, llama_kv_cache::slot_info&, int) (/b/bin/libllama.so.0+0x2f)
+    #2 0x7f3c in llama_kv_cache::state_read(llama_io_read_i&, int, unsigned int) (/b/bin/libllama.so.0+0x3f)
+
+0x6020000001d8 is located 0 bytes after 8-byte region [0x6020000001d0,0x6020000001d8)
+allocated by thread T0 here:
+    #0 0x7f10 in operator new(unsigned long) ../../../../src/libsanitizer/asan/asan_new_delete.cpp:95
+    #1 0x7f11 in llama_batch_allocr::ubatch_reserve(unsigned int, unsigned int) (/b/bin/libllama.so.0+0x4f)
+
+SUMMARY: AddressSanitizer: heap-buffer-overflow (/b/bin/libllama.so.0+0x1f) in llama_kv_cache::apply_ubatch(llama_kv_cache::slot_info const&, llama_ubatch const&)
+";
+
+    #[test]
+    fn asan_reports_become_signatures() {
+        let sig = asan_signature(ASAN).expect("signature");
+        let first = sig.lines().next().unwrap_or_default();
+        assert_eq!(
+            first,
+            "heap-buffer-overflow in llama_kv_cache::apply_ubatch (allocated in llama_batch_allocr::ubatch_reserve)"
+        );
+        assert!(
+            sig.contains("frames: llama_kv_cache::apply_ubatch <- llama_kv_cache::state_read_meta")
+        );
+        assert!(sig.contains("SUMMARY: AddressSanitizer: heap-buffer-overflow"));
+        assert_eq!(asan_signature("all fine\n"), None);
+    }
+
+    #[test]
+    fn asan_runtime_is_found_in_dynamic_strings() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("lib.so");
+        std::fs::write(&p, b"\x7fELF....libstdc++.so.6\0libasan.so.8\0libm.so.6\0").expect("write");
+        assert_eq!(
+            asan_soname(&p).expect("read").as_deref(),
+            Some("libasan.so.8")
+        );
+        std::fs::write(&p, b"\x7fELF....libm.so.6\0").expect("write");
+        assert_eq!(asan_soname(&p).expect("read"), None);
+    }
+}

@@ -1,0 +1,142 @@
+// pinforge smoke shim: a minimal, stable C ABI over the variant's own llama.h.
+//
+// Compiled by pinforge (through the `cc` crate) against the include/ folder of the build under
+// test and linked to its libllama, so that version-specific structs (llama_batch,
+// llama_context_params, ...) never cross into Rust. The Rust driver only sees the functions
+// below, whose signatures use plain C types. Bump PF_ABI_VERSION when they change.
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llama.h"
+
+#define PF_ABI_VERSION 1
+
+struct pf {
+    struct llama_model *model;
+    struct llama_context *ctx;
+    const struct llama_vocab *vocab;
+    int n_vocab;
+};
+
+static void pf_log_errors_only(enum ggml_log_level level, const char *text, void *user_data) {
+    (void) user_data;
+    if (level == GGML_LOG_LEVEL_ERROR || level == GGML_LOG_LEVEL_WARN) {
+        fputs(text, stderr);
+    }
+}
+
+int pf_abi_version(void) { return PF_ABI_VERSION; }
+
+const char *pf_system_info(void) { return llama_print_system_info(); }
+
+void *pf_load(const char *path, int n_gpu_layers, int n_ctx, int n_threads, int verbose,
+              char *err, size_t err_len) {
+    if (!verbose) {
+        llama_log_set(pf_log_errors_only, NULL);
+    }
+    llama_backend_init();
+    struct llama_model_params mp = llama_model_default_params();
+    mp.n_gpu_layers = n_gpu_layers;
+    struct llama_model *model = llama_model_load_from_file(path, mp);
+    if (model == NULL) {
+        snprintf(err, err_len, "llama_model_load_from_file failed for %s", path);
+        return NULL;
+    }
+    struct llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = (uint32_t) n_ctx;
+    cp.n_batch = (uint32_t) n_ctx;
+    cp.n_ubatch = (uint32_t) n_ctx;
+    cp.n_seq_max = 1;
+    cp.n_threads = n_threads;
+    cp.n_threads_batch = n_threads;
+    struct llama_context *ctx = llama_init_from_model(model, cp);
+    if (ctx == NULL) {
+        snprintf(err, err_len, "llama_init_from_model failed");
+        llama_model_free(model);
+        return NULL;
+    }
+    struct pf *h = calloc(1, sizeof(struct pf));
+    if (h == NULL) {
+        snprintf(err, err_len, "out of memory");
+        llama_free(ctx);
+        llama_model_free(model);
+        return NULL;
+    }
+    h->model = model;
+    h->ctx = ctx;
+    h->vocab = llama_model_get_vocab(model);
+    h->n_vocab = llama_vocab_n_tokens(h->vocab);
+    return h;
+}
+
+int pf_n_vocab(void *handle) { return ((struct pf *) handle)->n_vocab; }
+
+// Tokenize with the model's own tokenizer (BOS added). Returns the count, or a negative value.
+int pf_tokenize(void *handle, const char *text, int32_t *out, int max) {
+    struct pf *h = handle;
+    return llama_tokenize(h->vocab, text, (int32_t) strlen(text), out, max, true, false);
+}
+
+// Decode `n` tokens of sequence 0 at positions pos0..pos0+n-1; logits for the last one.
+int pf_decode(void *handle, const int32_t *tokens, int n, int pos0) {
+    struct pf *h = handle;
+    struct llama_batch batch = llama_batch_init(n, 0, 1);
+    for (int i = 0; i < n; i++) {
+        batch.token[i] = tokens[i];
+        batch.pos[i] = pos0 + i;
+        batch.n_seq_id[i] = 1;
+        batch.seq_id[i][0] = 0;
+        batch.logits[i] = (i == n - 1);
+    }
+    batch.n_tokens = n;
+    int rc = llama_decode(h->ctx, batch);
+    llama_batch_free(batch);
+    return rc;
+}
+
+// Copy the last token's logits. Returns the number copied, or -1.
+int pf_logits(void *handle, float *out, int max) {
+    struct pf *h = handle;
+    float *l = llama_get_logits_ith(h->ctx, -1);
+    if (l == NULL) {
+        return -1;
+    }
+    int n = h->n_vocab < max ? h->n_vocab : max;
+    memcpy(out, l, (size_t) n * sizeof(float));
+    return n;
+}
+
+size_t pf_state_size(void *handle) {
+    return llama_state_seq_get_size(((struct pf *) handle)->ctx, 0);
+}
+
+size_t pf_state_get(void *handle, uint8_t *buf, size_t cap) {
+    return llama_state_seq_get_data(((struct pf *) handle)->ctx, buf, cap, 0);
+}
+
+// Restore sequence 0; returns the bytes read (0 on failure), as llama_state_seq_set_data.
+size_t pf_state_set(void *handle, const uint8_t *buf, size_t len) {
+    return llama_state_seq_set_data(((struct pf *) handle)->ctx, buf, len, 0);
+}
+
+void pf_clear(void *handle) {
+    llama_memory_clear(llama_get_memory(((struct pf *) handle)->ctx), true);
+}
+
+void pf_free(void *handle) {
+    struct pf *h = handle;
+    if (h == NULL) {
+        return;
+    }
+    llama_free(h->ctx);
+    llama_model_free(h->model);
+    free(h);
+}
+
+// Test-only: die the way a broken engine dies, so the parent's crash reporting is exercised.
+void pf_crash_for_test(void) {
+    raise(SIGSEGV);
+}
