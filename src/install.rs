@@ -308,9 +308,9 @@ impl Root {
             return Err(refuse("does not support symbolic links (simulated)".into()));
         }
         std::os::unix::fs::symlink("x", &a)
-            .map_err(|e| refuse(format!("does not support symbolic links ({e})")))?;
+            .map_err(|e| refuse(format!("cannot create symbolic links ({e})")))?;
         std::os::unix::fs::symlink("y", &b)
-            .map_err(|e| refuse(format!("does not support symbolic links ({e})")))?;
+            .map_err(|e| refuse(format!("cannot create symbolic links ({e})")))?;
         std::fs::rename(&a, &b)
             .map_err(|e| refuse(format!("cannot atomically rename over a link ({e})")))?;
         let target = std::fs::read_link(&b).map_err(|e| refuse(format!("lost a link ({e})")))?;
@@ -760,59 +760,24 @@ impl Root {
         crash_point("install", 1);
 
         let mut timings = BTreeMap::new();
-        let mut used_mode = None;
-        if entry_preexisted {
-            // Immutable entries are reused, but only after they are verified.
-            let v = self.verify_through(&info, &entry_dir)?;
-            if !v.ok {
+        // Everything between the journal and the new generation either completes or is undone
+        // here (a crash in between is undone by recovery from the journal instead).
+        let placed = self.place_entry(
+            &info,
+            &entry_dir,
+            &staging,
+            &artifact_root,
+            manifest_path,
+            mode,
+            &mut timings,
+        );
+        let used_mode = match placed {
+            Ok(m) => m,
+            Err(e) => {
                 self.abort_install(&journal)?;
-                return Err(Error::check(
-                    entry_dir.display(),
-                    format!(
-                        "existing store entry is damaged ({} mismatch(es), first: {})",
-                        v.mismatches.len(),
-                        v.mismatches[0].path
-                    ),
-                ));
+                return Err(e);
             }
-            crash_point("install", 2);
-            crash_point("install", 3);
-        } else {
-            let t = Instant::now();
-            let staged = stage(&artifact_root, &staging, &info, mode).and_then(|m| {
-                // The manifest travels with the entry: what it was built from, for smoke and audit.
-                fsx::write_atomic(&staging.join("manifest.json"), &fsx::read(manifest_path)?)?;
-                Ok(m)
-            });
-            let m = match staged {
-                Ok(m) => m,
-                Err(e) => {
-                    self.abort_install(&journal)?;
-                    return Err(e);
-                }
-            };
-            used_mode = Some(m);
-            timings.insert("stage".to_string(), t.elapsed().as_micros() as u64);
-            crash_point("install", 2);
-            let t = Instant::now();
-            let v = self.verify_through(&info, &staging)?;
-            timings.insert("verify_staged".to_string(), t.elapsed().as_micros() as u64);
-            if !v.ok {
-                self.abort_install(&journal)?;
-                return Err(Error::check(
-                    manifest_path.display(),
-                    format!(
-                        "build outputs do not match the manifest ({} mismatch(es), first: {}); nothing installed",
-                        v.mismatches.len(),
-                        v.mismatches[0].path
-                    ),
-                ));
-            }
-            crash_point("install", 3);
-            seal(&staging)?;
-            std::fs::rename(&staging, &entry_dir).at("rename into", &entry_dir)?;
-            fsx::sync_dir(&self.path.join("store"))?;
-        }
+        };
         crash_point("install", 4);
 
         self.write_gen(&after)?;
@@ -881,6 +846,56 @@ impl Root {
         })
     }
 
+    /// Put the entry into the store: reuse a verified existing entry, or stage the build's
+    /// files (links or copies), verify them against the manifest, seal, rename into place.
+    #[allow(clippy::too_many_arguments)]
+    fn place_entry(
+        &self,
+        info: &EntryInfo,
+        entry_dir: &Path,
+        staging: &Path,
+        artifact_root: &Path,
+        manifest_path: &Path,
+        mode: Option<StageMode>,
+        timings: &mut BTreeMap<String, u64>,
+    ) -> Result<Option<StageMode>> {
+        if entry_dir.exists() {
+            // Immutable entries are reused, but only after they are verified.
+            let v = self.verify_through(info, entry_dir)?;
+            if !v.ok {
+                return Err(mismatch_error(
+                    entry_dir,
+                    "existing store entry is damaged",
+                    &v,
+                ));
+            }
+            crash_point("install", 2);
+            crash_point("install", 3);
+            return Ok(None);
+        }
+        let t = Instant::now();
+        let m = stage(artifact_root, staging, info, mode)?;
+        // The manifest travels with the entry: what it was built from, for smoke and audit.
+        fsx::write_atomic(&staging.join("manifest.json"), &fsx::read(manifest_path)?)?;
+        timings.insert("stage".to_string(), t.elapsed().as_micros() as u64);
+        crash_point("install", 2);
+        let t = Instant::now();
+        let v = self.verify_through(info, staging)?;
+        timings.insert("verify_staged".to_string(), t.elapsed().as_micros() as u64);
+        if !v.ok {
+            return Err(mismatch_error(
+                manifest_path,
+                "build outputs do not match the manifest; nothing installed",
+                &v,
+            ));
+        }
+        crash_point("install", 3);
+        seal(staging)?;
+        std::fs::rename(staging, entry_dir).at("rename into", entry_dir)?;
+        fsx::sync_dir(&self.path.join("store"))?;
+        Ok(Some(m))
+    }
+
     fn abort_install(&self, j: &Journal) -> Result<()> {
         if let Some(s) = &j.staging {
             let p = self.path.join(s);
@@ -933,13 +948,10 @@ impl Root {
         // The restored entry must still be what was recorded when it was installed.
         let pre = self.verify_through(&info, &self.entry_dir(&target.digest))?;
         if !pre.ok {
-            return Err(Error::check(
-                self.entry_dir(&target.digest).display(),
-                format!(
-                    "the {layer} entry is damaged ({} mismatch(es), first: {}); not switching to it",
-                    pre.mismatches.len(),
-                    pre.mismatches[0].path
-                ),
+            return Err(mismatch_error(
+                &self.entry_dir(&target.digest),
+                &format!("the {layer} entry is damaged; not switching to it"),
+                &pre,
             ));
         }
         let mut timings = BTreeMap::new();
@@ -1182,6 +1194,18 @@ pub struct GcOutcome {
     pub removed_generations: usize,
     /// Entries kept.
     pub kept_entries: usize,
+}
+
+/// A failed verification as an error naming the first differing file.
+fn mismatch_error(subject: &Path, what: &str, v: &Verification) -> Error {
+    let first = v.mismatches.first().map(|m| m.path.as_str()).unwrap_or("?");
+    Error::check(
+        subject.display(),
+        format!(
+            "{what} ({} mismatch(es), first: {first})",
+            v.mismatches.len()
+        ),
+    )
 }
 
 fn parse_gen(target: &Path) -> Option<u64> {

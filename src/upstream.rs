@@ -354,6 +354,34 @@ impl Prepared {
     }
 }
 
+impl ResolvedPin {
+    /// A resolved pin whose identity is a file or tree digest (crate, tarball, dir).
+    fn by_digest(
+        pin: &Pin,
+        kind: &str,
+        uri: String,
+        sha256: Sha256,
+        archive: Option<PathBuf>,
+    ) -> Self {
+        let default_commit = match kind {
+            "crate" => uri.trim_start_matches("crate:").replace('@', "-"),
+            _ => format!("{kind}-{}", sha256.short(12)),
+        };
+        let (build_number, build_commit) = build_info(pin, None, default_commit);
+        ResolvedPin {
+            kind: kind.into(),
+            uri,
+            sha256: Some(sha256),
+            git_commit: None,
+            tag: None,
+            subdir: pin.subdir.clone(),
+            build_number,
+            build_commit,
+            archive,
+        }
+    }
+}
+
 fn build_info(pin: &Pin, tag: Option<&str>, default_commit: String) -> (u64, String) {
     let number = pin
         .build_number
@@ -375,38 +403,17 @@ fn prepare(ws: &Workspace, recipe: &Recipe) -> Result<Prepared> {
             sha256,
         } => {
             let path = fetch_crate(ws, name, version, *sha256)?;
-            let (build_number, build_commit) = build_info(pin, None, format!("{name}-{version}"));
+            let uri = format!("crate:{name}@{version}");
             Ok(Prepared {
-                resolved: ResolvedPin {
-                    kind: "crate".into(),
-                    uri: format!("crate:{name}@{version}"),
-                    sha256: Some(*sha256),
-                    git_commit: None,
-                    tag: None,
-                    subdir: pin.subdir.clone(),
-                    build_number,
-                    build_commit,
-                    archive: Some(path.clone()),
-                },
+                resolved: ResolvedPin::by_digest(pin, "crate", uri, *sha256, Some(path.clone())),
                 payload: Payload::Archive(path),
             })
         }
         PinSource::Tarball { path, sha256 } => {
             verify_file(path, *sha256, "tarball")?;
-            let (build_number, build_commit) =
-                build_info(pin, None, format!("tarball-{}", sha256.short(12)));
+            let uri = path.display().to_string();
             Ok(Prepared {
-                resolved: ResolvedPin {
-                    kind: "tarball".into(),
-                    uri: path.display().to_string(),
-                    sha256: Some(*sha256),
-                    git_commit: None,
-                    tag: None,
-                    subdir: pin.subdir.clone(),
-                    build_number,
-                    build_commit,
-                    archive: Some(path.clone()),
-                },
+                resolved: ResolvedPin::by_digest(pin, "tarball", uri, *sha256, Some(path.clone())),
                 payload: Payload::Archive(path.clone()),
             })
         }
@@ -423,20 +430,9 @@ fn prepare(ws: &Workspace, recipe: &Recipe) -> Result<Prepared> {
                 )
                 .with_hint("the folder changed since it was pinned; re-pin it only if the change is intended"));
             }
-            let (build_number, build_commit) =
-                build_info(pin, None, format!("dir-{}", tree_sha256.short(12)));
+            let uri = path.display().to_string();
             Ok(Prepared {
-                resolved: ResolvedPin {
-                    kind: "dir".into(),
-                    uri: path.display().to_string(),
-                    sha256: Some(*tree_sha256),
-                    git_commit: None,
-                    tag: None,
-                    subdir: pin.subdir.clone(),
-                    build_number,
-                    build_commit,
-                    archive: None,
-                },
+                resolved: ResolvedPin::by_digest(pin, "dir", uri, *tree_sha256, None),
                 payload: Payload::Dir(path.clone()),
             })
         }

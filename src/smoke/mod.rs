@@ -356,7 +356,7 @@ pub fn run(target: &SmokeTarget, opts: &SmokeOptions) -> Result<SmokeReport> {
     use std::os::unix::process::ExitStatusExt;
     report.signal = status.and_then(|s| s.signal());
     report.exit_code = status.and_then(|s| s.code());
-    report.stderr_tail = crate::process::tail(&stderr, 25);
+    report.stderr_tail = crate::process::tail(&without_shadow_legend(&stderr), 25);
 
     let asan = asan_signature(&stderr);
     if status.is_none() {
@@ -516,6 +516,25 @@ pub fn asan_signature(stderr: &str) -> Option<String> {
     Some(sig)
 }
 
+/// ASan ends its report with a map of shadow bytes and their legend; the lines worth showing
+/// as "last lines of stderr" are the ones before it (and the ABORTING line after it).
+fn without_shadow_legend(stderr: &str) -> String {
+    let mut out = Vec::new();
+    let mut skipping = false;
+    for line in stderr.lines() {
+        if line.starts_with("Shadow bytes around the buggy address") {
+            skipping = true;
+        }
+        if skipping && line.contains("==ABORTING") {
+            skipping = false;
+        }
+        if !skipping {
+            out.push(line);
+        }
+    }
+    out.join("\n")
+}
+
 fn signal_name(sig: i32) -> &'static str {
     match sig {
         libc::SIGSEGV => "SIGSEGV",
@@ -606,6 +625,15 @@ SUMMARY: AddressSanitizer: heap-buffer-overflow (/b/bin/libllama.so.0+0x1f) in l
         );
         assert!(sig.contains("SUMMARY: AddressSanitizer: heap-buffer-overflow"));
         assert_eq!(asan_signature("all fine\n"), None);
+    }
+
+    #[test]
+    fn shadow_legend_is_left_out_of_the_tail() {
+        let text = "READ of size 4\nSUMMARY: x\nShadow bytes around the buggy address:\n  0x0c: fa\n  Heap left redzone: fa\n==1==ABORTING\n";
+        assert_eq!(
+            without_shadow_legend(text),
+            "READ of size 4\nSUMMARY: x\n==1==ABORTING"
+        );
     }
 
     #[test]
