@@ -17,7 +17,9 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-const EXIT_CODES: &str = "Exit codes: 0 ok; 1 a check failed (verify mismatch); 2 usage or input \
+const EXIT_CODES: &str =
+    "Exit codes: 0 ok; 1 a check failed (verify mismatch, smoke mismatch or crash, \
+refused smoke gate, reverted swap); 2 usage or input \
 error (bad recipe, patch, pin, missing tool; nothing half-written); 3 an external tool failed \
 (CMake, the compiler); 4 internal error.";
 

@@ -550,7 +550,7 @@ impl Root {
             // The rename happened: roll forward (verify through current, write the receipt).
             let before = self.read_gen(j.from_gen)?;
             let after = self.read_gen(j.to_gen)?;
-            let v = self.verify_state(&after)?;
+            let v = self.verify_layer(&after, j.layer)?;
             if !v.ok {
                 // Same rule as a live run: a failed post-swap check reverts.
                 let tmp = self.prepare_swap(j.from_gen)?;
@@ -655,6 +655,21 @@ impl Root {
             .collect()
     }
 
+    /// Verify the entry a layer holds, through the path consumers of that layer use: `current`
+    /// when the layer is the current one, its own stable link otherwise.
+    fn verify_layer(&self, gs: &GenState, layer: Layer) -> Result<Verification> {
+        let Some(slot) = gs.layers.get(&layer) else {
+            return self.verify_state(gs);
+        };
+        let through = if gs.current == Some(layer) {
+            self.path.join("current")
+        } else {
+            self.path.join(layer.as_str())
+        };
+        let info = self.entry_info(&slot.digest)?;
+        self.verify_through(&info, &through)
+    }
+
     fn verify_state(&self, gs: &GenState) -> Result<Verification> {
         match gs.current_slot() {
             Some((_, slot)) => {
@@ -711,7 +726,7 @@ impl Root {
 
         if after.layers == before.layers && after.current == before.current {
             // Already installed: verify and record, no swap.
-            let v = self.verify_state(&before)?;
+            let v = self.verify_layer(&before, layer)?;
             let r = Receipt {
                 seq,
                 op: "install".into(),
@@ -793,8 +808,11 @@ impl Root {
         crash_point("install", 7);
 
         let t = Instant::now();
-        let v = self.verify_state(&after)?;
-        timings.insert("verify_current".to_string(), t.elapsed().as_micros() as u64);
+        let v = self.verify_layer(&after, layer)?;
+        timings.insert(
+            "verify_after_swap".to_string(),
+            t.elapsed().as_micros() as u64,
+        );
         let reverted = !v.ok;
         if reverted {
             let tmp = self.prepare_swap(from_gen)?;

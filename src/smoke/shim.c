@@ -4,7 +4,6 @@
 // test and linked to its libllama, so that version-specific structs (llama_batch,
 // llama_context_params, ...) never cross into Rust. The Rust driver only sees the functions
 // below, whose signatures use plain C types. Bump PF_ABI_VERSION when they change.
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,6 +136,10 @@ void pf_free(void *handle) {
 }
 
 // Test-only: die the way a broken engine dies, so the parent's crash reporting is exercised.
+// A real invalid access, not raise(SIGSEGV): the Rust runtime's SIGSEGV handler returns from a
+// raised signal (it only resets the handler), but a faulting store re-executes and kills. The
+// address is a small constant, not NULL, so that no compiler turns the store into a trap.
 void pf_crash_for_test(void) {
-    raise(SIGSEGV);
+    volatile int *p = (volatile int *) (uintptr_t) 16;
+    *p = 42;
 }
