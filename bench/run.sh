@@ -38,6 +38,40 @@ cmake_opts=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_NA
   -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF
   -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON -DLLAMA_BUILD_NUMBER=0 -DLLAMA_BUILD_COMMIT=llama-cpp-sys-2-0.1.135)
 
+# --- 4. patch application ----------------------------------------------------------------
+# A pristine repository made with plain tar + git; each run clones it (untimed), then times
+# only the application of the three patches.
+patch_bench() {
+  local pristine="$work/pristine"
+  if [ ! -d "$pristine/.git" ]; then
+    mkdir -p "$work/x" && tar xzf "$crate" -C "$work/x"
+    mv "$work/x/llama-cpp-sys-2-0.1.135/llama.cpp" "$pristine"
+    (cd "$pristine" && git init -q && git add -A && git -c user.name=b -c user.email=b@b commit -qm base)
+  fi
+  local reps=10 total_ga=0 total_gm=0 total_pf=0 t0 t1
+  for i in $(seq $reps); do
+    rm -rf "$work/c" && git clone -q "$pristine" "$work/c"
+    t0=$(now); (cd "$work/c" && for p in $(grep -v '^#' "$repo/patches/series"); do git apply "$repo/patches/$p"; done); t1=$(now)
+    total_ga=$(calc "$total_ga + $(elapsed "$t0" "$t1")")
+    rm -rf "$work/c" && git clone -q "$pristine" "$work/c"
+    t0=$(now); (cd "$work/c" && git -c user.name=b -c user.email=b@b am -q "$repo"/patches/0*.patch); t1=$(now)
+    total_gm=$(calc "$total_gm + $(elapsed "$t0" "$t1")")
+    rm -rf "$work/c" && git clone -q "$pristine" "$work/c"
+    t0=$(now); "$pf" patch apply "$work/c" --dir "$repo/patches" >/dev/null; t1=$(now)
+    total_pf=$(calc "$total_pf + $(elapsed "$t0" "$t1")")
+  done
+  git_apply=$(calc "$total_ga / $reps"); git_am=$(calc "$total_gm / $reps"); pf_apply=$(calc "$total_pf / $reps")
+  printf '%-44s %10.3f %10.3f %8s\n' "apply 3 patches: git apply (no commits)" "$git_apply" "$pf_apply" "$(ratio "$pf_apply" "$git_apply")"
+  printf '%-44s %10.3f %10.3f %8s\n' "apply 3 patches as commits: git am" "$git_am" "$pf_apply" "$(ratio "$pf_apply" "$git_am")"
+  echo "(patch rows: mean of $reps runs each, on a fresh clone each time, clone not timed)"
+}
+
+if [ "${1:-all}" = patches ]; then
+  printf '\n%-44s %10s %10s %8s\n' "measure (seconds)" "plain" "pinforge" "ratio"
+  patch_bench
+  exit 0
+fi
+
 # --- 1. cold build -----------------------------------------------------------------------
 # plain: verify the crate digest, extract, apply the three patches, configure, build, hash.
 t0=$(now)
@@ -73,39 +107,9 @@ plain_verify=$(elapsed "$t0" "$t1")
 t0=$(now); "$pf" verify "$manifest" >/dev/null; t1=$(now)
 pf_verify=$(elapsed "$t0" "$t1")
 
-# --- 4. patch application ----------------------------------------------------------------
-pristine=$(ls -d "$work/pf/vendor/llama-cpp-sys-2-0.1.135-"* | grep -v '+' | head -n1)
-reps=10
-t0=$(now)
-for i in $(seq $reps); do
-  rm -rf "$work/ga" && git clone -q "$pristine" "$work/ga"
-  (cd "$work/ga" && for p in $(grep -v '^#' "$repo/patches/series"); do git apply "$repo/patches/$p"; done)
-done
-t1=$(now)
-git_apply=$(calc "$(elapsed "$t0" "$t1") / $reps")
-t0=$(now)
-for i in $(seq $reps); do
-  rm -rf "$work/gm" && git clone -q "$pristine" "$work/gm"
-  (cd "$work/gm" && git -c user.name=b -c user.email=b@b am -q "$repo"/patches/0*.patch)
-done
-t1=$(now)
-git_am=$(calc "$(elapsed "$t0" "$t1") / $reps")
-t0=$(now)
-for i in $(seq $reps); do
-  rm -rf "$work/pa" && git clone -q "$pristine" "$work/pa"
-  "$pf" patch apply "$work/pa" --dir "$repo/patches" >/dev/null
-done
-t1=$(now)
-pf_apply=$(calc "$(elapsed "$t0" "$t1") / $reps")
-t0=$(now)
-for i in $(seq $reps); do rm -rf "$work/c" && git clone -q "$pristine" "$work/c"; done
-t1=$(now)
-clone=$(calc "$(elapsed "$t0" "$t1") / $reps")
 
 printf '\n%-44s %10s %10s %8s\n' "measure (seconds)" "plain" "pinforge" "ratio"
 printf '%-44s %10.2f %10.2f %8s\n' "cold build (extract+patch+configure+build)" "$plain_cold" "$pf_cold" "$(ratio "$pf_cold" "$plain_cold")"
 printf '%-44s %10.3f %10.3f %8s\n' "no-op rebuild (cmake --build vs build)" "$plain_noop" "$pf_noop" "$(ratio "$pf_noop" "$plain_noop")"
 printf '%-44s %10.3f %10.3f %8s\n' "verify outputs (sha256sum vs verify)" "$plain_verify" "$pf_verify" "$(ratio "$pf_verify" "$plain_verify")"
-printf '%-44s %10.3f %10.3f %8s\n' "apply 3 patches: git apply vs patch apply" "$(calc "$git_apply - $clone")" "$(calc "$pf_apply - $clone")" "$(ratio "$(calc "$pf_apply - $clone")" "$(calc "$git_apply - $clone")")"
-printf '%-44s %10.3f %10.3f %8s\n' "apply 3 patches: git am vs patch apply" "$(calc "$git_am - $clone")" "$(calc "$pf_apply - $clone")" "$(ratio "$(calc "$pf_apply - $clone")" "$(calc "$git_am - $clone")")"
-echo "(patch rows: mean of $reps runs, the cost of a fresh clone ($(printf '%.3f' "$clone") s) subtracted)"
+patch_bench

@@ -142,7 +142,7 @@ pub fn build(
         std::fs::File::create(&log_path).at("create", &log_path)?,
     ));
 
-    let (template, actual) = cmake_args(recipe, variant, &tools, &tree, &cmake_dir, &vdir)?;
+    let (template, actual) = cmake_args(variant, &tools, &tree, &cmake_dir, &vdir);
     write_git_shim(&vdir, &tree)?;
 
     // Configure only when the arguments changed (Ninja re-runs CMake itself when a
@@ -288,13 +288,12 @@ fn fsx_create(p: &Path) -> Result<()> {
 /// The configure arguments: the template recorded in the manifest (machine paths replaced by
 /// `${SRC}`, `${BUILD}`, `${TOOL:role}`) and the actual arguments.
 fn cmake_args(
-    recipe: &Recipe,
     variant: &Variant,
     tools: &ResolvedToolchain,
     tree: &Tree,
     cmake_dir: &Path,
     vdir: &Path,
-) -> Result<(Vec<String>, Vec<String>)> {
+) -> (Vec<String>, Vec<String>) {
     let mut t: Vec<String> = vec![
         "-S".into(),
         "${SRC}".into(),
@@ -331,7 +330,6 @@ fn cmake_args(
     for (k, v) in &variant.cmake {
         t.push(format!("-D{k}={v}"));
     }
-    let _ = recipe;
     let src = tree.path.display().to_string();
     let build = cmake_dir.display().to_string();
     let vd = vdir.display().to_string();
@@ -351,7 +349,7 @@ fn cmake_args(
             s
         })
         .collect();
-    Ok((t, actual))
+    (t, actual)
 }
 
 /// ggml's CMakeLists asks git for the commit of its own folder, which inside a vendor

@@ -23,7 +23,7 @@
 use crate::digest::Sha256;
 use crate::error::{Error, IoContext, Result};
 use crate::fsx;
-use crate::manifest::{Resource, Statement};
+use crate::manifest::Statement;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -1273,7 +1273,6 @@ pub fn entry_info_of(st: &Statement) -> Result<EntryInfo> {
         text.push_str(&format!("{p} -> {t}\n"));
     }
     let params = &st.predicate.build_definition.external_parameters;
-    let _: &Vec<Resource> = &st.subject;
     Ok(EntryInfo {
         digest: Sha256::of_bytes(text.as_bytes()),
         recipe: params.recipe.clone(),

@@ -175,6 +175,8 @@ pub struct Pin {
 pub struct Toolchain {
     /// Name in the recipe.
     pub name: String,
+    /// What it is.
+    pub description: Option<String>,
     /// C compiler (name searched in PATH, or a path).
     pub cc: String,
     /// C++ compiler.
@@ -613,9 +615,9 @@ fn resolve_toolchain(name: &str, tc: &Spanned<RawToolchain>, at: &At) -> Result<
             format!("toolchain `{name}` sets CUDA options but no `nvcc`"),
         ));
     }
-    let _ = &t.description;
     Ok(Toolchain {
         name: name.to_string(),
+        description: t.description.clone(),
         cc: t.cc.clone(),
         cxx: t.cxx.clone(),
         requirements,

@@ -212,6 +212,7 @@ mod tests {
     fn missing_compiler_is_an_input_error() {
         let tc = Toolchain {
             name: "cpu".into(),
+            description: None,
             cc: "pinforge-no-such-cc".into(),
             cxx: "g++".into(),
             requirements: BTreeMap::new(),

@@ -574,10 +574,9 @@ fn patch_list_is_the_bibliography_in_series_order() {
 
 #[test]
 fn shipped_patches_stay_valid_for_git_apply_and_patch() {
-    // The header must be ignored by the standard tools: check with `git apply --check` on the
-    // pristine tree materialized from the real crate by an earlier build, when one exists here;
-    // otherwise on a scratch repository holding just the three touched files is not possible
-    // without the tree, so the real check lives in the llama.cpp end-to-end test.
+    // The shape that keeps the header invisible to git apply, git am and patch: fields, a
+    // blank line, the `---` separator, then the diff. (The tools themselves are run on the
+    // real tree in the llama.cpp end-to-end test.)
     for name in [
         "0001-batch-size-ubatch-reserve-pos-for-mrope.patch",
         "0002-kv-cache-broadcast-restored-mrope-positions.patch",

@@ -2,7 +2,7 @@
 //! commit, Pending/Submitted name an issue or PR, every patch names a person), and every
 //! field that is present must be well-formed. Findings carry the line they point at.
 
-use super::header::{Field, Header, UpstreamStatus};
+use super::header::{Header, UpstreamStatus};
 use serde::Serialize;
 
 /// How serious a finding is: errors make `patch lint` exit 2 and block builds.
@@ -522,11 +522,6 @@ fn valid_handle(h: &str) -> bool {
         && h.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
         && h.chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
-}
-
-/// Convenience for callers holding a single field.
-pub fn field_line(f: Option<&Field>) -> usize {
-    f.map(|f| f.line).unwrap_or(1)
 }
 
 #[cfg(test)]

@@ -350,9 +350,7 @@ pub fn run(target: &SmokeTarget, opts: &SmokeOptions) -> Result<SmokeReport> {
             format!("detect_leaks=0:exitcode={ASAN_EXIT}:abort_on_error=0:symbolize=1"),
         );
     }
-    let started = Instant::now();
     let (status, stdout, stderr) = run_with_timeout(&mut cmd, opts.timeout)?;
-    let _ = started;
     use std::os::unix::process::ExitStatusExt;
     report.signal = status.and_then(|s| s.signal());
     report.exit_code = status.and_then(|s| s.code());
