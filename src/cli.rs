@@ -131,6 +131,9 @@ pub enum Command {
     /// Model commands.
     #[command(subcommand)]
     Model(ModelCommand),
+    /// Vendor commands.
+    #[command(subcommand)]
+    Vendor(VendorCommand),
     /// Smoke-decode a build (a manifest) or an installed layer: decode, save the sequence
     /// state, clear, restore, continue, compare with an uninterrupted run. Exit 0 ok, 1
     /// mismatch or crash, 2 error.
@@ -171,6 +174,17 @@ pub enum Command {
         tokens: usize,
         #[arg(long)]
         gpu_layers: i32,
+    },
+}
+
+/// `pinforge vendor ...`
+#[derive(Debug, Subcommand)]
+pub enum VendorCommand {
+    /// Print the digest to pin a local source with: SHA-256 of a tarball, or the tree digest
+    /// of a folder (`tree-sha256` of a `dir` pin).
+    Digest {
+        /// A tarball or a folder
+        path: PathBuf,
     },
 }
 
@@ -273,6 +287,11 @@ fn run(cli: Cli) -> Result<i32> {
         ),
         Command::Model(ModelCommand::Tiny { arch, output, seed }) => {
             cmd_model_tiny(&arch, &output, seed)
+        }
+        Command::Vendor(VendorCommand::Digest { path }) => {
+            let (kind, digest) = crate::upstream::pin_digest(&path)?;
+            println!("{digest}  {kind}  {}", path.display());
+            Ok(exit::OK)
         }
         Command::Smoke {
             manifest,

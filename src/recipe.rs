@@ -860,6 +860,42 @@ cmake = { X = "2", SAN = true }
     }
 
     #[test]
+    fn shipped_recipes_parse_and_resolve_every_variant() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes");
+        let r = Recipe::load(&dir.join("b7992-cuda.toml")).expect("b7992-cuda.toml");
+        assert!(matches!(
+            &r.pin.source,
+            PinSource::Git { tag: Some(t), commit, .. } if t == "b7992" && commit == "612db6188"
+        ));
+        let cuda12 = r.variant("cuda12-unpatched").expect("variant");
+        assert_eq!(
+            cuda12.toolchain.nvcc.as_deref(),
+            Some("/usr/local/cuda-12.8/bin/nvcc")
+        );
+        assert_eq!(cuda12.patches, PatchSelection::List(vec![]));
+        assert_eq!(cuda12.cmake["GGML_CUDA"], "ON");
+        assert_eq!(
+            r.variant("cuda13-patched").expect("variant").toolchain.name,
+            "cuda131"
+        );
+        let c = Recipe::load(&dir.join("mrope-cuda.toml")).expect("mrope-cuda.toml");
+        assert_eq!(
+            c.variant("cuda-patched-sm120")
+                .expect("variant")
+                .toolchain
+                .cuda_architectures
+                .as_deref(),
+            Some("120-real")
+        );
+        // The embedded copy is the repository's file.
+        let disk = Recipe::load(&dir.join("mrope-cpu.toml")).expect("mrope-cpu.toml");
+        assert_eq!(
+            disk.sha256,
+            Recipe::embedded_default().expect("embedded").sha256
+        );
+    }
+
+    #[test]
     fn variants_are_base_plus_delta() {
         let r = parse(MINI).expect("parse");
         let a = r.variant("a").expect("a");

@@ -458,6 +458,17 @@ fn prepare(ws: &Workspace, recipe: &Recipe) -> Result<Prepared> {
     }
 }
 
+/// The digest a `tarball` (`sha256`) or `dir` (`tree-sha256`) pin of `path` needs.
+pub fn pin_digest(path: &Path) -> Result<(&'static str, Sha256)> {
+    if path.is_dir() {
+        Ok(("tree-sha256", tree_digest(path)?))
+    } else if path.is_file() {
+        Ok(("sha256", Sha256::of_file(path)?.0))
+    } else {
+        Err(Error::input(path.display(), "no such file or folder"))
+    }
+}
+
 /// Re-hash a file against its pinned digest.
 pub fn verify_file(path: &Path, want: Sha256, what: &str) -> Result<()> {
     if !path.is_file() {

@@ -1531,3 +1531,97 @@ fn install_root_on_a_filesystem_without_symlinks_is_refused_up_front() {
         stderr(&o)
     );
 }
+
+/// Tarball and folder pins: the digest printed by `vendor digest` pins them, a changed
+/// source is refused.
+#[test]
+fn tarball_and_dir_pins_build_and_refuse_changed_sources() {
+    let t = Tiny::new();
+    let ws = &t.ws;
+    // A tarball with one top-level folder, as release archives have.
+    let tar = ws.parent().expect("parent").join("tiny-1.0.tar.gz");
+    let st = Command::new("tar")
+        .arg("czf")
+        .arg(&tar)
+        .arg("--exclude=.git")
+        .arg("-C")
+        .arg(ws.parent().expect("parent"))
+        .arg("upstream")
+        .status()
+        .expect("tar");
+    assert!(st.success());
+    let digest_of = |p: &Path| -> String {
+        let o = pinforge(ws, &["vendor", "digest", p.to_str().expect("utf8")]);
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        stdout(&o)
+            .split_whitespace()
+            .next()
+            .expect("digest")
+            .to_string()
+    };
+    let tar_sha = digest_of(&tar);
+    let dir_sha = digest_of(&t.upstream);
+    for (kind, extra) in [
+        (
+            "tarball",
+            format!("path = \"{}\"\nsha256 = \"{tar_sha}\"", tar.display()),
+        ),
+        (
+            "dir",
+            format!(
+                "path = \"{}\"\ntree-sha256 = \"{dir_sha}\"",
+                t.upstream.display()
+            ),
+        ),
+    ] {
+        let text = std::fs::read_to_string(ws.join("recipes/tiny.toml"))
+            .expect("recipe")
+            .replace("kind = \"git\"", &format!("kind = \"{kind}\"\n{extra}"));
+        let text: String = text
+            .lines()
+            .filter(|l| {
+                !l.starts_with("url =") && !l.starts_with("tag =") && !l.starts_with("commit =")
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        std::fs::write(ws.join(format!("recipes/tiny-{kind}.toml")), text).expect("write");
+        let o = pinforge(
+            ws,
+            &["build", &format!("recipes/tiny-{kind}.toml"), "--json"],
+        );
+        assert_eq!(code(&o), 0, "{kind}: {}", stderr(&o));
+        let m = json(&o);
+        assert_eq!(m["artifacts"][0]["path"], "bin/libtiny.so.1.0.0", "{kind}");
+    }
+    // The folder changes: its pin no longer holds.
+    std::fs::write(
+        t.upstream.join("tiny.c"),
+        TINY_C.replace("return 1", "return 3"),
+    )
+    .expect("edit");
+    let o = pinforge(ws, &["build", "recipes/tiny-dir.toml"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("tree digest mismatch"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// A compiler error is the engine's failure, not an input error: exit 3, the log's tail
+/// (with the compiler's message) and the log's path.
+#[test]
+fn a_failing_compile_exits_3_with_the_log_tail_and_path() {
+    let t = Tiny::new();
+    let broken = TINY_PATCH.replace("+    return 2;\n", "+    return 2 +;\n");
+    std::fs::write(t.ws.join("patches/0001-tiny-return-2.patch"), broken).expect("write");
+    let o = t.build("patched");
+    assert_eq!(code(&o), 3, "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("error: expected expression") || err.contains("error:"),
+        "{err}"
+    );
+    assert!(err.contains("tiny.c"), "{err}");
+    assert!(err.contains("build/tiny/patched/build.log"), "{err}");
+}
