@@ -199,6 +199,21 @@ fn tiny_build_verify_noop_and_tamper() {
     assert_eq!(artifacts[0]["path"], "bin/libtiny.so.1.0.0");
     let manifest = PathBuf::from(j["manifest"].as_str().expect("manifest"));
 
+    // The toolchain recorded is the binaries that ran, not wrapper scripts (pip's console
+    // script for cmake once stood in for it, with this checkout's path in its shebang).
+    let m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&manifest).expect("manifest")).expect("json");
+    for tool in ["tool:cmake", "tool:ninja", "tool:cc"] {
+        let p = m["predicate"]["buildDefinition"]["internalParameters"]["inputs"][tool]
+            .as_str()
+            .unwrap_or_else(|| panic!("{tool} recorded"));
+        let head = std::fs::read(p).expect("tool binary");
+        assert!(
+            head.starts_with(b"\x7fELF"),
+            "{tool} recorded as {p}, not an ELF binary"
+        );
+    }
+
     // The lock file records the full commit the tag resolved to.
     let lock = std::fs::read_to_string(t.ws.join("recipes/tiny.lock")).expect("lock written");
     assert!(lock.contains(&t.v1.to_string()), "{lock}");
