@@ -807,17 +807,7 @@ impl Root {
         self.ensure_stable_links()?;
         crash_point("install", 7);
 
-        let t = Instant::now();
-        let v = self.verify_layer(&after, layer)?;
-        timings.insert(
-            "verify_after_swap".to_string(),
-            t.elapsed().as_micros() as u64,
-        );
-        let reverted = !v.ok;
-        if reverted {
-            let tmp = self.prepare_swap(from_gen)?;
-            self.swap(&tmp)?;
-        }
+        let (v, reverted) = self.check_swap(&after, layer, from_gen, &mut timings)?;
         crash_point("install", 8);
         timings.insert("total".to_string(), t_total.elapsed().as_micros() as u64);
         let r = Receipt {
@@ -845,15 +835,7 @@ impl Root {
         self.remove_journal()?;
         crash_point("install", 10);
         if reverted {
-            return Err(Error::check(
-                self.path.join("current").display(),
-                format!(
-                    "verification after the swap failed ({} mismatch(es), first: {}); the swap was reverted. Receipt: {}",
-                    v.mismatches.len(),
-                    v.mismatches[0].path,
-                    receipt.display()
-                ),
-            ));
+            return Err(self.reverted_error(&v, &receipt));
         }
         Ok(InstallOutcome {
             receipt,
@@ -912,6 +894,40 @@ impl Root {
         std::fs::rename(staging, entry_dir).at("rename into", entry_dir)?;
         fsx::sync_dir(&self.path.join("store"))?;
         Ok(Some(m))
+    }
+
+    /// The post-swap check shared by install and rollback: verify the changed layer through
+    /// its consumers' path and, on a mismatch, swap back to the previous generation.
+    fn check_swap(
+        &self,
+        after: &GenState,
+        layer: Layer,
+        from_gen: u64,
+        timings: &mut BTreeMap<String, u64>,
+    ) -> Result<(Verification, bool)> {
+        let t = Instant::now();
+        let v = self.verify_layer(after, layer)?;
+        timings.insert(
+            "verify_after_swap".to_string(),
+            t.elapsed().as_micros() as u64,
+        );
+        if !v.ok {
+            let tmp = self.prepare_swap(from_gen)?;
+            self.swap(&tmp)?;
+        }
+        let reverted = !v.ok;
+        Ok((v, reverted))
+    }
+
+    fn reverted_error(&self, v: &Verification, receipt: &Path) -> Error {
+        mismatch_error(
+            Path::new(&v.through),
+            &format!(
+                "verification after the swap failed, so the swap was reverted (receipt {})",
+                receipt.display()
+            ),
+            v,
+        )
     }
 
     fn abort_install(&self, j: &Journal) -> Result<()> {
@@ -999,14 +1015,7 @@ impl Root {
             timings.insert("commit".to_string(), self.swap(&tmp)?);
             self.ensure_stable_links()?;
             crash_point("rollback", 4);
-            let t = Instant::now();
-            let v = self.verify_state(&after)?;
-            timings.insert("verify_current".to_string(), t.elapsed().as_micros() as u64);
-            let reverted = !v.ok;
-            if reverted {
-                let tmp = self.prepare_swap(from_gen)?;
-                self.swap(&tmp)?;
-            }
+            let (v, reverted) = self.check_swap(&after, layer, from_gen, &mut timings)?;
             crash_point("rollback", 5);
             (v, reverted, if reverted { from_gen } else { after.gen })
         };
@@ -1038,13 +1047,7 @@ impl Root {
             crash_point("rollback", 7);
         }
         if reverted {
-            return Err(Error::check(
-                self.path.join("current").display(),
-                format!(
-                    "verification after the swap failed; reverted. Receipt: {}",
-                    receipt.display()
-                ),
-            ));
+            return Err(self.reverted_error(&v, &receipt));
         }
         Ok(RollbackOutcome {
             receipt,
