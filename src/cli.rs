@@ -529,12 +529,17 @@ fn render_verification(v: &Verification) {
     }
 }
 
+/// `--installed [LAYER]`: `current` (the default) or a layer name.
+fn installed_layer(arg: &str) -> Result<Option<Layer>> {
+    match arg {
+        "current" => Ok(None),
+        other => Layer::parse(other).map(Some),
+    }
+}
+
 fn cmd_verify_installed(root: &std::path::Path, layer: &str, json: bool) -> Result<i32> {
     let root = Root::open(root)?;
-    let layer = match layer {
-        "current" => None,
-        other => Some(Layer::parse(other)?),
-    };
+    let layer = installed_layer(layer)?;
     let v = root.verify_installed(layer)?;
     if json {
         print_json(&v)?;
@@ -677,10 +682,7 @@ fn cmd_smoke(ws_root: &std::path::Path, a: SmokeArgs) -> Result<i32> {
     let target = match (&a.installed, &a.manifest) {
         (Some(layer), _) => {
             let root = Root::open(&a.root)?;
-            let layer = match layer.as_str() {
-                "current" => None,
-                other => Some(Layer::parse(other)?),
-            };
+            let layer = installed_layer(layer)?;
             smoke::target_from_installed(&root, layer)?
         }
         (None, Some(m)) => smoke::target_from_manifest(m)?,
