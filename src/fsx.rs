@@ -29,7 +29,15 @@ pub fn sync_dir(path: &Path) -> Result<()> {
 }
 
 /// Write `bytes` to `path` atomically: readers see the old content or the new, never a prefix.
+/// The file is readable by every account (0644): temp files start owner-only, and manifests,
+/// state and receipts must be readable by the service accounts that consume them.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomic_mode(path, bytes, 0o644)
+}
+
+/// [`write_atomic`] with an explicit mode (for example 0o444 for a sealed store file).
+pub fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
     let dir = parent_of(path);
     create_dir_all(&dir)?;
     let mut tmp = tempfile::Builder::new()
@@ -37,6 +45,11 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         .tempfile_in(&dir)
         .at("create temp file in", &dir)?;
     tmp.write_all(bytes).at("write", tmp.path())?;
+    // The temp file is ours (just created), so setting its mode never touches a file another
+    // account owns.
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(mode))
+        .at("chmod", tmp.path())?;
     tmp.as_file().sync_all().at("fsync", tmp.path())?;
     tmp.persist(path)
         .map_err(|e| e.error)
@@ -91,6 +104,16 @@ mod tests {
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
         assert_eq!(names, vec!["f.json".to_string()]);
+    }
+
+    #[test]
+    fn write_atomic_files_are_readable_by_everyone() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("manifest.json");
+        write_atomic(&p, b"{}").expect("write");
+        let mode = std::fs::metadata(&p).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o644, "issue #7 class 9: state and manifests are 0644");
     }
 
     #[test]

@@ -4,6 +4,13 @@
 //! pinned from a local git repository gives fast tests of every path; the llama.cpp tests are
 //! the real ones the issue asks for.
 
+// One module per workstream; the shared fixtures (pinforge runner, tiny upstream, install
+// fixture) live in this file and are reachable from every module as `crate::…`.
+mod inputs;
+mod patch_apply;
+mod artifacts;
+mod trust_install;
+
 use git2::{Repository, Signature};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -22,14 +29,34 @@ fn tool_path() -> PathBuf {
     p
 }
 
+/// Variables of the outer environment that would change what pinforge does: none may leak
+/// into a test (a developer's `PINFORGE_ROOT` must never receive test installs).
+const LEAKY_VARS: &[&str] = &[
+    "PINFORGE_WORKSPACE",
+    "PINFORGE_ROOT",
+    "PINFORGE_CRASH_AT",
+    "PINFORGE_FAIL_WRITE_AFTER",
+    "PINFORGE_FS_PROBE",
+    "PINFORGE_SMOKE_CRASH_TEST",
+    "PINFORGE_SMOKE_VERBOSE",
+    "SOURCE_DATE_EPOCH",
+    "CFLAGS",
+    "CXXFLAGS",
+    "LDFLAGS",
+];
+
+/// A `pinforge` command in `ws` with a clean pinforge environment and the bootstrapped tools.
+fn pinforge_cmd(ws: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_pinforge"));
+    c.current_dir(ws).env("PINFORGE_TOOL_PATH", tool_path());
+    for v in LEAKY_VARS {
+        c.env_remove(v);
+    }
+    c
+}
+
 fn pinforge(ws: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pinforge"))
-        .current_dir(ws)
-        .env("PINFORGE_TOOL_PATH", tool_path())
-        .env_remove("PINFORGE_WORKSPACE")
-        .args(args)
-        .output()
-        .expect("run pinforge")
+    pinforge_cmd(ws).args(args).output().expect("run pinforge")
 }
 
 fn stdout(o: &Output) -> String {
@@ -476,8 +503,7 @@ fn missing_cmake_is_an_input_error_with_the_bootstrap_hint() {
         let real = which(tool).expect("gcc on the machine");
         std::os::unix::fs::symlink(real, bin.join(tool)).expect("link");
     }
-    let o = Command::new(env!("CARGO_BIN_EXE_pinforge"))
-        .current_dir(&t.ws)
+    let o = pinforge_cmd(&t.ws)
         .env("PATH", &bin)
         .env_remove("PINFORGE_TOOL_PATH")
         .args(["build", "recipes/tiny.toml"])
@@ -811,10 +837,8 @@ impl Installed {
         pinforge(&self.t.ws, &all)
     }
     fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_pinforge"));
-        c.current_dir(&self.t.ws)
-            .env("PINFORGE_TOOL_PATH", tool_path())
-            .args(args)
+        let mut c = pinforge_cmd(&self.t.ws);
+        c.args(args)
             .arg("--root")
             .arg(&self.root);
         c
@@ -1240,9 +1264,8 @@ fn enospc_while_staging_leaves_live_untouched_and_store_clean() {
         .unwrap_or(false);
     let root = mnt.join("rollback");
     let run = |args: &[&str], simulate: bool| {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_pinforge"));
-        c.current_dir(dir.path())
-            .args(args)
+        let mut c = pinforge_cmd(dir.path());
+        c.args(args)
             .arg("--root")
             .arg(&root);
         if simulate {
@@ -1516,8 +1539,7 @@ fn install_root_on_a_filesystem_without_symlinks_is_refused_up_front() {
         return;
     }
     let small = synthetic_build(&dir.path().join("small"), &[("lib/libsmall.so", 1000)]);
-    let o = Command::new(env!("CARGO_BIN_EXE_pinforge"))
-        .current_dir(dir.path())
+    let o = pinforge_cmd(dir.path())
         .args([
             "install",
             small.to_str().expect("utf8"),
