@@ -7,6 +7,7 @@ use crate::error::{exit, Error, Result};
 use crate::install::{Layer, Root, StageMode, Verification};
 use crate::manifest;
 use crate::model::{self, Arch};
+use crate::outln;
 use crate::patch::lint::Severity;
 use crate::patch::{Bundle, PatchFile};
 use crate::progress::Reporter;
@@ -236,11 +237,24 @@ pub enum PatchCommand {
 /// Run the CLI and return the process exit code.
 pub fn main() -> i32 {
     let cli = Cli::parse();
-    match run(cli) {
+    let code = match run(cli) {
         Ok(code) => code,
         Err(e) => {
             render_error(&e);
             e.exit_code()
+        }
+    };
+    match crate::output::finish() {
+        // The reader stopped reading (`| head -1`): that is its choice, not a failure.
+        None | Some(crate::output::OutputFailure::Closed) => code,
+        Some(crate::output::OutputFailure::Failed(why)) => {
+            eprintln!("error: standard output: cannot write the report: {why}");
+            eprintln!(
+                "note: the command's own work finished before this (it would have exited {code}); \
+                 whatever it committed stays committed"
+            );
+            eprintln!("hint: `pinforge status` shows the install root; rerun with output to a writable place");
+            exit::INTERNAL
         }
     }
 }
@@ -290,7 +304,7 @@ fn run(cli: Cli) -> Result<i32> {
         }
         Command::Vendor(VendorCommand::Digest { path }) => {
             let (kind, digest) = crate::upstream::pin_digest(&path)?;
-            println!("{digest}  {kind}  {}", path.display());
+            outln!("{digest}  {kind}  {}", path.display());
             Ok(exit::OK)
         }
         Command::Smoke {
@@ -351,7 +365,7 @@ fn render_error(e: &Error) {
 
 fn print_json<T: serde::Serialize>(value: &T) -> Result<()> {
     let s = serde_json::to_string_pretty(value).map_err(|e| Error::Internal(e.to_string()))?;
-    println!("{s}");
+    outln!("{s}");
     Ok(())
 }
 
@@ -454,7 +468,7 @@ fn cmd_build(
 }
 
 fn render_build(o: &BuildOutcome) {
-    println!(
+    outln!(
         "{} {}/{}  input {}  {:.1}s",
         if o.cached { "cached" } else { "built " },
         o.recipe,
@@ -462,17 +476,17 @@ fn render_build(o: &BuildOutcome) {
         o.input_digest.short(16),
         o.seconds
     );
-    println!("  manifest   {}", o.manifest.display());
-    println!("  artifacts  {}", o.artifact_root.display());
+    outln!("  manifest   {}", o.manifest.display());
+    outln!("  artifacts  {}", o.artifact_root.display());
     for a in &o.artifacts {
-        println!(
+        outln!(
             "    {:<28} sha256:{}  {} bytes",
             a.path,
             a.sha256.short(16),
             a.size
         );
     }
-    println!("  log        {}", o.log.display());
+    outln!("  log        {}", o.log.display());
 }
 
 fn cmd_verify(path: &std::path::Path, json: bool) -> Result<i32> {
@@ -480,7 +494,7 @@ fn cmd_verify(path: &std::path::Path, json: bool) -> Result<i32> {
     if json {
         print_json(&report)?;
     } else if report.ok {
-        println!(
+        outln!(
             "ok: {} outputs and {} inputs match {} (input {})",
             report.outputs_checked,
             report.inputs_checked,
@@ -488,18 +502,18 @@ fn cmd_verify(path: &std::path::Path, json: bool) -> Result<i32> {
             report.input_digest.short(16)
         );
         if !report.inputs_absent.is_empty() {
-            println!(
+            outln!(
                 "  not on disk (skipped): {}",
                 report.inputs_absent.join(", ")
             );
         }
     } else {
         for m in &report.mismatches {
-            println!("MISMATCH {} {}", m.role, m.path);
-            println!("  expected {}", m.expected);
-            println!("  found    {}", m.actual);
+            outln!("MISMATCH {} {}", m.role, m.path);
+            outln!("  expected {}", m.expected);
+            outln!("  found    {}", m.actual);
         }
-        println!(
+        outln!(
             "{} mismatch(es) against {}",
             report.mismatches.len(),
             path.display()
@@ -518,14 +532,14 @@ fn install_root(ws_root: &std::path::Path, root: Option<PathBuf>) -> PathBuf {
 
 fn render_verification(v: &Verification) {
     if v.ok {
-        println!("ok: {} file(s) verified through {}", v.files, v.through);
+        outln!("ok: {} file(s) verified through {}", v.files, v.through);
     } else {
         for m in &v.mismatches {
-            println!("MISMATCH {}", m.path);
-            println!("  expected {}", m.expected);
-            println!("  found    {}", m.actual);
+            outln!("MISMATCH {}", m.path);
+            outln!("  expected {}", m.expected);
+            outln!("  found    {}", m.actual);
         }
-        println!("{} mismatch(es) through {}", v.mismatches.len(), v.through);
+        outln!("{} mismatch(es) through {}", v.mismatches.len(), v.through);
     }
 }
 
@@ -628,11 +642,11 @@ fn cmd_install(ws_root: &std::path::Path, a: InstallArgs) -> Result<i32> {
         print_json(&out)?;
     } else {
         if let Some(r) = &out.recovered {
-            println!("recovered an interrupted transaction: {}", r.display());
+            outln!("recovered an interrupted transaction: {}", r.display());
         }
-        println!("installed {} into {layer}", out.entry.display());
+        outln!("installed {} into {layer}", out.entry.display());
         render_verification(&out.verification);
-        println!("receipt {}", out.receipt.display());
+        outln!("receipt {}", out.receipt.display());
     }
     Ok(exit::OK)
 }
@@ -640,7 +654,7 @@ fn cmd_install(ws_root: &std::path::Path, a: InstallArgs) -> Result<i32> {
 fn cmd_model_tiny(arch: &str, output: &std::path::Path, seed: u64) -> Result<i32> {
     let arch = Arch::parse(arch)?;
     let size = model::write_tiny(arch, seed, output)?;
-    println!(
+    outln!(
         "wrote {} ({} bytes, arch {}, seed {seed})",
         output.display(),
         size,
@@ -709,7 +723,7 @@ fn render_smoke(r: &smoke::SmokeReport) {
         Verdict::Crash => "crash",
         Verdict::Error => "error",
     };
-    println!(
+    outln!(
         "smoke {}: {verdict}  (arch {}, device {}, {} tokens, {:.0} tok/s{})",
         r.target,
         r.arch,
@@ -722,22 +736,22 @@ fn render_smoke(r: &smoke::SmokeReport) {
             .unwrap_or_default()
     );
     if let Some(d) = &r.detail {
-        println!("  {d}");
+        outln!("  {d}");
     }
     if let Some(s) = &r.signature {
         for line in s.lines() {
-            println!("  {line}");
+            outln!("  {line}");
         }
     }
     if r.verdict == Verdict::Crash && !r.stderr_tail.is_empty() {
-        println!("  last lines of the engine's stderr:");
+        outln!("  last lines of the engine's stderr:");
         let lines: Vec<&str> = r.stderr_tail.lines().collect();
         for line in &lines[lines.len().saturating_sub(8)..] {
-            println!("    {line}");
+            outln!("    {line}");
         }
     }
     if !r.cuda.driver_present {
-        println!(
+        outln!(
             "  cuda: {}",
             r.cuda.reason.as_deref().unwrap_or("no CUDA driver")
         );
@@ -752,11 +766,11 @@ fn cmd_rollback(root: &std::path::Path, to: Option<String>, json: bool) -> Resul
         print_json(&out)?;
     } else {
         if let Some(r) = &out.recovered {
-            println!("recovered an interrupted transaction: {}", r.display());
+            outln!("recovered an interrupted transaction: {}", r.display());
         }
-        println!("current now shows {}", out.layer);
+        outln!("current now shows {}", out.layer);
         render_verification(&out.verification);
-        println!("receipt {}", out.receipt.display());
+        outln!("receipt {}", out.receipt.display());
     }
     Ok(exit::OK)
 }
@@ -768,37 +782,37 @@ fn cmd_status(root: &std::path::Path, json: bool) -> Result<i32> {
         print_json(&st)?;
         return Ok(exit::OK);
     }
-    println!("install root {} (generation {})", st.root.display(), st.gen);
+    outln!("install root {} (generation {})", st.root.display(), st.gen);
     match &st.current {
-        Some(c) => println!(
+        Some(c) => outln!(
             "current -> {} ({}/{}, {})",
             c.layer,
             c.recipe,
             c.variant,
             c.digest.short(16)
         ),
-        None => println!("current -> nothing installed"),
+        None => outln!("current -> nothing installed"),
     }
     for (name, slot) in &st.layers {
         match slot {
-            Some(s) => println!(
+            Some(s) => outln!(
                 "  {name:<9} {}  {}/{}  verification: {}",
                 s.digest.short(16),
                 s.recipe,
                 s.variant,
                 s.verification
             ),
-            None => println!("  {name:<9} -"),
+            None => outln!("  {name:<9} -"),
         }
     }
     if !st.live_history.is_empty() {
-        println!(
+        outln!(
             "  rollback stack: {} earlier live build(s)",
             st.live_history.len()
         );
     }
     if let Some(j) = &st.transaction {
-        println!(
+        outln!(
             "unfinished transaction {} ({} of {}, generation {} -> {}, phase {}): the next install, rollback or gc finishes or undoes it",
             j.txid, j.op, j.layer, j.from_gen, j.to_gen, j.phase
         );
@@ -810,9 +824,9 @@ fn cmd_gc(root: &std::path::Path) -> Result<i32> {
     let root = Root::open(root)?;
     let out = root.gc()?;
     for e in &out.removed_entries {
-        println!("removed store/{e}");
+        outln!("removed store/{e}");
     }
-    println!(
+    outln!(
         "gc: removed {} entr(ies) and {} old generation(s); {} entr(ies) still referenced",
         out.removed_entries.len(),
         out.removed_generations,
@@ -849,7 +863,7 @@ fn cmd_lint(paths: Vec<PathBuf>) -> Result<i32> {
             Severity::Error => "error",
             Severity::Warning => "warning",
         };
-        println!(
+        outln!(
             "{}:{}: {sev}: {} [{}]",
             path.display(),
             f.line,
@@ -857,10 +871,10 @@ fn cmd_lint(paths: Vec<PathBuf>) -> Result<i32> {
             f.rule
         );
         if let Some(h) = &f.hint {
-            println!("  hint: {h}");
+            outln!("  hint: {h}");
         }
     }
-    println!(
+    outln!(
         "{files} patch(es): {errors} error(s), {} warning(s)",
         findings.len() - errors
     );
@@ -872,9 +886,9 @@ fn cmd_apply(repo: &std::path::Path, dir: &std::path::Path) -> Result<i32> {
     let patches = bundle.select(None)?;
     let applied = crate::patch::apply::apply_to_checkout(repo, &patches)?;
     for a in &applied {
-        println!("{} {}", a.commit.short(12), a.id);
+        outln!("{} {}", a.commit.short(12), a.id);
     }
-    println!(
+    outln!(
         "applied {} patch(es) onto {}",
         applied.len(),
         repo.display()
@@ -896,9 +910,15 @@ fn cmd_list(dir: &std::path::Path, json: bool) -> Result<i32> {
             .unwrap_or_else(|| "-".into())
     };
     let fw = rows.iter().map(|r| r.file.len()).max().unwrap_or(4).max(4);
-    println!(
+    outln!(
         "{:<3} {:<fw$} {:<14} {:<7} {:<7} {:<10} {:<24} URL",
-        "#", "FILE", "STATUS", "ISSUE", "PR", "COMMIT", "HANDLES"
+        "#",
+        "FILE",
+        "STATUS",
+        "ISSUE",
+        "PR",
+        "COMMIT",
+        "HANDLES"
     );
     for (i, r) in rows.iter().enumerate() {
         let status = r
@@ -906,7 +926,7 @@ fn cmd_list(dir: &std::path::Path, json: bool) -> Result<i32> {
             .as_deref()
             .map(|s| s.split(' ').next().unwrap_or(s).to_string())
             .unwrap_or_else(|| "INVALID".into());
-        println!(
+        outln!(
             "{:<3} {:<fw$} {:<14} {:<7} {:<7} {:<10} {:<24} {}",
             i + 1,
             r.file,

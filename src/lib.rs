@@ -11,6 +11,7 @@ pub mod fsx;
 pub mod install;
 pub mod manifest;
 pub mod model;
+pub mod output;
 pub mod patch;
 pub mod process;
 pub mod progress;
