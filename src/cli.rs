@@ -98,6 +98,24 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Compare two builds' manifests: parameters, pin, patches, tools, and every artifact
+    /// and link, same or different. Exit 0 when identical, 1 when anything differs.
+    #[command(
+        after_help = "Example: pinforge diff build/mrope-cpu/unpatched/manifest.json \
+build/mrope-cpu/patched/manifest.json"
+    )]
+    Diff {
+        /// Manifest of side A
+        a: PathBuf,
+        /// Manifest of side B
+        b: PathBuf,
+        /// Show the rows that are the same too
+        #[arg(long)]
+        all: bool,
+        /// Machine-readable output (schema pinforge.diff/v1)
+        #[arg(long)]
+        json: bool,
+    },
     /// Point `current` at another layer, or (default) return live to the previous live build.
     Rollback {
         /// Layer to show through `current`
@@ -345,6 +363,7 @@ fn run(cli: Cli) -> Result<i32> {
         }
         Command::Status { root, json } => cmd_status(&install_root(&ws_root, root), json),
         Command::Gc { root } => cmd_gc(&install_root(&ws_root, root)),
+        Command::Diff { a, b, all, json } => cmd_diff(&a, &b, all, json),
         Command::Patch(PatchCommand::Lint { paths }) => cmd_lint(paths),
         Command::Patch(PatchCommand::List { dir, json }) => cmd_list(&dir, json),
         Command::Patch(PatchCommand::Apply { repo, dir }) => cmd_apply(&repo, &dir),
@@ -943,4 +962,78 @@ fn cmd_list(dir: &std::path::Path, json: bool) -> Result<i32> {
         );
     }
     Ok(exit::OK)
+}
+
+fn cmd_diff(a: &std::path::Path, b: &std::path::Path, all: bool, json: bool) -> Result<i32> {
+    let d = crate::diff::diff(
+        &manifest::Statement::read(a)?,
+        &manifest::Statement::read(b)?,
+    );
+    if json {
+        print_json(&d)?;
+    } else {
+        render_diff(&d, a, b, all);
+    }
+    Ok(if d.identical() {
+        exit::OK
+    } else {
+        exit::CHECK_FAILED
+    })
+}
+
+fn render_diff(d: &crate::diff::ManifestDiff, a: &std::path::Path, b: &std::path::Path, all: bool) {
+    use crate::diff::Change;
+    outln!("A {}  (input {})", a.display(), short(&d.input_digest.0));
+    outln!("B {}  (input {})", b.display(), short(&d.input_digest.1));
+    let sections = [
+        ("parameter", &d.parameters),
+        ("dependency", &d.dependencies),
+        ("artifact", &d.artifacts),
+        ("link", &d.links),
+    ];
+    for (section, rows) in sections {
+        for r in rows.iter().filter(|r| all || r.change != Change::Same) {
+            let (va, vb) = (
+                r.a.as_deref().map(short).unwrap_or("-".into()),
+                r.b.as_deref().map(short).unwrap_or("-".into()),
+            );
+            let what = match r.change {
+                Change::Same => format!("same  {va}"),
+                Change::Different => format!("A {va}  B {vb}"),
+                Change::OnlyA => format!("only in A  {va}"),
+                Change::OnlyB => format!("only in B  {vb}"),
+            };
+            outln!("  {section:<10} {:<40} {what}", r.name);
+        }
+    }
+    let count =
+        |rows: &[crate::diff::Row], c: Change| rows.iter().filter(|r| r.change == c).count();
+    outln!(
+        "{} artifact(s) same, {} different, {} only in A, {} only in B; {}",
+        count(&d.artifacts, Change::Same),
+        count(&d.artifacts, Change::Different),
+        count(&d.artifacts, Change::OnlyA),
+        count(&d.artifacts, Change::OnlyB),
+        if d.identical() {
+            "identical"
+        } else {
+            "the builds differ"
+        }
+    );
+}
+
+/// Long values (digests, digest lists) shortened for a terminal: the first 12 characters of
+/// every 64-hex-digit word.
+fn short(v: &str) -> String {
+    v.split(' ')
+        .map(|w| {
+            let hex = w.rsplit(':').next().unwrap_or(w);
+            if hex.len() == 64 && hex.bytes().all(|c| c.is_ascii_hexdigit()) {
+                w[..w.len() - 52].to_string()
+            } else {
+                w.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }

@@ -5,6 +5,7 @@
 pub mod build;
 pub mod cli;
 pub mod cuda;
+pub mod diff;
 pub mod digest;
 pub mod error;
 pub mod fsx;

@@ -1,0 +1,321 @@
+//! Mechanical comparison of two builds' manifests: parameters (recipe, variant, build type,
+//! targets, CMake arguments, patch list), resolved dependencies (pin, source tree, each patch,
+//! recipe, each tool with its version), and every artifact and link, same or different. This is
+//! what a flip record and `pinforge diff` show; it reads nothing but the two statements, so it
+//! is as trustworthy as the manifests it is given (verify them first).
+
+use crate::manifest::{Resource, Statement};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// How one named thing compares across the two sides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Change {
+    /// Present on both sides with the same digests (and annotations, for dependencies).
+    Same,
+    /// Present on both sides, different.
+    Different,
+    /// Only on side A.
+    OnlyA,
+    /// Only on side B.
+    OnlyB,
+}
+
+/// One row of a comparison: a name, its value on each side, and how they compare.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Row {
+    /// Artifact path, dependency name or parameter name.
+    pub name: String,
+    /// The value on side A (a digest, a version, a parameter), if present.
+    pub a: Option<String>,
+    /// The value on side B, if present.
+    pub b: Option<String>,
+    /// How they compare.
+    pub change: Change,
+}
+
+/// The whole comparison.
+#[derive(Debug, Clone, Serialize)]
+pub struct ManifestDiff {
+    /// `pinforge.diff/v1`.
+    pub schema: &'static str,
+    /// Input digest of each side; equal digests mean the same inputs.
+    pub input_digest: (String, String),
+    /// Parameters: recipe, variant, build_type, targets, patches, and one row per CMake argument
+    /// name (`-DNAME=...`), so that one changed option shows as one row.
+    pub parameters: Vec<Row>,
+    /// Resolved dependencies by name.
+    pub dependencies: Vec<Row>,
+    /// Output artifacts (subjects) by path, with their SHA-256.
+    pub artifacts: Vec<Row>,
+    /// Links among the outputs, by path, with their targets.
+    pub links: Vec<Row>,
+}
+
+impl ManifestDiff {
+    /// True when inputs and outputs are the same on both sides.
+    pub fn identical(&self) -> bool {
+        [
+            &self.parameters,
+            &self.dependencies,
+            &self.artifacts,
+            &self.links,
+        ]
+        .iter()
+        .all(|rows| rows.iter().all(|r| r.change == Change::Same))
+    }
+
+    /// The rows of every section that are not the same, with the section's name.
+    pub fn changes(&self) -> impl Iterator<Item = (&'static str, &Row)> {
+        let sections: [(&'static str, &Vec<Row>); 4] = [
+            ("parameter", &self.parameters),
+            ("dependency", &self.dependencies),
+            ("artifact", &self.artifacts),
+            ("link", &self.links),
+        ];
+        sections
+            .into_iter()
+            .flat_map(|(name, rows)| rows.iter().map(move |r| (name, r)))
+            .filter(|(_, r)| r.change != Change::Same)
+    }
+}
+
+/// Compare two manifests.
+pub fn diff(a: &Statement, b: &Statement) -> ManifestDiff {
+    let da = &a.predicate.build_definition;
+    let db = &b.predicate.build_definition;
+    ManifestDiff {
+        schema: "pinforge.diff/v1",
+        input_digest: (
+            da.internal_parameters.input_digest.to_string(),
+            db.internal_parameters.input_digest.to_string(),
+        ),
+        parameters: rows(parameters(a), parameters(b)),
+        dependencies: rows(
+            resources(&da.resolved_dependencies),
+            resources(&db.resolved_dependencies),
+        ),
+        artifacts: rows(digests(&a.subject), digests(&b.subject)),
+        links: rows(links(a), links(b)),
+    }
+}
+
+/// Merge two name → value maps into sorted rows.
+fn rows(a: BTreeMap<String, String>, b: BTreeMap<String, String>) -> Vec<Row> {
+    let names: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    names
+        .into_iter()
+        .map(|name| {
+            let (va, vb) = (a.get(name).cloned(), b.get(name).cloned());
+            let change = match (&va, &vb) {
+                (Some(x), Some(y)) if x == y => Change::Same,
+                (Some(_), Some(_)) => Change::Different,
+                (Some(_), None) => Change::OnlyA,
+                _ => Change::OnlyB,
+            };
+            Row {
+                name: name.clone(),
+                a: va,
+                b: vb,
+                change,
+            }
+        })
+        .collect()
+}
+
+/// The parameters as named values; CMake arguments are keyed by their option name so that a
+/// changed value is one `Different` row, not a removal and an addition.
+fn parameters(s: &Statement) -> BTreeMap<String, String> {
+    let p = &s.predicate.build_definition.external_parameters;
+    let mut m = BTreeMap::new();
+    m.insert("recipe".into(), p.recipe.clone());
+    m.insert("variant".into(), p.variant.clone());
+    m.insert("build_type".into(), p.build_type.clone());
+    m.insert("targets".into(), p.targets.join(" "));
+    m.insert("patches".into(), p.patches.join(" "));
+    let mut positional = 0usize;
+    for arg in &p.cmake_args {
+        let (key, value) = match arg.strip_prefix("-D").and_then(|d| d.split_once('=')) {
+            // `-DNAME:TYPE=value` and `-DNAME=value` name the same option.
+            Some((k, v)) => (
+                format!("cmake -D{}", k.split(':').next().unwrap_or(k)),
+                v.to_string(),
+            ),
+            None => {
+                positional += 1;
+                (format!("cmake arg #{positional}"), arg.clone())
+            }
+        };
+        m.insert(key, value);
+    }
+    m
+}
+
+/// A resource's comparable value: its digests, plus its annotations (a tool's version, a
+/// patch's order and offsets), in canonical order.
+fn resources(list: &[Resource]) -> BTreeMap<String, String> {
+    list.iter()
+        .map(|r| {
+            let mut parts: Vec<String> = r.digest.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+            parts.extend(
+                r.annotations
+                    .iter()
+                    .filter(|(k, _)| k.as_str() != "path")
+                    .map(|(k, v)| format!("{k}={}", scalar(v))),
+            );
+            (r.name.clone(), parts.join(" "))
+        })
+        .collect()
+}
+
+/// An artifact's comparable value: its SHA-256 (its size follows from the content).
+fn digests(list: &[Resource]) -> BTreeMap<String, String> {
+    list.iter()
+        .map(|r| {
+            let sha = r
+                .sha256()
+                .map(|d| d.to_string())
+                .unwrap_or_else(|| "no sha256".into());
+            (r.name.clone(), sha)
+        })
+        .collect()
+}
+
+fn scalar(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Links among the outputs are byproducts with a `target` annotation.
+fn links(s: &Statement) -> BTreeMap<String, String> {
+    s.predicate
+        .run_details
+        .byproducts
+        .iter()
+        .filter_map(|r| {
+            r.annotations
+                .get("link_target")
+                .map(|t| (r.name.clone(), format!("-> {}", scalar(t))))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::digest::Sha256;
+    use crate::manifest::*;
+
+    fn res(name: &str, sha: &str) -> Resource {
+        let mut digest = BTreeMap::new();
+        digest.insert(
+            "sha256".to_string(),
+            Sha256::of_bytes(sha.as_bytes()).to_string(),
+        );
+        Resource {
+            name: name.into(),
+            uri: None,
+            digest,
+            annotations: BTreeMap::new(),
+        }
+    }
+
+    fn statement(variant: &str, cmake: &[&str], subjects: Vec<Resource>) -> Statement {
+        Statement {
+            type_: STATEMENT_TYPE.into(),
+            subject: subjects,
+            predicate_type: PREDICATE_TYPE.into(),
+            predicate: Provenance {
+                build_definition: BuildDefinition {
+                    build_type: BUILD_TYPE.into(),
+                    external_parameters: ExternalParameters {
+                        recipe: "r".into(),
+                        variant: variant.into(),
+                        build_type: "Release".into(),
+                        targets: vec!["llama".into()],
+                        cmake_args: cmake.iter().map(|s| s.to_string()).collect(),
+                        patches: vec![],
+                    },
+                    internal_parameters: InternalParameters {
+                        artifact_root: ".".into(),
+                        inputs: BTreeMap::new(),
+                        input_digest: Sha256::of_bytes(variant.as_bytes()),
+                    },
+                    resolved_dependencies: vec![res("pin", "p")],
+                },
+                run_details: RunDetails {
+                    builder: Builder {
+                        id: "pinforge".into(),
+                        version: BTreeMap::new(),
+                    },
+                    metadata: Metadata {
+                        invocation_id: String::new(),
+                        started_on: String::new(),
+                        finished_on: String::new(),
+                    },
+                    byproducts: vec![],
+                },
+            },
+        }
+    }
+
+    #[test]
+    fn a_manifest_is_identical_to_itself() {
+        let a = statement(
+            "patched",
+            &["-DGGML_NATIVE=OFF"],
+            vec![res("lib/a.so", "1")],
+        );
+        let d = diff(&a, &a);
+        assert!(d.identical());
+        assert_eq!(d.changes().count(), 0);
+    }
+
+    #[test]
+    fn one_changed_cmake_option_is_one_different_row_whatever_its_type_suffix() {
+        let a = statement("x", &["-DLLAMA_SANITIZE_ADDRESS=OFF"], vec![]);
+        let b = statement("x", &["-DLLAMA_SANITIZE_ADDRESS:BOOL=ON"], vec![]);
+        let d = diff(&a, &b);
+        let changed: Vec<_> = d.changes().collect();
+        assert_eq!(changed.len(), 1, "{changed:?}");
+        assert_eq!(changed[0].1.name, "cmake -DLLAMA_SANITIZE_ADDRESS");
+        assert_eq!(changed[0].1.change, Change::Different);
+    }
+
+    #[test]
+    fn artifacts_are_classified_same_different_and_one_sided() {
+        let a = statement(
+            "a",
+            &[],
+            vec![
+                res("lib/same.so", "s"),
+                res("lib/llama.so", "1"),
+                res("lib/old.so", "o"),
+            ],
+        );
+        let b = statement(
+            "a",
+            &[],
+            vec![
+                res("lib/same.so", "s"),
+                res("lib/llama.so", "2"),
+                res("lib/new.so", "n"),
+            ],
+        );
+        let d = diff(&a, &b);
+        let by: BTreeMap<&str, Change> = d
+            .artifacts
+            .iter()
+            .map(|r| (r.name.as_str(), r.change))
+            .collect();
+        assert_eq!(by["lib/same.so"], Change::Same);
+        assert_eq!(by["lib/llama.so"], Change::Different);
+        assert_eq!(by["lib/old.so"], Change::OnlyA);
+        assert_eq!(by["lib/new.so"], Change::OnlyB);
+        assert!(!d.identical());
+    }
+}
