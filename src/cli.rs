@@ -18,16 +18,10 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-const EXIT_CODES: &str =
-    "Exit codes: 0 ok; 1 a check failed (verify mismatch, smoke mismatch or crash, \
-refused smoke gate, reverted swap); 2 usage or input \
-error (bad recipe, patch, pin, missing tool; nothing half-written); 3 an external tool failed \
-(CMake, the compiler); 4 internal error.";
-
 /// pinforge: pin an upstream inference engine, carry attributed patches, build variants with
 /// verifiable provenance.
 #[derive(Debug, Parser)]
-#[command(name = "pinforge", version, after_help = EXIT_CODES)]
+#[command(name = "pinforge", version, after_help = crate::error::ExitCode::help_table())]
 pub struct Cli {
     /// Workspace folder holding vendor/ and build/ [default: current directory]
     #[arg(long, global = true, env = "PINFORGE_WORKSPACE")]

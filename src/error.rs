@@ -5,18 +5,81 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-/// Exit codes, documented in the README and in `pinforge --help`.
-pub mod exit {
+/// Every exit code pinforge ends with: one enum, from which `--help`'s table and the README's
+/// table are checked (a test compares them), so the three can never drift apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitCode {
     /// Everything checked out.
-    pub const OK: i32 = 0;
-    /// A check failed: verify mismatch, lint finding on a valid run, smoke failure, audit drift.
-    pub const CHECK_FAILED: i32 = 1;
+    Ok = 0,
+    /// A check failed: verify mismatch, smoke failure, refused gate, reverted swap, builds that
+    /// differ.
+    CheckFailed = 1,
     /// Usage or input error: bad recipe, patch, pin, missing tool; nothing was half-written.
-    pub const INPUT: i32 = 2;
-    /// An external tool ran and failed (CMake configure, the compiler): the engine's problem.
-    pub const TOOL_FAILED: i32 = 3;
+    Input = 2,
+    /// An external tool ran and failed (CMake configure, the compiler): the log's tail is shown.
+    ToolFailed = 3,
     /// Internal error: I/O failure, git store corruption, a bug in pinforge.
-    pub const INTERNAL: i32 = 4;
+    Internal = 4,
+}
+
+impl ExitCode {
+    /// All codes, in order.
+    pub const ALL: [ExitCode; 5] = [
+        ExitCode::Ok,
+        ExitCode::CheckFailed,
+        ExitCode::Input,
+        ExitCode::ToolFailed,
+        ExitCode::Internal,
+    ];
+
+    /// The numeric code.
+    pub fn code(self) -> i32 {
+        self as i32
+    }
+
+    /// What the code means, as the help and the README say it.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            ExitCode::Ok => "ok",
+            ExitCode::CheckFailed => {
+                "a check failed: verify mismatch, smoke `mismatch` or `crash`, a refused smoke \
+                 gate, a reverted swap, builds that differ (`diff`)"
+            }
+            ExitCode::Input => {
+                "usage or input error: bad recipe, patch, pin, manifest, missing tool. Nothing \
+                 is half-written."
+            }
+            ExitCode::ToolFailed => {
+                "an external tool failed (CMake configure, the compiler); the log's tail and \
+                 path are shown"
+            }
+            ExitCode::Internal => "internal error (I/O, repository corruption, a pinforge bug)",
+        }
+    }
+
+    /// The table shown at the end of `pinforge --help`.
+    pub fn help_table() -> String {
+        let mut s = String::from("Exit codes:\n");
+        for c in ExitCode::ALL {
+            s.push_str(&format!("  {}  {}\n", c.code(), c.meaning()));
+        }
+        s
+    }
+}
+
+/// The exit codes as plain integers, for code that returns `i32` (kept as the short spelling).
+pub mod exit {
+    use super::ExitCode;
+    /// [`ExitCode::Ok`].
+    pub const OK: i32 = ExitCode::Ok as i32;
+    /// [`ExitCode::CheckFailed`].
+    pub const CHECK_FAILED: i32 = ExitCode::CheckFailed as i32;
+    /// [`ExitCode::Input`].
+    pub const INPUT: i32 = ExitCode::Input as i32;
+    /// [`ExitCode::ToolFailed`].
+    pub const TOOL_FAILED: i32 = ExitCode::ToolFailed as i32;
+    /// [`ExitCode::Internal`].
+    pub const INTERNAL: i32 = ExitCode::Internal as i32;
 }
 
 /// The library's error type.

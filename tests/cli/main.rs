@@ -635,9 +635,17 @@ fn shipped_patches_stay_valid_for_git_apply_and_patch() {
 }
 
 #[test]
-fn cli_help_documents_exit_codes() {
+fn the_help_and_the_readme_list_the_same_exit_codes_as_the_enum() {
+    // issue #8: one exit-code enum generates the help's table; the README must say the same.
     let o = pinforge(&repo_root(), &["--help"]);
-    assert!(stdout(&o).contains("Exit codes: 0 ok; 1 a check failed"));
+    let help = stdout(&o);
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("README");
+    for c in pinforge::error::ExitCode::ALL {
+        let line = format!("  {}  {}", c.code(), c.meaning());
+        assert!(help.contains(&line), "--help lacks `{line}`:\n{help}");
+        let row = format!("| {} | {} |", c.code(), c.meaning());
+        assert!(readme.contains(&row), "README lacks `{row}`");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
