@@ -1,0 +1,100 @@
+//! `pinforge build`: resolve, materialize, patch, configure, build, write the manifest.
+
+use super::reporter::TermReporter;
+use super::{print_json, JsonArg};
+use crate::build::{self, BuildOptions, BuildOutcome};
+use crate::error::{exit, Result};
+use crate::outln;
+use crate::recipe::Recipe;
+use crate::workspace::Workspace;
+use std::path::PathBuf;
+
+/// Arguments of `build`.
+#[derive(Debug, clap::Args)]
+pub struct BuildArgs {
+    /// Recipe TOML [default: the embedded recipes/mrope-cpu.toml]
+    pub recipe: Option<PathBuf>,
+    /// Variant(s) to build [default: the recipe's default-variant]
+    #[arg(long = "variant", short = 'v')]
+    pub variants: Vec<String>,
+    /// Ninja parallelism
+    #[arg(long, short = 'j')]
+    pub jobs: Option<usize>,
+    #[command(flatten)]
+    pub out: JsonArg,
+}
+
+/// Run `build`.
+pub(super) fn run(ws_root: &std::path::Path, a: BuildArgs) -> Result<i32> {
+    cmd_build(ws_root, a.recipe, a.variants, a.jobs, a.out.json)
+}
+
+fn cmd_build(
+    ws_root: &std::path::Path,
+    recipe_path: Option<PathBuf>,
+    variants: Vec<String>,
+    jobs: Option<usize>,
+    json: bool,
+) -> Result<i32> {
+    let ws = Workspace::new(ws_root)?;
+    let recipe = match &recipe_path {
+        Some(p) => Recipe::load(p)?,
+        None => Recipe::embedded_default()?,
+    };
+    let names = if variants.is_empty() {
+        vec![recipe.default_variant.to_string()]
+    } else {
+        variants
+    };
+    // Resolve every name first: a typo in the third variant must not cost two builds.
+    let selected = names
+        .iter()
+        .map(|n| recipe.variant(n))
+        .collect::<Result<Vec<_>>>()?;
+    let reporter = TermReporter::new(false);
+    let mut outcomes = Vec::new();
+    for v in selected {
+        let outcome = build::build(
+            &ws,
+            &recipe,
+            v,
+            &BuildOptions {
+                jobs,
+                reporter: &reporter,
+            },
+        )?;
+        if !json {
+            render_build(&outcome);
+        }
+        outcomes.push(outcome);
+    }
+    if json {
+        match outcomes.as_slice() {
+            [one] => print_json(one)?,
+            many => print_json(&many)?,
+        }
+    }
+    Ok(exit::OK)
+}
+
+fn render_build(o: &BuildOutcome) {
+    outln!(
+        "{} {}/{}  input {}  {:.1}s",
+        if o.cached { "cached" } else { "built " },
+        o.recipe,
+        o.variant,
+        o.input_digest.short(16),
+        o.seconds
+    );
+    outln!("  manifest   {}", o.manifest.display());
+    outln!("  artifacts  {}", o.artifact_root.display());
+    for a in &o.artifacts {
+        outln!(
+            "    {:<28} sha256:{}  {} bytes",
+            a.path,
+            a.sha256.short(16),
+            a.size
+        );
+    }
+    outln!("  log        {}", o.log.display());
+}

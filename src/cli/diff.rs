@@ -1,0 +1,101 @@
+//! `pinforge diff`: two builds' manifests compared, parameter by parameter and artifact by
+//! artifact.
+
+use super::{print_json, JsonArg};
+use crate::error::{exit, Result};
+use crate::manifest;
+use crate::outln;
+use std::path::PathBuf;
+
+/// Arguments of `diff`.
+#[derive(Debug, clap::Args)]
+pub struct DiffArgs {
+    /// Manifest of side A
+    pub a: PathBuf,
+    /// Manifest of side B
+    pub b: PathBuf,
+    /// Show the rows that are the same too
+    #[arg(long)]
+    pub all: bool,
+    #[command(flatten)]
+    pub out: JsonArg,
+}
+
+/// Run `diff`.
+pub(super) fn run(a: DiffArgs) -> Result<i32> {
+    cmd_diff(&a.a, &a.b, a.all, a.out.json)
+}
+
+fn cmd_diff(a: &std::path::Path, b: &std::path::Path, all: bool, json: bool) -> Result<i32> {
+    let d = crate::diff::diff(
+        &manifest::Statement::read(a)?,
+        &manifest::Statement::read(b)?,
+    );
+    if json {
+        print_json(&d)?;
+    } else {
+        render_diff(&d, a, b, all);
+    }
+    Ok(if d.identical() {
+        exit::OK
+    } else {
+        exit::CHECK_FAILED
+    })
+}
+
+fn render_diff(d: &crate::diff::ManifestDiff, a: &std::path::Path, b: &std::path::Path, all: bool) {
+    use crate::diff::Change;
+    outln!("A {}  (input {})", a.display(), short(&d.input_digest.0));
+    outln!("B {}  (input {})", b.display(), short(&d.input_digest.1));
+    let sections = [
+        ("parameter", &d.parameters),
+        ("dependency", &d.dependencies),
+        ("artifact", &d.artifacts),
+        ("link", &d.links),
+    ];
+    for (section, rows) in sections {
+        for r in rows.iter().filter(|r| all || r.change != Change::Same) {
+            let (va, vb) = (
+                r.a.as_deref().map(short).unwrap_or("-".into()),
+                r.b.as_deref().map(short).unwrap_or("-".into()),
+            );
+            let what = match r.change {
+                Change::Same => format!("same  {va}"),
+                Change::Different => format!("A {va}  B {vb}"),
+                Change::OnlyA => format!("only in A  {va}"),
+                Change::OnlyB => format!("only in B  {vb}"),
+            };
+            outln!("  {section:<10} {:<40} {what}", r.name);
+        }
+    }
+    let count =
+        |rows: &[crate::diff::Row], c: Change| rows.iter().filter(|r| r.change == c).count();
+    outln!(
+        "{} artifact(s) same, {} different, {} only in A, {} only in B; {}",
+        count(&d.artifacts, Change::Same),
+        count(&d.artifacts, Change::Different),
+        count(&d.artifacts, Change::OnlyA),
+        count(&d.artifacts, Change::OnlyB),
+        if d.identical() {
+            "identical"
+        } else {
+            "the builds differ"
+        }
+    );
+}
+
+/// Long values (digests, digest lists) shortened for a terminal: the first 12 characters of
+/// every 64-hex-digit word.
+fn short(v: &str) -> String {
+    v.split(' ')
+        .map(|w| {
+            let hex = w.rsplit(':').next().unwrap_or(w);
+            if hex.len() == 64 && hex.bytes().all(|c| c.is_ascii_hexdigit()) {
+                w[..w.len() - 52].to_string()
+            } else {
+                w.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}

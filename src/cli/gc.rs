@@ -1,0 +1,33 @@
+//! `pinforge gc`: remove store entries nothing references.
+
+use super::RootArg;
+use crate::error::{exit, Result};
+use crate::install::Root;
+use crate::outln;
+
+/// Arguments of `gc`.
+#[derive(Debug, clap::Args)]
+pub struct GcArgs {
+    #[command(flatten)]
+    pub root: RootArg,
+}
+
+/// Run `gc`.
+pub(super) fn run(ws_root: &std::path::Path, a: GcArgs) -> Result<i32> {
+    cmd_gc(&a.root.resolve(ws_root))
+}
+
+fn cmd_gc(root: &std::path::Path) -> Result<i32> {
+    let root = Root::open(root)?;
+    let out = root.gc()?;
+    for e in &out.removed_entries {
+        outln!("removed store/{e}");
+    }
+    outln!(
+        "gc: removed {} entr(ies) and {} old generation(s); {} entr(ies) still referenced",
+        out.removed_entries.len(),
+        out.removed_generations,
+        out.kept_entries
+    );
+    Ok(exit::OK)
+}

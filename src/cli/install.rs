@@ -1,0 +1,144 @@
+//! `pinforge install`: stage a build into the install root and commit a layer change.
+
+use super::smoke::{render_smoke, smoke_options};
+use super::verify::render_verification;
+use super::{print_json, JsonArg, RootArg};
+use crate::error::{exit, Error, Result};
+use crate::install::{Layer, Root, StageMode};
+use crate::outln;
+use crate::recipe::Recipe;
+use crate::smoke::{self, Verdict};
+use crate::workspace::Workspace;
+use std::path::PathBuf;
+
+/// Arguments of `install`.
+#[derive(Debug, clap::Args)]
+pub struct InstallCmd {
+    /// A manifest, or a recipe (with --variant) whose build is in the workspace
+    /// [default: the embedded recipe]
+    pub target: Option<PathBuf>,
+    /// Variant (when TARGET is a recipe)
+    #[arg(long, short = 'v')]
+    pub variant: Option<String>,
+    /// live, control or original
+    #[arg(long)]
+    pub layer: String,
+    #[command(flatten)]
+    pub root: RootArg,
+    /// Copy instead of hard-linking the build outputs
+    #[arg(long)]
+    pub copy: bool,
+    /// Gate: smoke-decode the build first and refuse the swap unless the verdict is ok
+    #[arg(long)]
+    pub smoke: bool,
+    /// Architecture of the gate's tiny model
+    #[arg(long, default_value = "qwen2vl")]
+    pub smoke_arch: String,
+    #[command(flatten)]
+    pub out: JsonArg,
+}
+
+/// Run `install`.
+pub(super) fn run(ws_root: &std::path::Path, a: InstallCmd) -> Result<i32> {
+    let root = a.root.resolve(ws_root);
+    cmd_install(
+        ws_root,
+        InstallArgs {
+            target: a.target,
+            variant: a.variant,
+            layer: a.layer,
+            root,
+            copy: a.copy,
+            smoke: a.smoke.then_some(a.smoke_arch),
+            json: a.out.json,
+        },
+    )
+}
+
+/// The manifest an install names: a manifest file, or a recipe + variant built in the workspace.
+fn manifest_for(
+    ws_root: &std::path::Path,
+    target: Option<PathBuf>,
+    variant: Option<String>,
+) -> Result<PathBuf> {
+    if let Some(t) = &target {
+        if t.extension().is_some_and(|x| x == "json") {
+            if variant.is_some() {
+                return Err(Error::input(
+                    t.display(),
+                    "--variant goes with a recipe, not a manifest",
+                ));
+            }
+            return Ok(t.clone());
+        }
+    }
+    let recipe = match &target {
+        Some(p) => Recipe::load(p)?,
+        None => Recipe::embedded_default()?,
+    };
+    let v = recipe.variant(
+        variant
+            .as_deref()
+            .unwrap_or(recipe.default_variant.as_str()),
+    )?;
+    let ws = Workspace::new(ws_root)?;
+    let m = ws
+        .variant_dir(&recipe.name, v.name.as_str())
+        .join("manifest.json");
+    if !m.exists() {
+        return Err(
+            Error::input(m.display(), "no build of this variant in the workspace")
+                .with_hint(format!("run `pinforge build --variant {}` first", v.name)),
+        );
+    }
+    Ok(m)
+}
+
+struct InstallArgs {
+    target: Option<PathBuf>,
+    variant: Option<String>,
+    layer: String,
+    root: PathBuf,
+    copy: bool,
+    smoke: Option<String>,
+    json: bool,
+}
+
+fn cmd_install(ws_root: &std::path::Path, a: InstallArgs) -> Result<i32> {
+    let layer = Layer::parse(&a.layer)?;
+    let manifest = manifest_for(ws_root, a.target, a.variant)?;
+    let json = a.json;
+    if let Some(arch) = &a.smoke {
+        // The gate smokes the very bytes install will stage (install re-verifies them).
+        let target = smoke::target_from_manifest(&manifest)?;
+        let report = smoke::run(
+            &target,
+            &smoke_options(ws_root, None, Some(arch.clone()), 16, false)?,
+        )?;
+        if !json {
+            render_smoke(&report);
+        }
+        if report.verdict != Verdict::Ok {
+            return Err(Error::check(
+                manifest.display(),
+                format!(
+                    "smoke gate: verdict {:?}, not ok; the swap was not committed",
+                    report.verdict
+                ),
+            ));
+        }
+    }
+    let root = Root::open(&a.root)?;
+    let out = root.install(&manifest, layer, a.copy.then_some(StageMode::Copy))?;
+    if json {
+        print_json(&out)?;
+    } else {
+        if let Some(r) = &out.recovered {
+            outln!("recovered an interrupted transaction: {}", r.display());
+        }
+        outln!("installed {} into {layer}", out.entry.display());
+        render_verification(&out.verification);
+        outln!("receipt {}", out.receipt.display());
+    }
+    Ok(exit::OK)
+}

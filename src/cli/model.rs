@@ -1,0 +1,43 @@
+//! `pinforge model tiny`: write a tiny random-weight GGUF model.
+
+use crate::error::{exit, Result};
+use crate::model::{self, Arch};
+use crate::outln;
+use clap::Subcommand;
+use std::path::PathBuf;
+
+/// `pinforge model ...`
+#[derive(Debug, Subcommand)]
+pub enum ModelCommand {
+    /// Write a tiny random-weight GGUF model (deterministic for a seed, well under 1 MB).
+    Tiny {
+        /// qwen2vl (M-RoPE) or qwen2 (classical RoPE, same weights)
+        #[arg(long)]
+        arch: String,
+        /// Output file
+        #[arg(short = 'o', long)]
+        output: PathBuf,
+        /// Seed for the weights
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+}
+
+/// Run `model ...`.
+pub(super) fn run(c: ModelCommand) -> Result<i32> {
+    match c {
+        ModelCommand::Tiny { arch, output, seed } => cmd_model_tiny(&arch, &output, seed),
+    }
+}
+
+fn cmd_model_tiny(arch: &str, output: &std::path::Path, seed: u64) -> Result<i32> {
+    let arch = Arch::parse(arch)?;
+    let size = model::write_tiny(arch, seed, output)?;
+    outln!(
+        "wrote {} ({} bytes, arch {}, seed {seed})",
+        output.display(),
+        size,
+        arch.name()
+    );
+    Ok(exit::OK)
+}

@@ -1,0 +1,157 @@
+//! `pinforge patch lint|list|apply`: the attributed bundle's checks, bibliography and
+//! application onto a checkout.
+
+use super::print_json;
+use crate::error::{exit, Result};
+use crate::outln;
+use crate::patch::lint::Severity;
+use crate::patch::{Bundle, PatchFile};
+use clap::Subcommand;
+use std::path::PathBuf;
+
+/// `pinforge patch ...`
+#[derive(Debug, Subcommand)]
+pub enum PatchCommand {
+    /// Check attribution headers (every patch in patches/ by default); exit 2 on any error.
+    Lint {
+        /// Patch files or bundle folders
+        paths: Vec<PathBuf>,
+    },
+    /// Apply the series onto a clean git checkout, one commit per patch with attribution
+    /// trailers (no fuzz; a hunk that does not match is shown, nothing is committed for it).
+    Apply {
+        /// The checkout
+        repo: PathBuf,
+        /// Bundle folder
+        #[arg(long, default_value = "patches")]
+        dir: PathBuf,
+    },
+    /// The bibliography: one row per patch in series order.
+    List {
+        /// Bundle folder
+        #[arg(long, default_value = "patches")]
+        dir: PathBuf,
+        /// Machine-readable output
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Run `patch ...`.
+pub(super) fn run(c: PatchCommand) -> Result<i32> {
+    match c {
+        PatchCommand::Lint { paths } => cmd_lint(paths),
+        PatchCommand::List { dir, json } => cmd_list(&dir, json),
+        PatchCommand::Apply { repo, dir } => cmd_apply(&repo, &dir),
+    }
+}
+
+fn cmd_lint(paths: Vec<PathBuf>) -> Result<i32> {
+    let paths = if paths.is_empty() {
+        vec![PathBuf::from("patches")]
+    } else {
+        paths
+    };
+    let mut findings = Vec::new();
+    let mut files = 0usize;
+    for p in &paths {
+        if p.is_dir() {
+            let b = Bundle::load(p)?;
+            files += b.files.len();
+            findings.extend(b.lint());
+        } else {
+            let f = PatchFile::read(p)?;
+            files += 1;
+            findings.extend(f.findings.iter().map(|x| (f.origin.clone(), x.clone())));
+        }
+    }
+    let errors = findings
+        .iter()
+        .filter(|(_, f)| f.severity == Severity::Error)
+        .count();
+    for (path, f) in &findings {
+        let sev = match f.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        };
+        outln!(
+            "{}:{}: {sev}: {} [{}]",
+            path.display(),
+            f.line,
+            f.message,
+            f.rule
+        );
+        if let Some(h) = &f.hint {
+            outln!("  hint: {h}");
+        }
+    }
+    outln!(
+        "{files} patch(es): {errors} error(s), {} warning(s)",
+        findings.len() - errors
+    );
+    Ok(if errors > 0 { exit::INPUT } else { exit::OK })
+}
+
+fn cmd_apply(repo: &std::path::Path, dir: &std::path::Path) -> Result<i32> {
+    let bundle = Bundle::load(dir)?;
+    let patches = bundle.select(None)?;
+    let applied = crate::patch::apply::apply_to_checkout(repo, &patches)?;
+    for a in &applied {
+        outln!("{} {}", a.commit.short(12), a.id);
+    }
+    outln!(
+        "applied {} patch(es) onto {}",
+        applied.len(),
+        repo.display()
+    );
+    Ok(exit::OK)
+}
+
+fn cmd_list(dir: &std::path::Path, json: bool) -> Result<i32> {
+    let bundle = Bundle::load(dir)?;
+    let rows = bundle.bibliography();
+    if json {
+        print_json(&rows)?;
+        return Ok(exit::OK);
+    }
+    let short = |u: &Option<String>| {
+        u.as_deref()
+            .and_then(|u| u.rsplit('/').next())
+            .map(|n| format!("#{n}"))
+            .unwrap_or_else(|| "-".into())
+    };
+    let fw = rows.iter().map(|r| r.file.len()).max().unwrap_or(4).max(4);
+    outln!(
+        "{:<3} {:<fw$} {:<14} {:<7} {:<7} {:<10} {:<24} URL",
+        "#",
+        "FILE",
+        "STATUS",
+        "ISSUE",
+        "PR",
+        "COMMIT",
+        "HANDLES"
+    );
+    for (i, r) in rows.iter().enumerate() {
+        let status = r
+            .status
+            .as_deref()
+            .map(|s| s.split(' ').next().unwrap_or(s).to_string())
+            .unwrap_or_else(|| "INVALID".into());
+        outln!(
+            "{:<3} {:<fw$} {:<14} {:<7} {:<7} {:<10} {:<24} {}",
+            i + 1,
+            r.file,
+            status,
+            short(&r.issue),
+            short(&r.pr),
+            r.commit.as_deref().unwrap_or("-"),
+            if r.handles.is_empty() {
+                "-".to_string()
+            } else {
+                r.handles.join(",")
+            },
+            r.url.as_deref().unwrap_or("-")
+        );
+    }
+    Ok(exit::OK)
+}

@@ -1,0 +1,172 @@
+//! `pinforge smoke` and its hidden child process: a smoke decode of a build or an installed
+//! layer, with the verdict rendered.
+
+use super::{installed_layer, print_json, JsonArg, RootArg};
+use crate::error::{exit, Error, Result};
+use crate::install::Root;
+use crate::model::Arch;
+use crate::outln;
+use crate::smoke::{self, SmokeOptions, Verdict};
+use crate::workspace::Workspace;
+use std::path::PathBuf;
+
+/// Arguments of `smoke`.
+#[derive(Debug, clap::Args)]
+pub struct SmokeCmd {
+    /// A manifest written by `pinforge build`
+    #[arg(required_unless_present = "installed")]
+    pub manifest: Option<PathBuf>,
+    /// Smoke the install root: `current`, or the named layer
+    #[arg(long, num_args = 0..=1, default_missing_value = "current", value_name = "LAYER")]
+    pub installed: Option<String>,
+    #[command(flatten)]
+    pub root: RootArg,
+    /// A GGUF model [default: the tiny model of --arch]
+    #[arg(long, conflicts_with = "arch")]
+    pub model: Option<PathBuf>,
+    /// Architecture of the generated tiny model: qwen2vl (M-RoPE) or qwen2 (control)
+    #[arg(long)]
+    pub arch: Option<String>,
+    /// Tokens to generate (the state is saved and restored halfway)
+    #[arg(long, default_value_t = 16)]
+    pub tokens: usize,
+    #[command(flatten)]
+    pub out: JsonArg,
+    /// Test only: make the engine call crash
+    #[arg(long, hide = true)]
+    pub crash_test: bool,
+}
+
+/// Arguments of the hidden `__smoke-child` command.
+#[derive(Debug, clap::Args)]
+pub struct SmokeChildArgs {
+    #[arg(long)]
+    pub shim: PathBuf,
+    #[arg(long)]
+    pub model: PathBuf,
+    #[arg(long)]
+    pub tokens: usize,
+    #[arg(long)]
+    pub gpu_layers: i32,
+}
+
+/// Run `smoke`.
+pub(super) fn run(ws_root: &std::path::Path, a: SmokeCmd) -> Result<i32> {
+    let root = a.root.resolve(ws_root);
+    cmd_smoke(
+        ws_root,
+        SmokeArgs {
+            manifest: a.manifest,
+            installed: a.installed,
+            root,
+            model: a.model,
+            arch: a.arch,
+            tokens: a.tokens,
+            json: a.out.json,
+            crash_test: a.crash_test,
+        },
+    )
+}
+
+/// Run the smoke child: one decode in this process, its report as JSON on stdout.
+pub(super) fn run_child(a: SmokeChildArgs) -> Result<i32> {
+    let r = crate::smoke::child::run(&a.shim, &a.model, a.tokens, a.gpu_layers);
+    let failed = r.error.is_some();
+    print_json(&r)?;
+    Ok(if failed { exit::INPUT } else { exit::OK })
+}
+
+struct SmokeArgs {
+    manifest: Option<PathBuf>,
+    installed: Option<String>,
+    root: PathBuf,
+    model: Option<PathBuf>,
+    arch: Option<String>,
+    tokens: usize,
+    json: bool,
+    crash_test: bool,
+}
+
+pub(super) fn smoke_options(
+    ws_root: &std::path::Path,
+    model: Option<PathBuf>,
+    arch: Option<String>,
+    tokens: usize,
+    crash_test: bool,
+) -> Result<SmokeOptions> {
+    let ws = Workspace::new(ws_root)?;
+    Ok(SmokeOptions {
+        model,
+        arch: Arch::parse(arch.as_deref().unwrap_or("qwen2vl"))?,
+        tokens,
+        cache: ws.root().join("build").join(".smoke"),
+        crash_test,
+        timeout: std::time::Duration::from_secs(300),
+    })
+}
+
+fn cmd_smoke(ws_root: &std::path::Path, a: SmokeArgs) -> Result<i32> {
+    let target = match (&a.installed, &a.manifest) {
+        (Some(layer), _) => {
+            let root = Root::open(&a.root)?;
+            let layer = installed_layer(layer)?;
+            smoke::target_from_installed(&root, layer)?
+        }
+        (None, Some(m)) => smoke::target_from_manifest(m)?,
+        (None, None) => return Err(Error::input("smoke", "give a MANIFEST or --installed")),
+    };
+    let opts = smoke_options(ws_root, a.model, a.arch, a.tokens, a.crash_test)?;
+    let report = smoke::run(&target, &opts)?;
+    if a.json {
+        print_json(&report)?;
+    } else {
+        render_smoke(&report);
+    }
+    Ok(match report.verdict {
+        Verdict::Ok => exit::OK,
+        Verdict::Mismatch | Verdict::Crash => exit::CHECK_FAILED,
+        Verdict::Error => exit::INPUT,
+    })
+}
+
+pub(super) fn render_smoke(r: &smoke::SmokeReport) {
+    let verdict = match r.verdict {
+        Verdict::Ok => "ok",
+        Verdict::Mismatch => "mismatch",
+        Verdict::Crash => "crash",
+        Verdict::Error => "error",
+    };
+    outln!(
+        "smoke {}: {verdict}  (arch {}, device {}, {} tokens, {:.0} tok/s{})",
+        r.target,
+        r.arch,
+        r.device,
+        r.tokens_generated,
+        r.tokens_per_second,
+        r.sanitizer
+            .as_deref()
+            .map(|s| format!(", sanitizer {s}"))
+            .unwrap_or_default()
+    );
+    if let Some(d) = &r.detail {
+        outln!("  {d}");
+    }
+    if let Some(s) = &r.signature {
+        for line in s.lines() {
+            outln!("  {line}");
+        }
+    }
+    if r.verdict == Verdict::Crash && !r.stderr_tail.is_empty() {
+        outln!("  last lines of the engine's stderr:");
+        let lines: Vec<&str> = r.stderr_tail.lines().collect();
+        for line in &lines[lines.len().saturating_sub(8)..] {
+            outln!("    {line}");
+        }
+    }
+    if !r.cuda.driver_present {
+        outln!(
+            "  cuda: {}",
+            r.cuda.reason.as_deref().unwrap_or("no CUDA driver")
+        );
+    }
+}

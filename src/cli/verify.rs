@@ -1,0 +1,94 @@
+//! `pinforge verify`: re-hash a build's outputs and inputs, or an installed layer.
+
+use super::{installed_layer, print_json, JsonArg, RootArg};
+use crate::error::{exit, Error, Result};
+use crate::install::{Root, Verification};
+use crate::manifest;
+use crate::outln;
+use std::path::PathBuf;
+
+/// Arguments of `verify`.
+#[derive(Debug, clap::Args)]
+pub struct VerifyArgs {
+    /// A manifest written by `pinforge build`
+    #[arg(required_unless_present = "installed")]
+    pub manifest: Option<PathBuf>,
+    /// Verify the install root instead: `current`, or the named layer
+    #[arg(long, num_args = 0..=1, default_missing_value = "current", value_name = "LAYER")]
+    pub installed: Option<String>,
+    #[command(flatten)]
+    pub root: RootArg,
+    #[command(flatten)]
+    pub out: JsonArg,
+}
+
+/// Run `verify`.
+pub(super) fn run(ws_root: &std::path::Path, a: VerifyArgs) -> Result<i32> {
+    match (a.installed, a.manifest) {
+        (Some(layer), _) => cmd_verify_installed(&a.root.resolve(ws_root), &layer, a.out.json),
+        (None, Some(m)) => cmd_verify(&m, a.out.json),
+        (None, None) => Err(Error::input("verify", "give a MANIFEST or --installed")),
+    }
+}
+
+fn cmd_verify(path: &std::path::Path, json: bool) -> Result<i32> {
+    let report = manifest::verify(path)?;
+    if json {
+        print_json(&report)?;
+    } else if report.ok {
+        outln!(
+            "ok: {} outputs and {} inputs match {} (input {})",
+            report.outputs_checked,
+            report.inputs_checked,
+            path.display(),
+            report.input_digest.short(16)
+        );
+        if !report.inputs_absent.is_empty() {
+            outln!(
+                "  not on disk (skipped): {}",
+                report.inputs_absent.join(", ")
+            );
+        }
+    } else {
+        for m in &report.mismatches {
+            outln!("MISMATCH {} {}", m.role, m.path);
+            outln!("  expected {}", m.expected);
+            outln!("  found    {}", m.actual);
+        }
+        outln!(
+            "{} mismatch(es) against {}",
+            report.mismatches.len(),
+            path.display()
+        );
+    }
+    Ok(if report.ok {
+        exit::OK
+    } else {
+        exit::CHECK_FAILED
+    })
+}
+
+pub(super) fn render_verification(v: &Verification) {
+    if v.ok {
+        outln!("ok: {} file(s) verified through {}", v.files, v.through);
+    } else {
+        for m in &v.mismatches {
+            outln!("MISMATCH {}", m.path);
+            outln!("  expected {}", m.expected);
+            outln!("  found    {}", m.actual);
+        }
+        outln!("{} mismatch(es) through {}", v.mismatches.len(), v.through);
+    }
+}
+
+fn cmd_verify_installed(root: &std::path::Path, layer: &str, json: bool) -> Result<i32> {
+    let root = Root::open(root)?;
+    let layer = installed_layer(layer)?;
+    let v = root.verify_installed(layer)?;
+    if json {
+        print_json(&v)?;
+    } else {
+        render_verification(&v);
+    }
+    Ok(if v.ok { exit::OK } else { exit::CHECK_FAILED })
+}
