@@ -19,6 +19,36 @@ pub enum OutputFailure {
 }
 
 static FAILURE: Mutex<Option<OutputFailure>> = Mutex::new(None);
+static COLOR: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Turn color on or off for [`paint`] (the CLI decides from `--color` and `NO_COLOR`).
+pub fn set_color(on: bool) {
+    COLOR.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The colors pinforge uses: one meaning each.
+#[derive(Debug, Clone, Copy)]
+pub enum Tone {
+    /// Success (`ok`, `identical`).
+    Good,
+    /// A failed check (`MISMATCH`, `crash`).
+    Bad,
+    /// Needs attention (`cached`, a note).
+    Note,
+}
+
+/// `text` in the tone's color when color is on, as it is otherwise.
+pub fn paint(tone: Tone, text: &str) -> String {
+    if !COLOR.load(std::sync::atomic::Ordering::Relaxed) {
+        return text.to_string();
+    }
+    let code = match tone {
+        Tone::Good => "32",
+        Tone::Bad => "31",
+        Tone::Note => "33",
+    };
+    format!("\x1b[{code}m{text}\x1b[0m")
+}
 
 fn record(e: &std::io::Error) {
     let kind = if e.kind() == std::io::ErrorKind::BrokenPipe {

@@ -1,7 +1,7 @@
 //! `pinforge build`: resolve, materialize, patch, configure, build, write the manifest.
 
 use super::reporter::TermReporter;
-use super::{print_json, JsonArg};
+use super::{print_json, JsonArg, Verbosity};
 use crate::build::{self, BuildOptions, BuildOutcome};
 use crate::error::{exit, Result};
 use crate::outln;
@@ -15,7 +15,7 @@ pub struct BuildArgs {
     /// Recipe TOML [default: the embedded recipes/mrope-cpu.toml]
     pub recipe: Option<PathBuf>,
     /// Variant(s) to build [default: the recipe's default-variant]
-    #[arg(long = "variant", short = 'v')]
+    #[arg(long = "variant")]
     pub variants: Vec<String>,
     /// Ninja parallelism
     #[arg(long, short = 'j')]
@@ -25,11 +25,13 @@ pub struct BuildArgs {
 }
 
 /// Run `build`.
-pub(super) fn run(ws_root: &std::path::Path, a: BuildArgs) -> Result<i32> {
-    cmd_build(ws_root, a.recipe, a.variants, a.jobs, a.out.json)
+pub(super) fn run(ctx: &super::Ctx, a: BuildArgs) -> Result<i32> {
+    let ws_root = ctx.ws_root.as_path();
+    cmd_build(ctx, ws_root, a.recipe, a.variants, a.jobs, a.out.json)
 }
 
 fn cmd_build(
+    ctx: &super::Ctx,
     ws_root: &std::path::Path,
     recipe_path: Option<PathBuf>,
     variants: Vec<String>,
@@ -51,7 +53,7 @@ fn cmd_build(
         .iter()
         .map(|n| recipe.variant(n))
         .collect::<Result<Vec<_>>>()?;
-    let reporter = TermReporter::new(false);
+    let reporter = TermReporter::new(ctx.verbosity == Verbosity::Quiet);
     let mut outcomes = Vec::new();
     for v in selected {
         let outcome = build::build(
@@ -64,7 +66,7 @@ fn cmd_build(
             },
         )?;
         if !json {
-            render_build(&outcome);
+            render_build(&outcome, ctx.verbosity);
         }
         outcomes.push(outcome);
     }
@@ -77,7 +79,7 @@ fn cmd_build(
     Ok(exit::OK)
 }
 
-fn render_build(o: &BuildOutcome) {
+fn render_build(o: &BuildOutcome, verbosity: Verbosity) {
     outln!(
         "{} {}/{}  input {}  {:.1}s",
         if o.cached { "cached" } else { "built " },
@@ -86,6 +88,10 @@ fn render_build(o: &BuildOutcome) {
         o.input_digest.short(16),
         o.seconds
     );
+    // A cached build is one line: nothing happened, and the listing is the one shown before.
+    if o.cached && verbosity < Verbosity::Verbose {
+        return;
+    }
     outln!("  manifest   {}", o.manifest.display());
     outln!("  artifacts  {}", o.artifact_root.display());
     for a in &o.artifacts {

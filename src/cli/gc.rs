@@ -13,7 +13,8 @@ pub struct GcArgs {
 }
 
 /// Run `gc`.
-pub(super) fn run(ws_root: &std::path::Path, a: GcArgs) -> Result<i32> {
+pub(super) fn run(ctx: &super::Ctx, a: GcArgs) -> Result<i32> {
+    let ws_root = ctx.ws_root.as_path();
     cmd_gc(&a.root.resolve(ws_root))
 }
 

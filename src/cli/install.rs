@@ -18,10 +18,10 @@ pub struct InstallCmd {
     /// [default: the embedded recipe]
     pub target: Option<PathBuf>,
     /// Variant (when TARGET is a recipe)
-    #[arg(long, short = 'v')]
-    pub variant: Option<String>,
-    /// live, control or original
     #[arg(long)]
+    pub variant: Option<String>,
+    /// The layer to install into
+    #[arg(long, value_parser = ["live", "control", "original"])]
     pub layer: String,
     #[command(flatten)]
     pub root: RootArg,
@@ -32,14 +32,15 @@ pub struct InstallCmd {
     #[arg(long)]
     pub smoke: bool,
     /// Architecture of the gate's tiny model
-    #[arg(long, default_value = "qwen2vl")]
+    #[arg(long, default_value = "qwen2vl", value_parser = ["qwen2vl", "qwen2"])]
     pub smoke_arch: String,
     #[command(flatten)]
     pub out: JsonArg,
 }
 
 /// Run `install`.
-pub(super) fn run(ws_root: &std::path::Path, a: InstallCmd) -> Result<i32> {
+pub(super) fn run(ctx: &super::Ctx, a: InstallCmd) -> Result<i32> {
+    let ws_root = ctx.ws_root.as_path();
     let root = a.root.resolve(ws_root);
     cmd_install(
         ws_root,

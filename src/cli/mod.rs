@@ -5,6 +5,7 @@
 mod build;
 mod diff;
 mod gc;
+mod generate;
 mod install;
 mod model;
 mod patch;
@@ -29,9 +30,72 @@ pub struct Cli {
     /// Workspace folder holding vendor/ and build/ [default: current directory]
     #[arg(long, global = true, env = "PINFORGE_WORKSPACE")]
     pub workspace: Option<PathBuf>,
+    /// Less output: results and errors only, no stage lines
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+    /// More output (a cached build's full artifact list, every stage)
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// When to color the output: auto (a terminal, and NO_COLOR unset), always, never
+    #[arg(long, global = true, value_enum, default_value_t = ColorWhen::Auto)]
+    pub color: ColorWhen,
     /// The command.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// `--color`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorWhen {
+    /// Color when stdout is a terminal and NO_COLOR is unset.
+    Auto,
+    /// Always color.
+    Always,
+    /// Never color.
+    Never,
+}
+
+impl ColorWhen {
+    fn clap(self) -> clap::ColorChoice {
+        match self {
+            ColorWhen::Auto => clap::ColorChoice::Auto,
+            ColorWhen::Always => clap::ColorChoice::Always,
+            ColorWhen::Never => clap::ColorChoice::Never,
+        }
+    }
+
+    /// Whether pinforge's own output is colored.
+    fn enabled(self) -> bool {
+        use std::io::IsTerminal;
+        match self {
+            ColorWhen::Always => true,
+            ColorWhen::Never => false,
+            ColorWhen::Auto => {
+                std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+                    && std::io::stdout().is_terminal()
+            }
+        }
+    }
+}
+
+/// How much to say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Verbosity {
+    /// `-q`: results and errors only.
+    Quiet,
+    /// The default.
+    Normal,
+    /// `-v` and more.
+    Verbose,
+}
+
+/// What every command gets besides its own arguments.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    /// The workspace folder (`--workspace`, default `.`).
+    pub ws_root: PathBuf,
+    /// `-q` / `-v`.
+    pub verbosity: Verbosity,
 }
 
 /// `--root`, shared by every command that reads or writes the install root.
@@ -64,11 +128,20 @@ pub struct JsonArg {
 pub enum Command {
     /// Resolve the pin, materialize the vendor tree, apply the variant's patches, build with
     /// CMake and Ninja, write the manifest.
+    #[command(
+        after_help = "Examples:\n  pinforge build                                   # the embedded default recipe's default variant\n  pinforge build recipes/mrope-cpu.toml --variant patched-asan --variant unpatched-asan\n  pinforge build --json -q"
+    )]
     Build(build::BuildArgs),
     /// Re-hash every output and every input still on disk (or, with --installed, an
     /// installed layer through its stable path); exit 1 on any mismatch.
+    #[command(
+        after_help = "Examples:\n  pinforge verify build/mrope-cpu/patched/manifest.json\n  pinforge verify --installed control --root /srv/llama/rollback"
+    )]
     Verify(verify::VerifyArgs),
     /// Stage a build's outputs into the install root and commit a layer change with one rename.
+    #[command(
+        after_help = "Examples:\n  pinforge install build/mrope-cpu/patched/manifest.json --layer live --smoke\n  pinforge install recipes/mrope-cpu.toml --variant unpatched --layer control"
+    )]
     Install(install::InstallCmd),
     /// Compare two builds' manifests: parameters, pin, patches, tools, and every artifact
     /// and link, same or different. Exit 0 when identical, 1 when anything differs.
@@ -78,11 +151,18 @@ build/mrope-cpu/patched/manifest.json"
     )]
     Diff(diff::DiffArgs),
     /// Point `current` at another layer, or (default) return live to the previous live build.
+    #[command(
+        after_help = "Examples:\n  pinforge rollback                 # live returns to the previous live build\n  pinforge rollback --to control    # current shows the control layer"
+    )]
     Rollback(rollback::RollbackArgs),
     /// Layers, what `current` shows, each entry's digest, recipe, variant, verification, and
     /// any unfinished transaction.
+    #[command(
+        after_help = "Examples:\n  pinforge status\n  pinforge status --json --root /srv/llama/rollback"
+    )]
     Status(status::StatusArgs),
     /// Remove store entries that no layer, the rollback stack or a journal references.
+    #[command(after_help = "Example:\n  pinforge gc --root /srv/llama/rollback")]
     Gc(gc::GcArgs),
     /// Patch bundle commands.
     #[command(subcommand)]
@@ -96,7 +176,18 @@ build/mrope-cpu/patched/manifest.json"
     /// Smoke-decode a build (a manifest) or an installed layer: decode, save the sequence
     /// state, clear, restore, continue, compare with an uninterrupted run. Exit 0 ok, 1
     /// mismatch or crash, 2 error.
+    #[command(
+        after_help = "Examples:\n  pinforge smoke build/mrope-cpu/unpatched-asan/manifest.json --arch qwen2vl\n  pinforge smoke --installed live --arch qwen2 --json"
+    )]
     Smoke(smoke::SmokeCmd),
+    /// Write a shell completion script to stdout.
+    #[command(
+        after_help = "Examples:\n  pinforge completions bash > ~/.local/share/bash-completion/completions/pinforge\n  pinforge completions zsh > ~/.zfunc/_pinforge"
+    )]
+    Completions(generate::CompletionsArgs),
+    /// Write the man page (roff) to stdout.
+    #[command(after_help = "Example:\n  pinforge man > ~/.local/share/man/man1/pinforge.1")]
+    Man,
     /// Internal: the child process of `smoke`.
     #[command(name = "__smoke-child", hide = true)]
     SmokeChild(smoke::SmokeChildArgs),
@@ -104,7 +195,15 @@ build/mrope-cpu/patched/manifest.json"
 
 /// Run the CLI and return the process exit code.
 pub fn main() -> i32 {
-    let cli = Cli::parse();
+    use clap::{CommandFactory, FromArgMatches};
+    // `--color` must reach clap's own help and errors too, so it is read before clap parses.
+    let color = color_from_args(std::env::args_os());
+    let matches = Cli::command().color(color.clap()).get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    crate::output::set_color(cli.color.enabled());
     let code = match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -127,9 +226,41 @@ pub fn main() -> i32 {
     }
 }
 
+/// `--color WHEN` / `--color=WHEN` as given, before clap has parsed anything (auto otherwise).
+fn color_from_args(args: impl Iterator<Item = std::ffi::OsString>) -> ColorWhen {
+    let mut when = ColorWhen::Auto;
+    let mut next_is_value = false;
+    for a in args {
+        let a = a.to_string_lossy().into_owned();
+        let value = if next_is_value {
+            next_is_value = false;
+            Some(a.as_str())
+        } else if a == "--color" {
+            next_is_value = true;
+            None
+        } else {
+            a.strip_prefix("--color=")
+        };
+        match value {
+            Some("always") => when = ColorWhen::Always,
+            Some("never") => when = ColorWhen::Never,
+            Some(_) => when = ColorWhen::Auto,
+            None => {}
+        }
+    }
+    when
+}
+
 fn run(cli: Cli) -> Result<i32> {
-    let ws_root = cli.workspace.clone().unwrap_or_else(|| PathBuf::from("."));
-    let ws = ws_root.as_path();
+    let ctx = Ctx {
+        ws_root: cli.workspace.clone().unwrap_or_else(|| PathBuf::from(".")),
+        verbosity: match (cli.quiet, cli.verbose) {
+            (true, _) => Verbosity::Quiet,
+            (false, 0) => Verbosity::Normal,
+            (false, _) => Verbosity::Verbose,
+        },
+    };
+    let ws = &ctx;
     match cli.command {
         Command::Build(a) => build::run(ws, a),
         Command::Verify(a) => verify::run(ws, a),
@@ -143,6 +274,8 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Vendor(c) => vendor::run(c),
         Command::Smoke(a) => smoke::run(ws, a),
         Command::SmokeChild(a) => smoke::run_child(a),
+        Command::Completions(a) => generate::completions(a),
+        Command::Man => generate::man(),
     }
 }
 

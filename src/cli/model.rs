@@ -10,9 +10,10 @@ use std::path::PathBuf;
 #[derive(Debug, Subcommand)]
 pub enum ModelCommand {
     /// Write a tiny random-weight GGUF model (deterministic for a seed, well under 1 MB).
+    #[command(after_help = "Example:\n  pinforge model tiny --arch qwen2vl -o tiny-qwen2vl.gguf")]
     Tiny {
         /// qwen2vl (M-RoPE) or qwen2 (classical RoPE, same weights)
-        #[arg(long)]
+        #[arg(long, value_parser = ["qwen2vl", "qwen2"])]
         arch: String,
         /// Output file
         #[arg(short = 'o', long)]

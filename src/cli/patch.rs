@@ -13,12 +13,18 @@ use std::path::PathBuf;
 #[derive(Debug, Subcommand)]
 pub enum PatchCommand {
     /// Check attribution headers (every patch in patches/ by default); exit 2 on any error.
+    #[command(
+        after_help = "Examples:\n  pinforge patch lint\n  pinforge patch lint patches/0001-batch-size-ubatch-reserve-pos-for-mrope.patch"
+    )]
     Lint {
         /// Patch files or bundle folders
         paths: Vec<PathBuf>,
     },
     /// Apply the series onto a clean git checkout, one commit per patch with attribution
     /// trailers (no fuzz; a hunk that does not match is shown, nothing is committed for it).
+    #[command(
+        after_help = "Example:\n  pinforge patch apply vendor/llama-cpp-sys-2-0.1.135 --dir patches"
+    )]
     Apply {
         /// The checkout
         repo: PathBuf,
@@ -27,6 +33,9 @@ pub enum PatchCommand {
         dir: PathBuf,
     },
     /// The bibliography: one row per patch in series order.
+    #[command(
+        after_help = "Examples:\n  pinforge patch list\n  pinforge patch list --json | jq '.[].issue'"
+    )]
     List {
         /// Bundle folder
         #[arg(long, default_value = "patches")]

@@ -10,7 +10,7 @@ use crate::outln;
 #[derive(Debug, clap::Args)]
 pub struct RollbackArgs {
     /// Layer to show through `current`
-    #[arg(long)]
+    #[arg(long, value_parser = ["live", "control", "original"])]
     pub to: Option<String>,
     #[command(flatten)]
     pub root: RootArg,
@@ -19,7 +19,8 @@ pub struct RollbackArgs {
 }
 
 /// Run `rollback`.
-pub(super) fn run(ws_root: &std::path::Path, a: RollbackArgs) -> Result<i32> {
+pub(super) fn run(ctx: &super::Ctx, a: RollbackArgs) -> Result<i32> {
+    let ws_root = ctx.ws_root.as_path();
     cmd_rollback(&a.root.resolve(ws_root), a.to, a.out.json)
 }
 

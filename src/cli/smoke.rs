@@ -6,6 +6,7 @@ use crate::error::{exit, Error, Result};
 use crate::install::Root;
 use crate::model::Arch;
 use crate::outln;
+use crate::output::{paint, Tone};
 use crate::smoke::{self, SmokeOptions, Verdict};
 use crate::workspace::Workspace;
 use std::path::PathBuf;
@@ -17,7 +18,8 @@ pub struct SmokeCmd {
     #[arg(required_unless_present = "installed")]
     pub manifest: Option<PathBuf>,
     /// Smoke the install root: `current`, or the named layer
-    #[arg(long, num_args = 0..=1, default_missing_value = "current", value_name = "LAYER")]
+    #[arg(long, num_args = 0..=1, default_missing_value = "current", value_name = "LAYER",
+          value_parser = ["current", "live", "control", "original"])]
     pub installed: Option<String>,
     #[command(flatten)]
     pub root: RootArg,
@@ -25,7 +27,7 @@ pub struct SmokeCmd {
     #[arg(long, conflicts_with = "arch")]
     pub model: Option<PathBuf>,
     /// Architecture of the generated tiny model: qwen2vl (M-RoPE) or qwen2 (control)
-    #[arg(long)]
+    #[arg(long, value_parser = ["qwen2vl", "qwen2"])]
     pub arch: Option<String>,
     /// Tokens to generate (the state is saved and restored halfway)
     #[arg(long, default_value_t = 16)]
@@ -51,7 +53,8 @@ pub struct SmokeChildArgs {
 }
 
 /// Run `smoke`.
-pub(super) fn run(ws_root: &std::path::Path, a: SmokeCmd) -> Result<i32> {
+pub(super) fn run(ctx: &super::Ctx, a: SmokeCmd) -> Result<i32> {
+    let ws_root = ctx.ws_root.as_path();
     let root = a.root.resolve(ws_root);
     cmd_smoke(
         ws_root,
@@ -137,8 +140,16 @@ pub(super) fn render_smoke(r: &smoke::SmokeReport) {
         Verdict::Error => "error",
     };
     outln!(
-        "smoke {}: {verdict}  (arch {}, device {}, {} tokens, {:.0} tok/s{})",
+        "smoke {}: {}  (arch {}, device {}, {} tokens, {:.0} tok/s{})",
         r.target,
+        paint(
+            if r.verdict == Verdict::Ok {
+                Tone::Good
+            } else {
+                Tone::Bad
+            },
+            verdict
+        ),
         r.arch,
         r.device,
         r.tokens_generated,

@@ -15,7 +15,8 @@ pub struct StatusArgs {
 }
 
 /// Run `status`.
-pub(super) fn run(ws_root: &std::path::Path, a: StatusArgs) -> Result<i32> {
+pub(super) fn run(ctx: &super::Ctx, a: StatusArgs) -> Result<i32> {
+    let ws_root = ctx.ws_root.as_path();
     cmd_status(&a.root.resolve(ws_root), a.out.json)
 }
 

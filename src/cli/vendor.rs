@@ -10,6 +10,7 @@ use std::path::PathBuf;
 pub enum VendorCommand {
     /// Print the digest to pin a local source with: SHA-256 of a tarball, or the tree digest
     /// of a folder (`tree-sha256` of a `dir` pin).
+    #[command(after_help = "Example:\n  pinforge vendor digest llama_cpp_python-0.3.17.tar.gz")]
     Digest {
         /// A tarball or a folder
         path: PathBuf,

@@ -5,6 +5,7 @@ use crate::error::{exit, Error, Result};
 use crate::install::{Root, Verification};
 use crate::manifest;
 use crate::outln;
+use crate::output::{paint, Tone};
 use std::path::PathBuf;
 
 /// Arguments of `verify`.
@@ -14,7 +15,8 @@ pub struct VerifyArgs {
     #[arg(required_unless_present = "installed")]
     pub manifest: Option<PathBuf>,
     /// Verify the install root instead: `current`, or the named layer
-    #[arg(long, num_args = 0..=1, default_missing_value = "current", value_name = "LAYER")]
+    #[arg(long, num_args = 0..=1, default_missing_value = "current", value_name = "LAYER",
+          value_parser = ["current", "live", "control", "original"])]
     pub installed: Option<String>,
     #[command(flatten)]
     pub root: RootArg,
@@ -23,7 +25,8 @@ pub struct VerifyArgs {
 }
 
 /// Run `verify`.
-pub(super) fn run(ws_root: &std::path::Path, a: VerifyArgs) -> Result<i32> {
+pub(super) fn run(ctx: &super::Ctx, a: VerifyArgs) -> Result<i32> {
+    let ws_root = ctx.ws_root.as_path();
     match (a.installed, a.manifest) {
         (Some(layer), _) => cmd_verify_installed(&a.root.resolve(ws_root), &layer, a.out.json),
         (None, Some(m)) => cmd_verify(&m, a.out.json),
@@ -37,7 +40,8 @@ fn cmd_verify(path: &std::path::Path, json: bool) -> Result<i32> {
         print_json(&report)?;
     } else if report.ok {
         outln!(
-            "ok: {} outputs and {} inputs match {} (input {})",
+            "{}: {} outputs and {} inputs match {} (input {})",
+            paint(Tone::Good, "ok"),
             report.outputs_checked,
             report.inputs_checked,
             path.display(),
@@ -51,7 +55,7 @@ fn cmd_verify(path: &std::path::Path, json: bool) -> Result<i32> {
         }
     } else {
         for m in &report.mismatches {
-            outln!("MISMATCH {} {}", m.role, m.path);
+            outln!("{} {} {}", paint(Tone::Bad, "MISMATCH"), m.role, m.path);
             outln!("  expected {}", m.expected);
             outln!("  found    {}", m.actual);
         }
@@ -70,10 +74,15 @@ fn cmd_verify(path: &std::path::Path, json: bool) -> Result<i32> {
 
 pub(super) fn render_verification(v: &Verification) {
     if v.ok {
-        outln!("ok: {} file(s) verified through {}", v.files, v.through);
+        outln!(
+            "{}: {} file(s) verified through {}",
+            paint(Tone::Good, "ok"),
+            v.files,
+            v.through
+        );
     } else {
         for m in &v.mismatches {
-            outln!("MISMATCH {}", m.path);
+            outln!("{} {}", paint(Tone::Bad, "MISMATCH"), m.path);
             outln!("  expected {}", m.expected);
             outln!("  found    {}", m.actual);
         }

@@ -12,6 +12,7 @@ mod inputs;
 mod output;
 mod patch_apply;
 mod trust_install;
+mod ux;
 
 use git2::{Repository, Signature};
 use std::path::{Path, PathBuf};

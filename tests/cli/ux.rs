@@ -1,0 +1,165 @@
+//! The operator UX that cargo and Nix users expect (issue #8): examples in every help, listed
+//! values, completions and a man page from the clap definition, -q/-v, --color and NO_COLOR.
+
+use crate::{code, json, pinforge, pinforge_cmd, repo_root, stderr, stdout, Tiny};
+
+/// Every visible command and subcommand, as the help lists them.
+const COMMANDS: &[&[&str]] = &[
+    &["build"],
+    &["verify"],
+    &["install"],
+    &["diff"],
+    &["rollback"],
+    &["status"],
+    &["gc"],
+    &["smoke"],
+    &["completions"],
+    &["man"],
+    &["patch", "lint"],
+    &["patch", "list"],
+    &["patch", "apply"],
+    &["model", "tiny"],
+    &["vendor", "digest"],
+];
+
+#[test]
+fn every_command_help_has_an_example() {
+    for cmd in COMMANDS {
+        let mut args = cmd.to_vec();
+        args.push("--help");
+        let o = pinforge(&repo_root(), &args);
+        assert_eq!(code(&o), 0, "{cmd:?}: {}", stderr(&o));
+        let help = stdout(&o);
+        assert!(
+            help.contains("Example:") || help.contains("Examples:"),
+            "`pinforge {} --help` has no example:\n{help}",
+            cmd.join(" ")
+        );
+    }
+}
+
+#[test]
+fn enumerated_options_list_their_possible_values() {
+    for (cmd, values) in [
+        (
+            &["install", "--help"][..],
+            "[possible values: live, control, original]",
+        ),
+        (
+            &["rollback", "--help"][..],
+            "[possible values: live, control, original]",
+        ),
+        (
+            &["verify", "--help"][..],
+            "[possible values: current, live, control, original]",
+        ),
+        (
+            &["smoke", "--help"][..],
+            "[possible values: qwen2vl, qwen2]",
+        ),
+        (
+            &["model", "tiny", "--help"][..],
+            "[possible values: qwen2vl, qwen2]",
+        ),
+        (&["--help"][..], "- always: Always color"),
+    ] {
+        let o = pinforge(&repo_root(), cmd);
+        assert!(
+            stdout(&o).contains(values),
+            "{cmd:?} lacks {values}:\n{}",
+            stdout(&o)
+        );
+    }
+    // A value outside the list is a usage error naming the choices.
+    let o = pinforge(&repo_root(), &["rollback", "--to", "staging"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("live"), "{}", stderr(&o));
+}
+
+#[test]
+fn completions_and_the_man_page_come_from_the_clap_definition() {
+    let o = pinforge(&repo_root(), &["completions", "bash"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let bash = stdout(&o);
+    for word in ["rollback", "--layer", "--smoke-arch", "completions"] {
+        assert!(bash.contains(word), "bash completions lack {word}");
+    }
+    for shell in ["zsh", "fish", "elvish", "powershell"] {
+        let o = pinforge(&repo_root(), &["completions", shell]);
+        assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
+        assert!(stdout(&o).contains("pinforge"), "{shell}");
+    }
+    let o = pinforge(&repo_root(), &["man"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let man = stdout(&o);
+    assert!(man.contains(".TH pinforge 1"), "{man}");
+    assert!(man.contains("rollback"), "the man page lists the commands");
+}
+
+#[test]
+fn quiet_and_verbose_conflict_and_a_cached_build_is_one_line_unless_verbose() {
+    let o = pinforge(&repo_root(), &["status", "-q", "-v"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+
+    let t = Tiny::new();
+    let first = t.build("patched");
+    assert_eq!(code(&first), 0, "{}", stderr(&first));
+    let again = pinforge(
+        &t.ws,
+        &["build", "recipes/tiny.toml", "--variant", "patched"],
+    );
+    assert_eq!(code(&again), 0, "{}", stderr(&again));
+    let lines: Vec<String> = stdout(&again).lines().map(str::to_string).collect();
+    assert_eq!(lines.len(), 1, "a cached build is one line: {lines:?}");
+    assert!(lines[0].starts_with("cached tiny/patched"), "{lines:?}");
+    let verbose = pinforge(
+        &t.ws,
+        &["build", "recipes/tiny.toml", "--variant", "patched", "-v"],
+    );
+    assert!(stdout(&verbose).lines().count() > 1, "{}", stdout(&verbose));
+    assert!(
+        stdout(&verbose).contains("manifest"),
+        "{}",
+        stdout(&verbose)
+    );
+    // -q: no stage lines on stderr.
+    let quiet = pinforge(
+        &t.ws,
+        &["build", "recipes/tiny.toml", "--variant", "patched", "-q"],
+    );
+    assert_eq!(code(&quiet), 0);
+    assert!(
+        stderr(&quiet).trim().is_empty(),
+        "-q printed: {}",
+        stderr(&quiet)
+    );
+    // The JSON of a build still says cached.
+    assert_eq!(json(&t.build("patched"))["cached"], true);
+}
+
+#[test]
+fn color_is_used_only_when_asked_or_on_a_terminal_and_never_with_no_color() {
+    let t = Tiny::new();
+    let m = json(&t.build("patched"))["manifest"]
+        .as_str()
+        .expect("manifest")
+        .to_string();
+    let always = pinforge(&t.ws, &["verify", &m, "--color", "always"]);
+    assert_eq!(code(&always), 0, "{}", stderr(&always));
+    assert!(
+        stdout(&always).contains("\u{1b}[32mok\u{1b}[0m"),
+        "{}",
+        stdout(&always)
+    );
+    // Not a terminal (a pipe here): auto means no color.
+    let auto = pinforge(&t.ws, &["verify", &m]);
+    assert!(!stdout(&auto).contains('\u{1b}'), "{}", stdout(&auto));
+    let never = pinforge(&t.ws, &["verify", &m, "--color=never"]);
+    assert!(!stdout(&never).contains('\u{1b}'));
+    let no_color = pinforge_cmd(&t.ws)
+        .args(["verify", &m])
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run");
+    assert!(!stdout(&no_color).contains('\u{1b}'));
+}
