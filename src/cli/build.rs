@@ -1,7 +1,7 @@
 //! `pinforge build`: resolve, materialize, patch, configure, build, write the manifest.
 
 use super::reporter::TermReporter;
-use super::{print_json, JsonArg, Verbosity};
+use super::{print_json_line, JsonArg, Verbosity};
 use crate::build::{self, BuildOptions, BuildOutcome};
 use crate::error::{exit, Result};
 use crate::outln;
@@ -54,7 +54,6 @@ fn cmd_build(
         .map(|n| recipe.variant(n))
         .collect::<Result<Vec<_>>>()?;
     let reporter = TermReporter::new(ctx.verbosity == Verbosity::Quiet);
-    let mut outcomes = Vec::new();
     for v in selected {
         let outcome = build::build(
             &ws,
@@ -65,15 +64,12 @@ fn cmd_build(
                 reporter: &reporter,
             },
         )?;
-        if !json {
+        // One JSON line per build, written as soon as it is done: the same shape for one
+        // variant or many, and a consumer sees each result without waiting for the rest.
+        if json {
+            print_json_line("pinforge.build/v1", &outcome)?;
+        } else {
             render_build(&outcome, ctx.verbosity);
-        }
-        outcomes.push(outcome);
-    }
-    if json {
-        match outcomes.as_slice() {
-            [one] => print_json(one)?,
-            many => print_json(&many)?,
         }
     }
     Ok(exit::OK)

@@ -32,7 +32,7 @@ fn cmd_diff(a: &std::path::Path, b: &std::path::Path, all: bool, json: bool) -> 
         &manifest::Statement::read(b)?,
     );
     if json {
-        print_json(&d)?;
+        print_json("pinforge.diff/v1", &d)?;
     } else {
         render_diff(&d, a, b, all);
     }

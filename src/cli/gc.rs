@@ -1,6 +1,6 @@
 //! `pinforge gc`: remove store entries nothing references.
 
-use super::RootArg;
+use super::{print_json, JsonArg, RootArg};
 use crate::error::{exit, Result};
 use crate::install::Root;
 use crate::outln;
@@ -10,17 +10,23 @@ use crate::outln;
 pub struct GcArgs {
     #[command(flatten)]
     pub root: RootArg,
+    #[command(flatten)]
+    pub out: JsonArg,
 }
 
 /// Run `gc`.
 pub(super) fn run(ctx: &super::Ctx, a: GcArgs) -> Result<i32> {
     let ws_root = ctx.ws_root.as_path();
-    cmd_gc(&a.root.resolve(ws_root))
+    cmd_gc(&a.root.resolve(ws_root), a.out.json)
 }
 
-fn cmd_gc(root: &std::path::Path) -> Result<i32> {
+fn cmd_gc(root: &std::path::Path, json: bool) -> Result<i32> {
     let root = Root::open(root)?;
     let out = root.gc()?;
+    if json {
+        print_json("pinforge.gc/v1", &out)?;
+        return Ok(exit::OK);
+    }
     for e in &out.removed_entries {
         outln!("removed store/{e}");
     }

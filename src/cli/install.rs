@@ -132,7 +132,7 @@ fn cmd_install(ws_root: &std::path::Path, a: InstallArgs) -> Result<i32> {
     let root = Root::open(&a.root)?;
     let out = root.install(&manifest, layer, a.copy.then_some(StageMode::Copy))?;
     if json {
-        print_json(&out)?;
+        print_json("pinforge.install/v1", &out)?;
     } else {
         if let Some(r) = &out.recovered {
             outln!("recovered an interrupted transaction: {}", r.display());

@@ -269,7 +269,7 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Rollback(a) => rollback::run(ws, a),
         Command::Status(a) => status::run(ws, a),
         Command::Gc(a) => gc::run(ws, a),
-        Command::Patch(c) => patch::run(c),
+        Command::Patch(c) => patch::run(ws, c),
         Command::Model(c) => model::run(c),
         Command::Vendor(c) => vendor::run(c),
         Command::Smoke(a) => smoke::run(ws, a),
@@ -291,8 +291,35 @@ fn render_error(e: &Error) {
     }
 }
 
-fn print_json<T: serde::Serialize>(value: &T) -> Result<()> {
-    let s = serde_json::to_string_pretty(value).map_err(|e| Error::Internal(e.to_string()))?;
+/// Every JSON document names its schema (`pinforge.COMMAND/v1`), so that a consumer can tell
+/// what it reads and a format change is a new schema id, never a surprise. Keys stay sorted
+/// (canonical JSON, deterministic output).
+fn with_schema<T: serde::Serialize>(schema: &str, value: &T) -> Result<serde_json::Value> {
+    let v = serde_json::to_value(value).map_err(|e| Error::Internal(e.to_string()))?;
+    let serde_json::Value::Object(fields) = v else {
+        return Err(Error::Internal(format!(
+            "{schema}: a JSON document must be an object"
+        )));
+    };
+    let mut doc = serde_json::Map::new();
+    doc.insert("schema".into(), serde_json::Value::from(schema));
+    doc.extend(fields.into_iter().filter(|(k, _)| k != "schema"));
+    Ok(serde_json::Value::Object(doc))
+}
+
+/// Print one JSON document (pretty) with its schema id.
+fn print_json<T: serde::Serialize>(schema: &str, value: &T) -> Result<()> {
+    let doc = with_schema(schema, value)?;
+    let s = serde_json::to_string_pretty(&doc).map_err(|e| Error::Internal(e.to_string()))?;
+    outln!("{s}");
+    Ok(())
+}
+
+/// Print one JSON document on one line (JSON Lines, as `cargo --message-format json` does):
+/// for commands that report several results of the same shape, one line each.
+fn print_json_line<T: serde::Serialize>(schema: &str, value: &T) -> Result<()> {
+    let doc = with_schema(schema, value)?;
+    let s = serde_json::to_string(&doc).map_err(|e| Error::Internal(e.to_string()))?;
     outln!("{s}");
     Ok(())
 }

@@ -21,19 +21,48 @@ pub enum ModelCommand {
         /// Seed for the weights
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        #[command(flatten)]
+        out: super::JsonArg,
     },
 }
 
 /// Run `model ...`.
 pub(super) fn run(c: ModelCommand) -> Result<i32> {
     match c {
-        ModelCommand::Tiny { arch, output, seed } => cmd_model_tiny(&arch, &output, seed),
+        ModelCommand::Tiny {
+            arch,
+            output,
+            seed,
+            out,
+        } => cmd_model_tiny(&arch, &output, seed, out.json),
     }
 }
 
-fn cmd_model_tiny(arch: &str, output: &std::path::Path, seed: u64) -> Result<i32> {
+fn cmd_model_tiny(arch: &str, output: &std::path::Path, seed: u64, json: bool) -> Result<i32> {
     let arch = Arch::parse(arch)?;
     let size = model::write_tiny(arch, seed, output)?;
+    if json {
+        #[derive(serde::Serialize)]
+        struct Written<'a> {
+            path: String,
+            bytes: u64,
+            arch: &'a str,
+            seed: u64,
+            sha256: String,
+        }
+        let (sha256, _) = crate::digest::Sha256::of_file(output)?;
+        super::print_json(
+            "pinforge.model-tiny/v1",
+            &Written {
+                path: output.display().to_string(),
+                bytes: size,
+                arch: arch.name(),
+                seed,
+                sha256: sha256.to_string(),
+            },
+        )?;
+        return Ok(exit::OK);
+    }
     outln!(
         "wrote {} ({} bytes, arch {}, seed {seed})",
         output.display(),

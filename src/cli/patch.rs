@@ -1,7 +1,7 @@
 //! `pinforge patch lint|list|apply`: the attributed bundle's checks, bibliography and
 //! application onto a checkout.
 
-use super::print_json;
+use super::{print_json, JsonArg};
 use crate::error::{exit, Result};
 use crate::outln;
 use crate::patch::lint::Severity;
@@ -17,8 +17,10 @@ pub enum PatchCommand {
         after_help = "Examples:\n  pinforge patch lint\n  pinforge patch lint patches/0001-batch-size-ubatch-reserve-pos-for-mrope.patch"
     )]
     Lint {
-        /// Patch files or bundle folders
+        /// Patch files or bundle folders [default: <workspace>/patches]
         paths: Vec<PathBuf>,
+        #[command(flatten)]
+        out: JsonArg,
     },
     /// Apply the series onto a clean git checkout, one commit per patch with attribution
     /// trailers (no fuzz; a hunk that does not match is shown, nothing is committed for it).
@@ -28,39 +30,44 @@ pub enum PatchCommand {
     Apply {
         /// The checkout
         repo: PathBuf,
-        /// Bundle folder
-        #[arg(long, default_value = "patches")]
-        dir: PathBuf,
+        /// Bundle folder [default: <workspace>/patches]
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        #[command(flatten)]
+        out: JsonArg,
     },
     /// The bibliography: one row per patch in series order.
     #[command(
         after_help = "Examples:\n  pinforge patch list\n  pinforge patch list --json | jq '.[].issue'"
     )]
     List {
-        /// Bundle folder
-        #[arg(long, default_value = "patches")]
-        dir: PathBuf,
-        /// Machine-readable output
+        /// Bundle folder [default: <workspace>/patches]
         #[arg(long)]
-        json: bool,
+        dir: Option<PathBuf>,
+        #[command(flatten)]
+        out: JsonArg,
     },
 }
 
 /// Run `patch ...`.
-pub(super) fn run(c: PatchCommand) -> Result<i32> {
+pub(super) fn run(ctx: &super::Ctx, c: PatchCommand) -> Result<i32> {
+    // The bundle belongs to the workspace, like vendor/ and build/: `--workspace` moves it too.
+    let bundle_dir = |dir: Option<PathBuf>| dir.unwrap_or_else(|| ctx.ws_root.join("patches"));
     match c {
-        PatchCommand::Lint { paths } => cmd_lint(paths),
-        PatchCommand::List { dir, json } => cmd_list(&dir, json),
-        PatchCommand::Apply { repo, dir } => cmd_apply(&repo, &dir),
+        PatchCommand::Lint { paths, out } => {
+            let paths = if paths.is_empty() {
+                vec![bundle_dir(None)]
+            } else {
+                paths
+            };
+            cmd_lint(paths, out.json)
+        }
+        PatchCommand::List { dir, out } => cmd_list(&bundle_dir(dir), out.json),
+        PatchCommand::Apply { repo, dir, out } => cmd_apply(&repo, &bundle_dir(dir), out.json),
     }
 }
 
-fn cmd_lint(paths: Vec<PathBuf>) -> Result<i32> {
-    let paths = if paths.is_empty() {
-        vec![PathBuf::from("patches")]
-    } else {
-        paths
-    };
+fn cmd_lint(paths: Vec<PathBuf>, json: bool) -> Result<i32> {
     let mut findings = Vec::new();
     let mut files = 0usize;
     for p in &paths {
@@ -78,6 +85,40 @@ fn cmd_lint(paths: Vec<PathBuf>) -> Result<i32> {
         .iter()
         .filter(|(_, f)| f.severity == Severity::Error)
         .count();
+    if json {
+        #[derive(serde::Serialize)]
+        struct Row<'a> {
+            file: String,
+            #[serde(flatten)]
+            finding: &'a crate::patch::lint::Finding,
+        }
+        #[derive(serde::Serialize)]
+        struct Report<'a> {
+            ok: bool,
+            patches: usize,
+            errors: usize,
+            warnings: usize,
+            findings: Vec<Row<'a>>,
+        }
+        let rows = findings
+            .iter()
+            .map(|(path, f)| Row {
+                file: path.display().to_string(),
+                finding: f,
+            })
+            .collect();
+        print_json(
+            "pinforge.patch-lint/v1",
+            &Report {
+                ok: errors == 0,
+                patches: files,
+                errors,
+                warnings: findings.len() - errors,
+                findings: rows,
+            },
+        )?;
+        return Ok(if errors > 0 { exit::INPUT } else { exit::OK });
+    }
     for (path, f) in &findings {
         let sev = match f.severity {
             Severity::Error => "error",
@@ -101,10 +142,37 @@ fn cmd_lint(paths: Vec<PathBuf>) -> Result<i32> {
     Ok(if errors > 0 { exit::INPUT } else { exit::OK })
 }
 
-fn cmd_apply(repo: &std::path::Path, dir: &std::path::Path) -> Result<i32> {
+fn cmd_apply(repo: &std::path::Path, dir: &std::path::Path, json: bool) -> Result<i32> {
     let bundle = Bundle::load(dir)?;
     let patches = bundle.select(None)?;
     let applied = crate::patch::apply::apply_to_checkout(repo, &patches)?;
+    if json {
+        #[derive(serde::Serialize)]
+        struct Row {
+            patch: String,
+            commit: String,
+        }
+        #[derive(serde::Serialize)]
+        struct Report {
+            repo: String,
+            applied: Vec<Row>,
+        }
+        let rows = applied
+            .iter()
+            .map(|a| Row {
+                patch: a.id.to_string(),
+                commit: a.commit.to_string(),
+            })
+            .collect();
+        print_json(
+            "pinforge.patch-apply/v1",
+            &Report {
+                repo: repo.display().to_string(),
+                applied: rows,
+            },
+        )?;
+        return Ok(exit::OK);
+    }
     for a in &applied {
         outln!("{} {}", a.commit.short(12), a.id);
     }
@@ -120,7 +188,11 @@ fn cmd_list(dir: &std::path::Path, json: bool) -> Result<i32> {
     let bundle = Bundle::load(dir)?;
     let rows = bundle.bibliography();
     if json {
-        print_json(&rows)?;
+        #[derive(serde::Serialize)]
+        struct List<'a> {
+            patches: &'a [crate::patch::BibRow],
+        }
+        print_json("pinforge.patch-list/v1", &List { patches: &rows })?;
         return Ok(exit::OK);
     }
     let short = |u: &Option<String>| {

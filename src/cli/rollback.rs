@@ -29,7 +29,7 @@ fn cmd_rollback(root: &std::path::Path, to: Option<String>, json: bool) -> Resul
     let root = Root::open(root)?;
     let out = root.rollback(to)?;
     if json {
-        print_json(&out)?;
+        print_json("pinforge.rollback/v1", &out)?;
     } else {
         if let Some(r) = &out.recovered {
             outln!("recovered an interrupted transaction: {}", r.display());

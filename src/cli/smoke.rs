@@ -75,7 +75,9 @@ pub(super) fn run(ctx: &super::Ctx, a: SmokeCmd) -> Result<i32> {
 pub(super) fn run_child(a: SmokeChildArgs) -> Result<i32> {
     let r = crate::smoke::child::run(&a.shim, &a.model, a.tokens, a.gpu_layers);
     let failed = r.error.is_some();
-    print_json(&r)?;
+    // The child's report is an internal protocol read back by the parent, not a document.
+    let s = serde_json::to_string(&r).map_err(|e| Error::Internal(e.to_string()))?;
+    outln!("{s}");
     Ok(if failed { exit::INPUT } else { exit::OK })
 }
 
@@ -121,7 +123,7 @@ fn cmd_smoke(ws_root: &std::path::Path, a: SmokeArgs) -> Result<i32> {
     let opts = smoke_options(ws_root, a.model, a.arch, a.tokens, a.crash_test)?;
     let report = smoke::run(&target, &opts)?;
     if a.json {
-        print_json(&report)?;
+        print_json("pinforge.smoke/v1", &report)?;
     } else {
         render_smoke(&report);
     }

@@ -24,7 +24,7 @@ fn cmd_status(root: &std::path::Path, json: bool) -> Result<i32> {
     let root = Root::open(root)?;
     let st = root.status()?;
     if json {
-        print_json(&st)?;
+        print_json("pinforge.status/v1", &st)?;
         return Ok(exit::OK);
     }
     outln!("install root {} (generation {})", st.root.display(), st.gen);

@@ -14,14 +14,33 @@ pub enum VendorCommand {
     Digest {
         /// A tarball or a folder
         path: PathBuf,
+        #[command(flatten)]
+        out: super::JsonArg,
     },
 }
 
 /// Run `vendor ...`.
 pub(super) fn run(c: VendorCommand) -> Result<i32> {
     match c {
-        VendorCommand::Digest { path } => {
+        VendorCommand::Digest { path, out } => {
             let (kind, digest) = crate::upstream::pin_digest(&path)?;
+            if out.json {
+                #[derive(serde::Serialize)]
+                struct Pin {
+                    path: String,
+                    kind: &'static str,
+                    digest: String,
+                }
+                super::print_json(
+                    "pinforge.vendor-digest/v1",
+                    &Pin {
+                        path: path.display().to_string(),
+                        kind,
+                        digest: digest.to_string(),
+                    },
+                )?;
+                return Ok(exit::OK);
+            }
             outln!("{digest}  {kind}  {}", path.display());
             Ok(exit::OK)
         }

@@ -37,7 +37,7 @@ pub(super) fn run(ctx: &super::Ctx, a: VerifyArgs) -> Result<i32> {
 fn cmd_verify(path: &std::path::Path, json: bool) -> Result<i32> {
     let report = manifest::verify(path)?;
     if json {
-        print_json(&report)?;
+        print_json("pinforge.verify/v1", &report)?;
     } else if report.ok {
         outln!(
             "{}: {} outputs and {} inputs match {} (input {})",
@@ -95,7 +95,7 @@ fn cmd_verify_installed(root: &std::path::Path, layer: &str, json: bool) -> Resu
     let layer = installed_layer(layer)?;
     let v = root.verify_installed(layer)?;
     if json {
-        print_json(&v)?;
+        print_json("pinforge.verify-installed/v1", &v)?;
     } else {
         render_verification(&v);
     }

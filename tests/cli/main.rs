@@ -586,8 +586,9 @@ fn lint_reports_file_line_and_exits_2() {
 fn patch_list_is_the_bibliography_in_series_order() {
     let o = pinforge(&repo_root(), &["patch", "list", "--json"]);
     assert_eq!(code(&o), 0);
-    let rows = json(&o);
-    let rows = rows.as_array().expect("list");
+    let doc = json(&o);
+    assert_eq!(doc["schema"], "pinforge.patch-list/v1");
+    let rows = doc["patches"].as_array().expect("list");
     assert_eq!(rows.len(), 3);
     for r in rows {
         for key in ["file", "status", "issue", "pr", "commit", "handles", "url"] {

@@ -163,3 +163,57 @@ fn color_is_used_only_when_asked_or_on_a_terminal_and_never_with_no_color() {
         .expect("run");
     assert!(!stdout(&no_color).contains('\u{1b}'));
 }
+
+#[test]
+fn every_json_document_names_its_schema() {
+    // issue #8: every JSON document carries a schema id.
+    let t = Tiny::new();
+    let build = t.build("patched");
+    assert_eq!(code(&build), 0, "{}", stderr(&build));
+    let line = stdout(&build);
+    assert_eq!(
+        line.trim_end().lines().count(),
+        1,
+        "one JSON line per build"
+    );
+    assert_eq!(json(&build)["schema"], "pinforge.build/v1", "{line}");
+    let m = json(&build)["manifest"]
+        .as_str()
+        .expect("manifest")
+        .to_string();
+    let model = t.ws.join("tiny.gguf");
+    let model = model.to_str().expect("utf8");
+    let root = t.ws.join("rollback");
+    let root = root.to_str().expect("utf8");
+    let upstream = t.upstream.join("tiny.c");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["verify", &m], "pinforge.verify/v1"),
+        (vec!["diff", &m, &m], "pinforge.diff/v1"),
+        (vec!["patch", "list"], "pinforge.patch-list/v1"),
+        (vec!["patch", "lint"], "pinforge.patch-lint/v1"),
+        (
+            vec!["model", "tiny", "--arch", "qwen2", "-o", model],
+            "pinforge.model-tiny/v1",
+        ),
+        (
+            vec!["vendor", "digest", upstream.to_str().expect("utf8")],
+            "pinforge.vendor-digest/v1",
+        ),
+        (
+            vec!["install", &m, "--layer", "live", "--root", root],
+            "pinforge.install/v1",
+        ),
+        (vec!["status", "--root", root], "pinforge.status/v1"),
+        (
+            vec!["verify", "--installed", "--root", root],
+            "pinforge.verify-installed/v1",
+        ),
+        (vec!["gc", "--root", root], "pinforge.gc/v1"),
+    ];
+    for (mut args, schema) in cases {
+        args.push("--json");
+        let o = pinforge(&t.ws, &args);
+        assert_eq!(code(&o), 0, "{args:?}: {}", stderr(&o));
+        assert_eq!(json(&o)["schema"], schema, "{args:?}: {}", stdout(&o));
+    }
+}
