@@ -36,6 +36,32 @@ pub enum PatchCommand {
         #[command(flatten)]
         out: JsonArg,
     },
+    /// Write the whole series as one portable file: an mbox that `git am` applies, with the
+    /// bibliography in the first message's notes (where `git am` ignores text).
+    #[command(
+        after_help = "Examples:\n  pinforge patch bundle -o mrope-fixes.mbox\n  git -C checkout am ../mrope-fixes.mbox"
+    )]
+    Bundle {
+        /// The file to write
+        #[arg(short = 'o', long)]
+        output: PathBuf,
+        /// Bundle folder [default: <workspace>/patches]
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        #[command(flatten)]
+        out: JsonArg,
+    },
+    /// Print the commit message for applying the bundle as one commit: the bibliography and a
+    /// digest trailer per patch, so the attribution survives in git history.
+    #[command(
+        name = "commit-message",
+        after_help = "Example:\n  git commit -F <(pinforge patch commit-message)"
+    )]
+    CommitMessage {
+        /// Bundle folder [default: <workspace>/patches]
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// The bibliography: one row per patch in series order.
     #[command(
         after_help = "Examples:\n  pinforge patch list\n  pinforge patch list --json | jq '.[].issue'"
@@ -64,6 +90,16 @@ pub(super) fn run(ctx: &super::Ctx, c: PatchCommand) -> Result<i32> {
         }
         PatchCommand::List { dir, out } => cmd_list(&bundle_dir(dir), out.json),
         PatchCommand::Apply { repo, dir, out } => cmd_apply(&repo, &bundle_dir(dir), out.json),
+        PatchCommand::Bundle { output, dir, out } => {
+            cmd_bundle(&bundle_dir(dir), &output, out.json)
+        }
+        PatchCommand::CommitMessage { dir } => {
+            let bundle = Bundle::load(&bundle_dir(dir))?;
+            bundle.select(None)?;
+            let text = crate::patch::bundle::commit_message(&bundle.bibliography());
+            outln!("{}", text.trim_end());
+            Ok(exit::OK)
+        }
     }
 }
 
@@ -232,6 +268,42 @@ fn cmd_list(dir: &std::path::Path, json: bool) -> Result<i32> {
                 r.handles.join(",")
             },
             r.url.as_deref().unwrap_or("-")
+        );
+    }
+    Ok(exit::OK)
+}
+
+fn cmd_bundle(dir: &std::path::Path, output: &std::path::Path, json: bool) -> Result<i32> {
+    let bundle = Bundle::load(dir)?;
+    let patches = bundle.select(None)?;
+    let rows = bundle.bibliography();
+    let bytes = crate::patch::bundle::mbox(&patches, &rows)?;
+    crate::fsx::write_atomic(output, &bytes)?;
+    let sha256 = crate::digest::Sha256::of_bytes(&bytes);
+    if json {
+        #[derive(serde::Serialize)]
+        struct Written {
+            path: String,
+            patches: usize,
+            bytes: usize,
+            sha256: String,
+        }
+        print_json(
+            "pinforge.patch-bundle/v1",
+            &Written {
+                path: output.display().to_string(),
+                patches: patches.len(),
+                bytes: bytes.len(),
+                sha256: sha256.to_string(),
+            },
+        )?;
+    } else {
+        outln!(
+            "wrote {} ({} patch(es), {} bytes, sha256 {})",
+            output.display(),
+            patches.len(),
+            bytes.len(),
+            sha256.short(16)
         );
     }
     Ok(exit::OK)

@@ -2,6 +2,7 @@
 //! application onto a vendor tree (one commit per patch, attribution as trailers).
 
 pub mod apply;
+pub mod bundle;
 pub mod header;
 pub mod lint;
 

@@ -18,6 +18,8 @@ const COMMANDS: &[&[&str]] = &[
     &["patch", "lint"],
     &["patch", "list"],
     &["patch", "apply"],
+    &["patch", "bundle"],
+    &["patch", "commit-message"],
     &["model", "tiny"],
     &["vendor", "digest"],
 ];
