@@ -102,6 +102,61 @@ pub fn diff(a: &Statement, b: &Statement) -> ManifestDiff {
     }
 }
 
+/// Why a build ran instead of being reused, in words an operator can act on: which input
+/// changed (the recipe, a patch, a tool, the pin, a CMake option), or that the workspace moved
+/// (same inputs, another folder, so every object is rebuilt), or that there was no previous
+/// build. Empty when the inputs are the same as last time.
+pub fn rebuild_reasons(previous: Option<&Statement>, now: &Statement) -> Vec<String> {
+    let Some(prev) = previous else {
+        return vec!["no previous build of this variant".into()];
+    };
+    let d = diff(prev, now);
+    // The source tree's commit follows from the pin and the patches: it is named only when
+    // nothing else explains the change.
+    let others_changed = d
+        .dependencies
+        .iter()
+        .any(|x| x.name != "source-tree" && x.change != Change::Same);
+    let mut reasons: Vec<String> = d
+        .changes()
+        .filter(|(section, _)| matches!(*section, "parameter" | "dependency"))
+        .filter(|(_, r)| !(r.name == "source-tree" && others_changed))
+        .map(|(_, r)| {
+            let what = describe_input(&r.name);
+            match r.change {
+                Change::OnlyA => format!("{what} was removed"),
+                Change::OnlyB => format!("{what} was added"),
+                _ => format!("{what} changed"),
+            }
+        })
+        .collect();
+    let moved = prev.predicate.build_definition.internal_parameters.inputs
+        != now.predicate.build_definition.internal_parameters.inputs;
+    if reasons.is_empty() && moved {
+        reasons.push("the workspace moved: same inputs, another folder".into());
+    }
+    reasons
+}
+
+/// A dependency or parameter name as an operator says it.
+fn describe_input(name: &str) -> String {
+    if let Some(p) = name.strip_prefix("patch:") {
+        format!("patch {p}")
+    } else if let Some(t) = name.strip_prefix("tool:") {
+        format!("tool {t}")
+    } else if let Some(o) = name.strip_prefix("cmake -D") {
+        format!("CMake option {o}")
+    } else {
+        match name {
+            "upstream" => "the pin".into(),
+            "source-tree" => "the source tree".into(),
+            "recipe" => "the recipe".into(),
+            "patches" => "the patch list".into(),
+            other => other.replace('_', " "),
+        }
+    }
+}
+
 /// Merge two name → value maps into sorted rows.
 fn rows(a: BTreeMap<String, String>, b: BTreeMap<String, String>) -> Vec<Row> {
     let names: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
@@ -261,6 +316,41 @@ mod tests {
                 },
             },
         }
+    }
+
+    #[test]
+    fn rebuild_reasons_name_the_input_that_changed() {
+        let a = statement("x", &["-DGGML_NATIVE=OFF"], vec![]);
+        assert_eq!(
+            rebuild_reasons(None, &a),
+            vec!["no previous build of this variant".to_string()]
+        );
+        assert!(rebuild_reasons(Some(&a), &a).is_empty());
+        let mut b = statement("x", &["-DGGML_NATIVE=ON"], vec![]);
+        b.predicate
+            .build_definition
+            .resolved_dependencies
+            .push(res("patch:0001-fix.patch", "f"));
+        let reasons = rebuild_reasons(Some(&a), &b);
+        assert!(
+            reasons.contains(&"CMake option GGML_NATIVE changed".to_string()),
+            "{reasons:?}"
+        );
+        assert!(
+            reasons.contains(&"patch 0001-fix.patch was added".to_string()),
+            "{reasons:?}"
+        );
+        let mut moved = a.clone();
+        moved
+            .predicate
+            .build_definition
+            .internal_parameters
+            .inputs
+            .insert("recipe".into(), "/elsewhere/r.toml".into());
+        assert_eq!(
+            rebuild_reasons(Some(&a), &moved),
+            vec!["the workspace moved: same inputs, another folder".to_string()]
+        );
     }
 
     #[test]

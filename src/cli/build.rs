@@ -4,6 +4,7 @@ use super::reporter::TermReporter;
 use super::{print_json_line, JsonArg, Verbosity};
 use crate::build::{self, BuildOptions, BuildOutcome};
 use crate::error::{exit, Result};
+use crate::manifest;
 use crate::outln;
 use crate::recipe::Recipe;
 use crate::workspace::Workspace;
@@ -55,6 +56,11 @@ fn cmd_build(
         .collect::<Result<Vec<_>>>()?;
     let reporter = TermReporter::new(ctx.verbosity == Verbosity::Quiet);
     for v in selected {
+        // The previous manifest, read before the build replaces it, says why this one ran.
+        let manifest_path = ws
+            .variant_dir(&recipe.name, v.name.as_str())
+            .join("manifest.json");
+        let previous = manifest::Statement::read(&manifest_path).ok();
         let outcome = build::build(
             &ws,
             &recipe,
@@ -64,18 +70,36 @@ fn cmd_build(
                 reporter: &reporter,
             },
         )?;
+        let because = if outcome.cached {
+            Vec::new()
+        } else {
+            let now = manifest::Statement::read(&outcome.manifest)?;
+            crate::diff::rebuild_reasons(previous.as_ref(), &now)
+        };
         // One JSON line per build, written as soon as it is done: the same shape for one
         // variant or many, and a consumer sees each result without waiting for the rest.
         if json {
-            print_json_line("pinforge.build/v1", &outcome)?;
+            #[derive(serde::Serialize)]
+            struct Line<'a> {
+                #[serde(flatten)]
+                outcome: &'a BuildOutcome,
+                rebuilt_because: &'a [String],
+            }
+            print_json_line(
+                "pinforge.build/v1",
+                &Line {
+                    outcome: &outcome,
+                    rebuilt_because: &because,
+                },
+            )?;
         } else {
-            render_build(&outcome, ctx.verbosity);
+            render_build(&outcome, &because, ctx.verbosity);
         }
     }
     Ok(exit::OK)
 }
 
-fn render_build(o: &BuildOutcome, verbosity: Verbosity) {
+fn render_build(o: &BuildOutcome, because: &[String], verbosity: Verbosity) {
     outln!(
         "{} {}/{}  input {}  {:.1}s",
         if o.cached { "cached" } else { "built " },
@@ -87,6 +111,9 @@ fn render_build(o: &BuildOutcome, verbosity: Verbosity) {
     // A cached build is one line: nothing happened, and the listing is the one shown before.
     if o.cached && verbosity < Verbosity::Verbose {
         return;
+    }
+    if !because.is_empty() {
+        outln!("  because    {}", because.join("; "));
     }
     outln!("  manifest   {}", o.manifest.display());
     outln!("  artifacts  {}", o.artifact_root.display());

@@ -1,39 +1,90 @@
-//! The terminal reporter: library progress rendered on stderr (stage lines, an indicatif bar).
+//! The terminal reporter: library progress rendered on stderr. On a terminal, stage lines and
+//! an indicatif bar; elsewhere (CI logs, `2> build.txt`) a line per stage and one line every
+//! ~10% of the compile, each with the elapsed time, since a bar that redraws itself is useless
+//! in a log and silence for three minutes looks like a hang.
 
 use crate::progress::Reporter;
+use std::io::IsTerminal;
 use std::sync::Mutex;
+use std::time::Instant;
 
-/// Progress on stderr with indicatif; it hides itself when stderr is not a terminal, and the
-/// stage lines still go to stderr so logs of non-interactive runs say what happened.
+/// Progress on stderr.
 pub(super) struct TermReporter {
     bar: Mutex<Option<indicatif::ProgressBar>>,
+    /// The last tenth of the compile reported as a plain line (non-terminal mode).
+    last_tenth: Mutex<Option<u64>>,
     quiet: bool,
+    terminal: bool,
+    started: Instant,
 }
 
 impl TermReporter {
     pub(super) fn new(quiet: bool) -> Self {
         TermReporter {
             bar: Mutex::new(None),
+            last_tenth: Mutex::new(None),
             quiet,
+            terminal: std::io::stderr().is_terminal(),
+            started: Instant::now(),
         }
     }
+
+    fn elapsed(&self) -> String {
+        format!("{:.1}s", self.started.elapsed().as_secs_f64())
+    }
+}
+
+/// The tenth (0..=10) that `done` of `total` has reached.
+fn tenth(done: u64, total: u64) -> u64 {
+    if total == 0 {
+        return 10;
+    }
+    (done.min(total) * 10) / total
 }
 
 impl Reporter for TermReporter {
     fn stage(&self, name: &str, detail: &str) {
         self.finish();
-        if !self.quiet {
+        if self.quiet {
+            return;
+        }
+        if self.terminal {
             eprintln!("{name:>10} {detail}");
+        } else {
+            eprintln!("{name:>10} {detail}  [{}]", self.elapsed());
+        }
+        if let Ok(mut t) = self.last_tenth.lock() {
+            *t = None;
         }
     }
+
     fn progress(&self, done: u64, total: u64, message: &str) {
+        if self.quiet {
+            return;
+        }
+        if !self.terminal {
+            let now = tenth(done, total);
+            let Ok(mut last) = self.last_tenth.lock() else {
+                return;
+            };
+            if *last != Some(now) {
+                *last = Some(now);
+                eprintln!(
+                    "{:>10} {:>3}% ({done}/{total})  [{}]",
+                    "compile",
+                    now * 10,
+                    self.elapsed()
+                );
+            }
+            return;
+        }
         let Ok(mut guard) = self.bar.lock() else {
             return;
         };
         let bar = guard.get_or_insert_with(|| {
             let b = indicatif::ProgressBar::new(total);
             if let Ok(style) = indicatif::ProgressStyle::with_template(
-                "{prefix:>10} [{bar:30}] {pos}/{len} {wide_msg}",
+                "{prefix:>10} [{bar:30}] {pos}/{len} {elapsed} {wide_msg}",
             ) {
                 b.set_style(style.progress_chars("=> "));
             }
@@ -44,11 +95,31 @@ impl Reporter for TermReporter {
         bar.set_position(done);
         bar.set_message(message.to_string());
     }
+
     fn finish(&self) {
         if let Ok(mut guard) = self.bar.lock() {
             if let Some(b) = guard.take() {
                 b.finish_and_clear();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_lines_fall_on_tenths_of_the_compile() {
+        assert_eq!(tenth(0, 161), 0);
+        assert_eq!(tenth(16, 161), 0);
+        assert_eq!(tenth(17, 161), 1);
+        assert_eq!(tenth(161, 161), 10);
+        assert_eq!(tenth(5, 0), 10, "an empty build is complete");
+        assert_eq!(
+            tenth(200, 161),
+            10,
+            "ninja's count never overshoots the bar"
+        );
     }
 }

@@ -219,3 +219,49 @@ fn every_json_document_names_its_schema() {
         assert_eq!(json(&o)["schema"], schema, "{args:?}: {}", stdout(&o));
     }
 }
+
+#[test]
+fn build_says_why_it_rebuilt_and_logs_progress_lines_when_not_on_a_terminal() {
+    // issue #8: rebuild reasons; a line per stage and per ~10% with elapsed time in logs.
+    let t = Tiny::new();
+    let first = t.build("patched");
+    assert_eq!(code(&first), 0, "{}", stderr(&first));
+    assert_eq!(
+        json(&first)["rebuilt_because"],
+        serde_json::json!(["no previous build of this variant"])
+    );
+    let log = stderr(&first);
+    assert!(
+        log.contains("configure patched  ["),
+        "stage lines carry elapsed time: {log}"
+    );
+    assert!(
+        log.contains("compile 100% ("),
+        "the compile reaches 100% in the log: {log}"
+    );
+
+    let cached = t.build("patched");
+    assert_eq!(json(&cached)["cached"], true);
+    assert_eq!(json(&cached)["rebuilt_because"], serde_json::json!([]));
+
+    let patch = t.ws.join("patches/0001-tiny-return-2.patch");
+    let text = std::fs::read_to_string(&patch).expect("patch");
+    std::fs::write(&patch, text.replace("return 2;", "return 3;")).expect("edit");
+    let o = t.build("patched");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let because = json(&o)["rebuilt_because"].clone();
+    assert_eq!(
+        because,
+        serde_json::json!(["patch 0001-tiny-return-2.patch changed"]),
+        "only the patch, not the source tree it implies"
+    );
+    let human = pinforge(
+        &t.ws,
+        &["build", "recipes/tiny.toml", "--variant", "unpatched"],
+    );
+    assert!(
+        stdout(&human).contains("because    no previous build of this variant"),
+        "{}",
+        stdout(&human)
+    );
+}
