@@ -413,6 +413,24 @@ fn create_file(path: &Path, exec: bool) -> Result<std::fs::File> {
 // ---------------------------------------------------------------------------------------------
 // Pinned folders.
 
+/// `base/sub` when every component of `sub` is a real folder: the folder pin's digest covers
+/// `base` and records a link as its text, so a `subdir` through a link would copy content the
+/// digest never saw.
+pub fn real_subdir(base: &Path, sub: Option<&str>) -> Result<PathBuf> {
+    let mut at = base.to_path_buf();
+    for c in Path::new(sub.unwrap_or("")).components() {
+        at.push(c);
+        let meta = std::fs::symlink_metadata(&at).at("stat", &at)?;
+        if !meta.file_type().is_dir() {
+            return Err(Error::input(
+                at.display(),
+                "the pin's `subdir` goes through a symlink or a file; it must be a folder inside the pinned folder",
+            ));
+        }
+    }
+    Ok(at)
+}
+
 /// Copy a pinned folder into `dest`: links are copied as links (never followed) and only when
 /// they resolve inside the copy; devices, FIFOs and sockets are refused before anything opens
 /// them; `.git` entries are skipped and counted.

@@ -380,7 +380,7 @@ impl Prepared {
         let sub = self.resolved.subdir.as_deref();
         match &self.payload {
             Payload::Archive(path) => extract::extract_archive(path, dest, sub),
-            Payload::Dir(path) => extract::copy_dir(&path.join(sub.unwrap_or("")), dest),
+            Payload::Dir(path) => extract::copy_dir(&extract::real_subdir(path, sub)?, dest),
             Payload::Git { repo, commit } => extract::export_commit(repo, *commit, sub, dest),
         }
     }
@@ -456,6 +456,7 @@ fn prepare(ws: &Workspace, recipe: &Recipe) -> Result<Prepared> {
             if !root.is_dir() {
                 return Err(Error::input(root.display(), "pinned folder does not exist"));
             }
+            extract::real_subdir(path, pin.subdir.as_deref())?;
             let actual = tree_digest(path)?;
             if actual != *tree_sha256 {
                 return Err(Error::input(

@@ -581,3 +581,30 @@ proptest! {
         check_archive(&bytes, None)?;
     }
 }
+
+// issue #7 class 5: a folder pin's `subdir` through a link would copy what the digest never saw.
+#[test]
+fn a_folder_pin_subdir_through_a_link_is_refused() {
+    let src = tempfile::tempdir().expect("tempdir");
+    let outside = tempfile::tempdir().expect("tempdir");
+    std::fs::write(outside.path().join("secret.h"), "s").expect("write");
+    std::os::unix::fs::symlink(outside.path(), src.path().join("llama.cpp")).expect("link");
+    let e = real_subdir(src.path(), Some("llama.cpp")).expect_err("refused");
+    assert_eq!(e.exit_code(), 2, "{e}");
+    std::fs::create_dir_all(src.path().join("real/sub")).expect("mkdir");
+    real_subdir(src.path(), Some("real/sub")).expect("a real folder");
+}
+
+// issue #7 class 4: a socket is refused like a FIFO, by type, before anything opens it.
+#[test]
+fn a_socket_in_a_folder_pin_is_refused() {
+    let src = tempfile::tempdir().expect("tempdir");
+    std::fs::write(src.path().join("a.c"), "x").expect("write");
+    let _sock = std::os::unix::net::UnixListener::bind(src.path().join("s.sock")).expect("bind");
+    let (_o, r) = copy(src.path());
+    let text = refusal(r);
+    assert!(text.contains("s.sock") && text.contains("socket"), "{text}");
+    let e =
+        crate::fsx::open_regular(&src.path().join("s.sock"), "file", true).expect_err("refused");
+    assert_eq!(e.exit_code(), 2, "{e}");
+}
