@@ -69,7 +69,15 @@ impl ResolvedPin {
                 } else {
                     "ies"
                 },
-                self.skipped_git_paths.join(", ")
+                self.skipped_git_paths
+                    .iter()
+                    .map(|p| match &self.subdir {
+                        // Name them as they are in the source, not in the tree.
+                        Some(s) => format!("{s}/{p}"),
+                        None => p.clone(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )
         })
     }

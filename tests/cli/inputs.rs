@@ -542,7 +542,9 @@ fn the_llama_cpp_python_0_3_17_sdist_builds_unpatched_and_smokes_ok() {
     let built = started.elapsed();
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("skipped 1 .git entry"),
+        stderr(&o).contains(
+            "skipped 1 .git entry of the upstream source (never extracted): vendor/llama.cpp/.git"
+        ),
         "the submodule's gitlink is skipped and said: {}",
         stderr(&o)
     );

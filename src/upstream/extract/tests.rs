@@ -608,3 +608,26 @@ fn a_socket_in_a_folder_pin_is_refused() {
         crate::fsx::open_regular(&src.path().join("s.sock"), "file", true).expect_err("refused");
     assert_eq!(e.exit_code(), 2, "{e}");
 }
+
+#[test]
+fn the_skip_note_names_git_paths_as_they_are_in_the_source() {
+    let pin = crate::upstream::ResolvedPin {
+        kind: "tarball".into(),
+        uri: "x.tar.gz".into(),
+        sha256: None,
+        git_commit: None,
+        tag: None,
+        subdir: Some("vendor/llama.cpp".into()),
+        build_number: 0,
+        build_commit: String::new(),
+        archive: None,
+        skipped_git_entries: 1,
+        skipped_git_paths: vec![".git".into()],
+    };
+    assert_eq!(
+        pin.skipped_git_note().as_deref(),
+        Some(
+            "skipped 1 .git entry of the upstream source (never extracted): vendor/llama.cpp/.git"
+        )
+    );
+}
