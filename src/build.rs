@@ -132,6 +132,9 @@ pub fn build(
 
     reporter.stage("vendor", &recipe.name);
     let pristine = upstream::pristine(ws, recipe)?;
+    if let Some(note) = pristine.pin.skipped_git_note() {
+        reporter.stage("note", &note);
+    }
     let tree = upstream::patched(ws, &pristine, &patches)?;
 
     let vdir = ws.variant_dir(&recipe.name, variant.name.as_str());
@@ -542,6 +545,10 @@ fn dependencies(
     }
     if let Some(t) = &pin.tag {
         ann.insert("tag".into(), Value::from(t.clone()));
+    }
+    if pin.skipped_git_entries > 0 {
+        let n = Value::from(pin.skipped_git_entries);
+        ann.insert("skipped_git_entries".into(), n);
     }
     deps.push(Resource {
         name: "upstream".into(),

@@ -19,9 +19,16 @@ impl Sha256 {
         Sha256(sha2::Sha256::digest(bytes).into())
     }
 
-    /// Digest and size of a file, streamed (artifacts can be gigabytes).
+    /// Digest and size of a file, streamed (artifacts can be gigabytes). Only regular files are
+    /// read: a FIFO or a device named by a manifest or a pin is refused as input before it is
+    /// opened for reading (`/dev/zero` never ends, a FIFO never answers).
     pub fn of_file(path: &Path) -> Result<(Self, u64)> {
-        let mut file = std::fs::File::open(path).at("open", path)?;
+        let file = crate::fsx::open_regular(path, "file", true)?;
+        Self::of_reader(file, path)
+    }
+
+    /// Digest and size of an opened file; `path` names it in errors.
+    pub fn of_reader(mut file: std::fs::File, path: &Path) -> Result<(Self, u64)> {
         let mut hasher = sha2::Sha256::new();
         let mut buf = vec![0u8; 1 << 20];
         let mut size = 0u64;
@@ -188,7 +195,12 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<()> {
     for entry in std::fs::read_dir(dir).at("read directory", dir)? {
         let entry = entry.at("read directory", dir)?;
         let path = entry.path();
-        if entry.file_name() == ".git" {
+        // Case-insensitively, as the folder pin's copy skips them (git refuses `.GIT` too).
+        if entry
+            .file_name()
+            .as_encoded_bytes()
+            .eq_ignore_ascii_case(b".git")
+        {
             continue;
         }
         let meta = std::fs::symlink_metadata(&path).at("stat", &path)?;
@@ -209,8 +221,18 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<()> {
             } else {
                 "644"
             };
-            let (digest, _) = Sha256::of_file(&path)?;
+            let file = crate::fsx::open_regular(&path, "file", false)?;
+            let (digest, _) = Sha256::of_reader(file, &path)?;
             out.push(format!("{mode} {rel}\0{digest}\n"));
+        } else {
+            // A FIFO would hang whatever copies the folder later; a digest that silently left
+            // it out would pin a tree that cannot be materialized.
+            let kind = crate::fsx::special_kind(&meta.file_type()).unwrap_or("not a regular file");
+            return Err(Error::input(
+                path.display(),
+                format!("is {kind}: a pinned folder holds files, folders and links only"),
+            )
+            .with_hint("remove it from the folder; devices, FIFOs and sockets are never read"));
         }
     }
     Ok(())

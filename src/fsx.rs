@@ -2,7 +2,7 @@
 //! seen half-done go through a temp file in the same directory, fsync, rename, fsync of the
 //! directory.
 
-use crate::error::{IoContext, Result};
+use crate::error::{Error, IoContext, Result};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -85,6 +85,80 @@ impl DirLock {
 /// Make `path` absolute against the current directory without resolving symlinks.
 pub fn absolute(path: &Path) -> Result<PathBuf> {
     std::path::absolute(path).at("make absolute", path)
+}
+
+/// What a file type is, for an error message; None for files, folders and links.
+pub fn special_kind(ft: &std::fs::FileType) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_fifo() {
+        Some("a FIFO")
+    } else if ft.is_socket() {
+        Some("a socket")
+    } else if ft.is_char_device() {
+        Some("a character device")
+    } else if ft.is_block_device() {
+        Some("a block device")
+    } else if ft.is_file() || ft.is_dir() || ft.is_symlink() {
+        None
+    } else {
+        Some("not a regular file")
+    }
+}
+
+/// Open a regular file for reading without ever blocking on it. The path is inspected first
+/// (a device is never even opened), then opened with `O_NONBLOCK` (opening a FIFO returns at
+/// once) and checked again with `fstat` on the opened file, since the path may have changed in
+/// between. Anything but a regular file is an input error naming the path. `follow` = false
+/// adds `O_NOFOLLOW`, for entries of a tree being copied.
+pub fn open_regular(path: &Path, what: &str, follow: bool) -> Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let refuse = |kind: &str| {
+        Error::input(
+            path.display(),
+            format!("{what} is {kind}, not a regular file; it was not read"),
+        )
+        .with_hint("only regular files are read: a device, FIFO or socket could block forever or never end")
+    };
+    let stat = if follow {
+        std::fs::metadata(path)
+    } else {
+        std::fs::symlink_metadata(path)
+    };
+    let meta = match stat {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::input(path.display(), format!("{what} not found")))
+        }
+        Err(e) => return Err(Error::io("stat", path, e)),
+    };
+    let kind_of = |m: &std::fs::Metadata| {
+        let ft = m.file_type();
+        special_kind(&ft)
+            .or(ft.is_dir().then_some("a folder"))
+            .or(ft.is_symlink().then_some("a symlink"))
+    };
+    if let Some(kind) = kind_of(&meta) {
+        return Err(refuse(kind));
+    }
+    let mut flags = libc::O_NONBLOCK;
+    if !follow {
+        flags |= libc::O_NOFOLLOW;
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => refuse("a symlink"),
+            Some(libc::ENXIO) => refuse("a socket"),
+            Some(libc::ENOENT) => Error::input(path.display(), format!("{what} not found")),
+            _ => Error::io("open", path, e),
+        })?;
+    let meta = file.metadata().at("stat", path)?;
+    if let Some(kind) = kind_of(&meta) {
+        return Err(refuse(kind));
+    }
+    Ok(file)
 }
 
 #[cfg(test)]

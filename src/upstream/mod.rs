@@ -12,9 +12,12 @@ use crate::recipe::{Pin, PinSource, Recipe};
 use crate::workspace::Workspace;
 use git2::{IndexAddOption, Repository, Signature, Time};
 use serde::{Deserialize, Serialize};
-use std::io::Read;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+mod extract;
+use crate::fsx::open_regular;
+pub use extract::{is_git, GitSkips, TreeModel, Written};
 
 /// The tag every pristine repository carries on its base commit.
 pub const PRISTINE_TAG: &str = "refs/tags/pinforge/pristine";
@@ -41,6 +44,43 @@ pub struct ResolvedPin {
     pub build_commit: String,
     /// Where the verified archive is kept (crate, tarball), for later re-verification.
     pub archive: Option<PathBuf>,
+    /// `.git` entries (files, folders, links at or below a `.git` component) the source
+    /// carried and that were left out of the tree: never extracted, never fatal.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub skipped_git_entries: u64,
+    /// The `.git` paths those entries were under, relative to the tree root.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped_git_paths: Vec<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl ResolvedPin {
+    /// The note to show when the source carried `.git` entries that were left out.
+    pub fn skipped_git_note(&self) -> Option<String> {
+        (self.skipped_git_entries > 0).then(|| {
+            format!(
+                "skipped {} .git entr{} of the upstream source (never extracted): {}",
+                self.skipped_git_entries,
+                if self.skipped_git_entries == 1 {
+                    "y"
+                } else {
+                    "ies"
+                },
+                self.skipped_git_paths
+                    .iter()
+                    .map(|p| match &self.subdir {
+                        // Name them as they are in the source, not in the tree.
+                        Some(s) => format!("{s}/{p}"),
+                        None => p.clone(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+    }
 }
 
 /// A materialized tree: a git repository and the commit its work tree must be at.
@@ -108,12 +148,12 @@ pub fn pristine(ws: &Workspace, recipe: &Recipe) -> Result<Tree> {
         .at("create temp dir in", &vendor)?;
     let work = tmp.path().join("tree");
     fsx::create_dir_all(&work)?;
-    prepared.extract(&work)?;
+    let written = prepared.extract(&work)?;
+    let mut resolved = prepared.resolved;
+    resolved.skipped_git_entries = written.skipped_git.entries;
+    resolved.skipped_git_paths = written.skipped_git.roots.into_iter().collect();
     let repo = Repository::init(&work).git_at(&work.display())?;
-    let base = commit_all(
-        &repo,
-        &format!("pristine upstream: {}", prepared.resolved.uri),
-    )?;
+    let base = commit_all(&repo, &format!("pristine upstream: {}", resolved.uri))?;
     repo.reference(PRISTINE_TAG, base.raw(), true, "pinforge pristine")
         .git_at(&work.display())?;
     let tree = Tree {
@@ -121,7 +161,7 @@ pub fn pristine(ws: &Workspace, recipe: &Recipe) -> Result<Tree> {
         base_commit: base,
         head: base,
         patches: Vec::new(),
-        pin: prepared.resolved,
+        pin: resolved,
         reused: false,
     };
     write_state(&work, &tree)?;
@@ -344,12 +384,12 @@ struct Prepared {
 }
 
 impl Prepared {
-    fn extract(&self, dest: &Path) -> Result<()> {
+    fn extract(&self, dest: &Path) -> Result<Written> {
         let sub = self.resolved.subdir.as_deref();
         match &self.payload {
-            Payload::Archive(path) => extract_archive(path, dest, sub),
-            Payload::Dir(path) => copy_dir(&path.join(sub.unwrap_or("")), dest),
-            Payload::Git { repo, commit } => export_commit(repo, *commit, sub, dest),
+            Payload::Archive(path) => extract::extract_archive(path, dest, sub),
+            Payload::Dir(path) => extract::copy_dir(&extract::real_subdir(path, sub)?, dest),
+            Payload::Git { repo, commit } => extract::export_commit(repo, *commit, sub, dest),
         }
     }
 }
@@ -378,6 +418,8 @@ impl ResolvedPin {
             build_number,
             build_commit,
             archive,
+            skipped_git_entries: 0,
+            skipped_git_paths: Vec::new(),
         }
     }
 }
@@ -422,6 +464,7 @@ fn prepare(ws: &Workspace, recipe: &Recipe) -> Result<Prepared> {
             if !root.is_dir() {
                 return Err(Error::input(root.display(), "pinned folder does not exist"));
             }
+            extract::real_subdir(path, pin.subdir.as_deref())?;
             let actual = tree_digest(path)?;
             if actual != *tree_sha256 {
                 return Err(Error::input(
@@ -451,6 +494,8 @@ fn prepare(ws: &Workspace, recipe: &Recipe) -> Result<Prepared> {
                     build_number,
                     build_commit,
                     archive: None,
+                    skipped_git_entries: 0,
+                    skipped_git_paths: Vec::new(),
                 },
                 payload: Payload::Git { repo, commit: oid },
             })
@@ -458,12 +503,16 @@ fn prepare(ws: &Workspace, recipe: &Recipe) -> Result<Prepared> {
     }
 }
 
-/// The digest a `tarball` (`sha256`) or `dir` (`tree-sha256`) pin of `path` needs.
+/// The digest a `tarball` (`sha256`) or `dir` (`tree-sha256`) pin of `path` needs. A FIFO or
+/// a device is refused before it is opened for reading (`/dev/zero` never ends).
 pub fn pin_digest(path: &Path) -> Result<(&'static str, Sha256)> {
     if path.is_dir() {
         Ok(("tree-sha256", tree_digest(path)?))
-    } else if path.is_file() {
-        Ok(("sha256", Sha256::of_file(path)?.0))
+    } else if std::fs::metadata(path).is_ok() {
+        Ok((
+            "sha256",
+            Sha256::of_reader(open_regular(path, "source", true)?, path)?.0,
+        ))
     } else {
         Err(Error::input(path.display(), "no such file or folder"))
     }
@@ -471,10 +520,8 @@ pub fn pin_digest(path: &Path) -> Result<(&'static str, Sha256)> {
 
 /// Re-hash a file against its pinned digest.
 pub fn verify_file(path: &Path, want: Sha256, what: &str) -> Result<()> {
-    if !path.is_file() {
-        return Err(Error::input(path.display(), format!("{what} not found")));
-    }
-    let (actual, _) = Sha256::of_file(path)?;
+    let file = open_regular(path, what, true)?;
+    let (actual, _) = Sha256::of_reader(file, path)?;
     if actual != want {
         return Err(Error::input(
             path.display(),
@@ -726,301 +773,4 @@ fn write_lock(path: &Path, lock: &GitLock) -> Result<()> {
             .unwrap_or_default()
     );
     fsx::write_atomic(path, text.as_bytes())
-}
-
-// ---------------------------------------------------------------------------------------------
-// Safe extraction.
-
-fn safe_rel(path: &Path) -> Option<PathBuf> {
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::Normal(n) => out.push(n),
-            Component::CurDir => {}
-            _ => return None,
-        }
-    }
-    (!out.as_os_str().is_empty()).then_some(out)
-}
-
-/// Extract a `.crate` / `.tar.gz` / `.tar`, keeping only entries under `strip + subdir`.
-/// Every entry path is checked before anything is written; hard links and devices are refused;
-/// symlinks are created last and only when their target stays inside the tree.
-fn extract_archive(archive: &Path, dest: &Path, subdir: Option<&str>) -> Result<()> {
-    let mut file = std::fs::File::open(archive).at("open", archive)?;
-    let mut magic = [0u8; 2];
-    let gz = file.read(&mut magic).at("read", archive)? == 2 && magic == [0x1f, 0x8b];
-    let file = std::fs::File::open(archive).at("open", archive)?;
-    let reader: Box<dyn Read> = if gz {
-        Box::new(flate2::read::GzDecoder::new(file))
-    } else {
-        Box::new(file)
-    };
-    let mut tar = tar::Archive::new(reader);
-    let mut links: Vec<(PathBuf, PathBuf)> = Vec::new();
-    let mut top: Option<PathBuf> = None;
-    let mut wrote = 0usize;
-    let bad = |entry: &Path, why: &str| {
-        Error::input(
-            archive.display(),
-            format!("refused archive entry `{}`: {why}", entry.display()),
-        )
-        .with_hint("the archive is malformed or hostile; nothing from it was used")
-    };
-    for entry in tar.entries().at("read archive", archive)? {
-        let mut entry = entry.at("read archive", archive)?;
-        let raw = entry.path().at("read archive", archive)?.into_owned();
-        let rel = safe_rel(&raw).ok_or_else(|| bad(&raw, "path escapes the destination"))?;
-        // Every archive pinforge accepts has one top-level folder (`name-version/`), as cargo
-        // and GitHub write them; strip it, then the subdir.
-        let mut comps = rel.components();
-        let first = PathBuf::from(comps.next().map(|c| c.as_os_str()).unwrap_or_default());
-        match &top {
-            None => top = Some(first.clone()),
-            Some(t) if *t != first => {
-                return Err(bad(&raw, "archive has more than one top-level folder"))
-            }
-            _ => {}
-        }
-        let inner: PathBuf = comps.collect();
-        let inner = match subdir {
-            Some(s) => match inner.strip_prefix(s) {
-                Ok(p) => p.to_path_buf(),
-                Err(_) => continue,
-            },
-            None => inner,
-        };
-        if inner.as_os_str().is_empty() {
-            continue;
-        }
-        if inner.components().any(|c| c.as_os_str() == ".git") {
-            return Err(bad(&raw, "archives may not carry .git"));
-        }
-        let out = dest.join(&inner);
-        let kind = entry.header().entry_type();
-        match kind {
-            tar::EntryType::Directory => fsx::create_dir_all(&out)?,
-            tar::EntryType::Regular | tar::EntryType::Continuous => {
-                fsx::create_dir_all(&fsx::parent_of(&out))?;
-                let mode = entry.header().mode().unwrap_or(0o644);
-                let mut f = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .open(&out)
-                    .at("create", &out)?;
-                std::io::copy(&mut entry, &mut f).at("write", &out)?;
-                use std::os::unix::fs::PermissionsExt;
-                let perm = if mode & 0o111 != 0 { 0o755 } else { 0o644 };
-                std::fs::set_permissions(&out, std::fs::Permissions::from_mode(perm))
-                    .at("chmod", &out)?;
-                wrote += 1;
-            }
-            tar::EntryType::Symlink => {
-                let target = entry
-                    .link_name()
-                    .at("read archive", archive)?
-                    .ok_or_else(|| bad(&raw, "symlink without target"))?
-                    .into_owned();
-                if target.is_absolute() || !stays_inside(&inner, &target) {
-                    return Err(bad(&raw, "symlink points outside the tree"));
-                }
-                links.push((out, target));
-            }
-            tar::EntryType::XGlobalHeader
-            | tar::EntryType::XHeader
-            | tar::EntryType::GNULongName => {}
-            _ => {
-                return Err(bad(
-                    &raw,
-                    "only files, folders and in-tree symlinks are allowed",
-                ))
-            }
-        }
-    }
-    if wrote == 0 {
-        return Err(Error::input(
-            archive.display(),
-            format!(
-                "no files extracted{}",
-                subdir.map(|s| format!(" under `{s}`")).unwrap_or_default()
-            ),
-        )
-        .with_hint("check the pin's `subdir`"));
-    }
-    for (at, target) in links {
-        fsx::create_dir_all(&fsx::parent_of(&at))?;
-        std::os::unix::fs::symlink(&target, &at).at("create symlink", &at)?;
-    }
-    Ok(())
-}
-
-/// Does `target`, relative to the folder of `link`, stay inside the tree?
-fn stays_inside(link: &Path, target: &Path) -> bool {
-    let mut depth: i64 = link.components().count() as i64 - 1;
-    for c in target.components() {
-        match c {
-            Component::ParentDir => depth -= 1,
-            Component::Normal(_) => depth += 1,
-            Component::CurDir => {}
-            _ => return false,
-        }
-        if depth < 0 {
-            return false;
-        }
-    }
-    true
-}
-
-fn copy_dir(src: &Path, dest: &Path) -> Result<()> {
-    for entry in std::fs::read_dir(src).at("read directory", src)? {
-        let entry = entry.at("read directory", src)?;
-        if entry.file_name() == ".git" {
-            continue;
-        }
-        let from = entry.path();
-        let to = dest.join(entry.file_name());
-        let meta = std::fs::symlink_metadata(&from).at("stat", &from)?;
-        if meta.file_type().is_symlink() {
-            let target = std::fs::read_link(&from).at("read link", &from)?;
-            std::os::unix::fs::symlink(&target, &to).at("create symlink", &to)?;
-        } else if meta.is_dir() {
-            fsx::create_dir_all(&to)?;
-            copy_dir(&from, &to)?;
-        } else {
-            std::fs::copy(&from, &to).at("copy", &from)?;
-        }
-    }
-    Ok(())
-}
-
-/// Write the tree of `commit` (or its `subdir`) into `dest`.
-fn export_commit(
-    repo_path: &Path,
-    commit: git2::Oid,
-    subdir: Option<&str>,
-    dest: &Path,
-) -> Result<()> {
-    let repo = Repository::open_bare(repo_path).git_at(&repo_path.display())?;
-    let c = repo.find_commit(commit).git_at(&commit)?;
-    let mut tree = c.tree().git_at(&commit)?;
-    if let Some(s) = subdir {
-        let e = tree.get_path(Path::new(s)).map_err(|_| {
-            Error::input(format!("commit {commit}"), format!("has no folder `{s}`"))
-        })?;
-        tree = repo.find_tree(e.id()).git_at(&commit)?;
-    }
-    export_tree(&repo, &tree, dest)
-}
-
-fn export_tree(repo: &Repository, tree: &git2::Tree, dest: &Path) -> Result<()> {
-    fsx::create_dir_all(dest)?;
-    for entry in tree.iter() {
-        let name = entry
-            .name()
-            .ok_or_else(|| Error::input(dest.display(), "tree entry with a non-UTF-8 name"))?;
-        let rel = safe_rel(Path::new(name))
-            .filter(|r| r.components().count() == 1 && name != ".git")
-            .ok_or_else(|| Error::input(dest.display(), format!("refused tree entry `{name}`")))?;
-        let out = dest.join(rel);
-        match entry.kind() {
-            Some(git2::ObjectType::Tree) => {
-                let sub = repo.find_tree(entry.id()).git_at(&name)?;
-                export_tree(repo, &sub, &out)?;
-            }
-            Some(git2::ObjectType::Blob) => {
-                let blob = repo.find_blob(entry.id()).git_at(&name)?;
-                if entry.filemode() == 0o120000 {
-                    let target =
-                        PathBuf::from(String::from_utf8_lossy(blob.content()).into_owned());
-                    std::os::unix::fs::symlink(&target, &out).at("create symlink", &out)?;
-                } else {
-                    std::fs::write(&out, blob.content()).at("write", &out)?;
-                    if entry.filemode() == 0o100755 {
-                        use std::os::unix::fs::PermissionsExt;
-                        std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o755))
-                            .at("chmod", &out)?;
-                    }
-                }
-            }
-            // Submodules are not part of a pinned tree.
-            _ => {}
-        }
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn tar_with(entries: &[(&str, &[u8])], link: Option<(&str, &str)>) -> Vec<u8> {
-        let mut b = tar::Builder::new(Vec::new());
-        for (path, data) in entries {
-            let mut h = tar::Header::new_gnu();
-            h.set_size(data.len() as u64);
-            h.set_mode(0o644);
-            h.set_entry_type(tar::EntryType::Regular);
-            // set_path refuses `..`; write the raw name to build hostile archives.
-            let name = h.as_old_mut().name.as_mut();
-            name[..path.len()].copy_from_slice(path.as_bytes());
-            h.set_cksum();
-            b.append(&h, *data).expect("append");
-        }
-        if let Some((path, target)) = link {
-            let mut h = tar::Header::new_gnu();
-            h.set_entry_type(tar::EntryType::Symlink);
-            h.set_size(0);
-            b.append_link(&mut h, path, target).expect("link");
-        }
-        b.into_inner().expect("finish")
-    }
-
-    fn extract(bytes: Vec<u8>, sub: Option<&str>) -> (tempfile::TempDir, Result<()>) {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let arch = dir.path().join("a.tar");
-        std::fs::write(&arch, bytes).expect("write");
-        let dest = dir.path().join("out");
-        std::fs::create_dir(&dest).expect("mkdir");
-        let r = extract_archive(&arch, &dest, sub);
-        (dir, r)
-    }
-
-    #[test]
-    fn extracts_subdir_and_strips_top() {
-        let (dir, r) = extract(
-            tar_with(
-                &[("top/llama.cpp/src/a.c", b"x"), ("top/README", b"r")],
-                None,
-            ),
-            Some("llama.cpp"),
-        );
-        r.expect("extract");
-        assert!(dir.path().join("out/src/a.c").is_file());
-        assert!(!dir.path().join("out/README").exists());
-    }
-
-    #[test]
-    fn refuses_path_escape() {
-        let (_d, r) = extract(tar_with(&[("top/../../evil", b"x")], None), None);
-        assert!(r.expect_err("escape").to_string().contains("escapes"));
-    }
-
-    #[test]
-    fn refuses_symlink_out_of_tree() {
-        let (_d, r) = extract(
-            tar_with(&[("top/a", b"x")], Some(("top/link", "../../etc/passwd"))),
-            None,
-        );
-        assert!(r.expect_err("link").to_string().contains("outside"));
-        let (d, r) = extract(tar_with(&[("top/a/b", b"x")], Some(("top/l", "a/b"))), None);
-        r.expect("in-tree link is fine");
-        assert!(d.path().join("out/l").is_symlink());
-    }
-
-    #[test]
-    fn stays_inside_counts_depth() {
-        assert!(stays_inside(Path::new("a/l"), Path::new("../b")));
-        assert!(!stays_inside(Path::new("l"), Path::new("../b")));
-        assert!(!stays_inside(Path::new("a/l"), Path::new("../../b")));
-    }
 }
