@@ -437,7 +437,13 @@ pub fn write_tiny(arch: Arch, seed: u64, path: &Path) -> Result<u64> {
 
 /// Read a GGUF file's architecture (to label smoke results).
 pub fn architecture(path: &Path) -> Result<String> {
-    let bytes = std::fs::read(path).at("read", path)?;
+    // A model is an input: missing or special (a FIFO would hang the smoke) is exit 2.
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(
+        &mut crate::fsx::open_regular(path, "model file", true)?,
+        &mut bytes,
+    )
+    .at("read", path)?;
     // Only the header is needed, but the files are tiny; a full parse also validates them.
     match Gguf::from_bytes(&bytes) {
         Ok(g) => match g.kv.get("general.architecture") {

@@ -100,6 +100,11 @@ pub(super) fn smoke_options(
     crash_test: bool,
 ) -> Result<SmokeOptions> {
     let ws = Workspace::new(ws_root)?;
+    if let Some(m) = &model {
+        // The model is an input: a missing file or a FIFO is exit 2, checked before anything
+        // is compiled or spawned (and a FIFO is never opened for reading).
+        crate::fsx::open_regular(m, "model file", true)?;
+    }
     Ok(SmokeOptions {
         model,
         arch: Arch::parse(arch.as_deref().unwrap_or("qwen2vl"))?,
@@ -111,6 +116,7 @@ pub(super) fn smoke_options(
 }
 
 fn cmd_smoke(ws_root: &std::path::Path, a: SmokeArgs) -> Result<i32> {
+    let opts = smoke_options(ws_root, a.model, a.arch, a.tokens, a.crash_test)?;
     let target = match (&a.installed, &a.manifest) {
         (Some(layer), _) => {
             let root = Root::open(&a.root)?;
@@ -120,7 +126,6 @@ fn cmd_smoke(ws_root: &std::path::Path, a: SmokeArgs) -> Result<i32> {
         (None, Some(m)) => smoke::target_from_manifest(m)?,
         (None, None) => return Err(Error::input("smoke", "give a MANIFEST or --installed")),
     };
-    let opts = smoke_options(ws_root, a.model, a.arch, a.tokens, a.crash_test)?;
     let report = smoke::run(&target, &opts)?;
     if a.json {
         print_json("pinforge.smoke/v1", &report)?;

@@ -2,6 +2,7 @@
 //! values, completions and a man page from the clap definition, -q/-v, --color and NO_COLOR.
 
 use crate::{code, json, pinforge, pinforge_cmd, repo_root, stderr, stdout, Tiny};
+use std::process::Command;
 
 /// Every visible command and subcommand, as the help lists them.
 const COMMANDS: &[&[&str]] = &[
@@ -263,5 +264,34 @@ fn build_says_why_it_rebuilt_and_logs_progress_lines_when_not_on_a_terminal() {
         stdout(&human).contains("because    no previous build of this variant"),
         "{}",
         stdout(&human)
+    );
+}
+
+#[test]
+fn a_missing_or_special_model_file_is_an_input_error_not_an_internal_one() {
+    // issue #8: input errors are 2 everywhere (a missing model file exited 4).
+    let t = Tiny::new();
+    let m = json(&t.build("patched"))["manifest"]
+        .as_str()
+        .expect("manifest")
+        .to_string();
+    let o = pinforge(&t.ws, &["smoke", &m, "--model", "no-such.gguf"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("no-such.gguf"), "{}", stderr(&o));
+    let fifo = t.ws.join("model.fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo")
+        .success());
+    let o = pinforge(
+        &t.ws,
+        &["smoke", &m, "--model", fifo.to_str().expect("utf8")],
+    );
+    assert_eq!(
+        code(&o),
+        2,
+        "a FIFO is refused, never opened for reading: {}",
+        stderr(&o)
     );
 }
