@@ -115,6 +115,10 @@ pub enum Command {
         /// Install root [default: <workspace>/rollback]
         #[arg(long, env = "PINFORGE_ROOT")]
         root: Option<PathBuf>,
+        /// Re-hash every layer's entry now (exit 1 on a mismatch) instead of showing the
+        /// last verification a receipt recorded
+        #[arg(long)]
+        verify: bool,
         /// Machine-readable output
         #[arg(long)]
         json: bool,
@@ -124,6 +128,12 @@ pub enum Command {
         /// Install root [default: <workspace>/rollback]
         #[arg(long, env = "PINFORGE_ROOT")]
         root: Option<PathBuf>,
+        /// Report what would be removed (entries, bytes, generations); remove nothing
+        #[arg(long)]
+        dry_run: bool,
+        /// Machine-readable output
+        #[arg(long)]
+        json: bool,
     },
     /// Patch bundle commands.
     #[command(subcommand)]
@@ -329,8 +339,14 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Rollback { to, root, json } => {
             cmd_rollback(&install_root(&ws_root, root), to, json)
         }
-        Command::Status { root, json } => cmd_status(&install_root(&ws_root, root), json),
-        Command::Gc { root } => cmd_gc(&install_root(&ws_root, root)),
+        Command::Status { root, json, verify } => {
+            cmd_status(&install_root(&ws_root, root), json, verify)
+        }
+        Command::Gc {
+            root,
+            dry_run,
+            json,
+        } => cmd_gc(&install_root(&ws_root, root), dry_run, json),
         Command::Patch(PatchCommand::Lint { paths }) => cmd_lint(paths),
         Command::Patch(PatchCommand::List { dir, json }) => cmd_list(&dir, json),
         Command::Patch(PatchCommand::Apply { repo, dir }) => cmd_apply(&repo, &dir),
@@ -538,7 +554,7 @@ fn installed_layer(arg: &str) -> Result<Option<Layer>> {
 }
 
 fn cmd_verify_installed(root: &std::path::Path, layer: &str, json: bool) -> Result<i32> {
-    let root = Root::open(root)?;
+    let root = Root::open_existing(root)?;
     let layer = installed_layer(layer)?;
     let v = root.verify_installed(layer)?;
     if json {
@@ -746,7 +762,7 @@ fn render_smoke(r: &smoke::SmokeReport) {
 
 fn cmd_rollback(root: &std::path::Path, to: Option<String>, json: bool) -> Result<i32> {
     let to = to.as_deref().map(Layer::parse).transpose()?;
-    let root = Root::open(root)?;
+    let root = Root::open_existing(root)?;
     let out = root.rollback(to)?;
     if json {
         print_json(&out)?;
@@ -761,12 +777,18 @@ fn cmd_rollback(root: &std::path::Path, to: Option<String>, json: bool) -> Resul
     Ok(exit::OK)
 }
 
-fn cmd_status(root: &std::path::Path, json: bool) -> Result<i32> {
-    let root = Root::open(root)?;
-    let st = root.status()?;
+fn cmd_status(root: &std::path::Path, json: bool, verify: bool) -> Result<i32> {
+    let root = Root::open_existing(root)?;
+    let st = root.status(verify)?;
+    let all_ok = st.layers.values().flatten().all(|s| s.verification == "ok");
+    let code = if verify && !all_ok {
+        exit::CHECK_FAILED
+    } else {
+        exit::OK
+    };
     if json {
         print_json(&st)?;
-        return Ok(exit::OK);
+        return Ok(code);
     }
     println!("install root {} (generation {})", st.root.display(), st.gen);
     match &st.current {
@@ -782,11 +804,16 @@ fn cmd_status(root: &std::path::Path, json: bool) -> Result<i32> {
     for (name, slot) in &st.layers {
         match slot {
             Some(s) => println!(
-                "  {name:<9} {}  {}/{}  verification: {}",
+                "  {name:<9} {}  {}/{}  verification: {} ({})",
                 s.digest.short(16),
                 s.recipe,
                 s.variant,
-                s.verification
+                s.verification,
+                match (&s.verified_at, st.verified_now) {
+                    (Some(t), true) => format!("re-hashed now, {t}"),
+                    (Some(t), false) => format!("recorded {t}; `status --verify` re-hashes"),
+                    (None, _) => "never verified".to_string(),
+                }
             ),
             None => println!("  {name:<9} -"),
         }
@@ -803,18 +830,27 @@ fn cmd_status(root: &std::path::Path, json: bool) -> Result<i32> {
             j.txid, j.op, j.layer, j.from_gen, j.to_gen, j.phase
         );
     }
-    Ok(exit::OK)
+    Ok(code)
 }
 
-fn cmd_gc(root: &std::path::Path) -> Result<i32> {
-    let root = Root::open(root)?;
-    let out = root.gc()?;
+fn cmd_gc(root: &std::path::Path, dry_run: bool, json: bool) -> Result<i32> {
+    let root = Root::open_existing(root)?;
+    let out = root.gc(dry_run)?;
+    if json {
+        print_json(&out)?;
+        return Ok(exit::OK);
+    }
+    let verb = if dry_run { "would remove" } else { "removed" };
     for e in &out.removed_entries {
-        println!("removed store/{e}");
+        println!("{verb} store/{e}");
+    }
+    for e in &out.missing_entries {
+        println!("warning: referenced entry store/{e} is missing");
     }
     println!(
-        "gc: removed {} entr(ies) and {} old generation(s); {} entr(ies) still referenced",
+        "gc: {verb} {} entr(ies) ({} bytes) and {} old generation(s); {} entr(ies) still referenced",
         out.removed_entries.len(),
+        out.bytes_freed,
         out.removed_generations,
         out.kept_entries
     );

@@ -6,9 +6,9 @@
 
 // One module per workstream; the shared fixtures (pinforge runner, tiny upstream, install
 // fixture) live in this file and are reachable from every module as `crate::…`.
+mod artifacts;
 mod inputs;
 mod patch_apply;
-mod artifacts;
 mod trust_install;
 
 use git2::{Repository, Signature};
@@ -838,9 +838,7 @@ impl Installed {
     }
     fn cmd(&self, args: &[&str]) -> Command {
         let mut c = pinforge_cmd(&self.t.ws);
-        c.args(args)
-            .arg("--root")
-            .arg(&self.root);
+        c.args(args).arg("--root").arg(&self.root);
         c
     }
     fn install(&self, manifest: &Path, layer: &str) -> Output {
@@ -883,9 +881,11 @@ fn install_layers_rollback_status_and_gc() {
     let o = i.install(&i.patched, "live");
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let out = json(&o);
+    // issue #7 class 1/9: build outputs are 0644/0755, not the sealed 0444/0555, so they are
+    // copied (linking them would let sealing chmod the build's own files).
     assert_eq!(
-        out["stage_mode"], "link",
-        "same filesystem: hard links, no copy"
+        out["stage_mode"], "copy",
+        "build files at unsealed modes are copied, never chmod-ed through a hard link"
     );
     assert!(Path::new(out["receipt"].as_str().expect("receipt")).exists());
     assert_eq!(code(&i.install(&i.unpatched, "control")), 0);
@@ -1265,9 +1265,7 @@ fn enospc_while_staging_leaves_live_untouched_and_store_clean() {
     let root = mnt.join("rollback");
     let run = |args: &[&str], simulate: bool| {
         let mut c = pinforge_cmd(dir.path());
-        c.args(args)
-            .arg("--root")
-            .arg(&root);
+        c.args(args).arg("--root").arg(&root);
         if simulate {
             c.env("PINFORGE_FAIL_WRITE_AFTER", "1000000");
         }
