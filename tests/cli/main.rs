@@ -6,9 +6,9 @@
 
 // One module per workstream; the shared fixtures (pinforge runner, tiny upstream, install
 // fixture) live in this file and are reachable from every module as `crate::…`.
-mod artifacts;
 mod inputs;
 mod patch_apply;
+mod artifacts;
 mod trust_install;
 
 use git2::{Repository, Signature};
@@ -838,7 +838,9 @@ impl Installed {
     }
     fn cmd(&self, args: &[&str]) -> Command {
         let mut c = pinforge_cmd(&self.t.ws);
-        c.args(args).arg("--root").arg(&self.root);
+        c.args(args)
+            .arg("--root")
+            .arg(&self.root);
         c
     }
     fn install(&self, manifest: &Path, layer: &str) -> Output {
@@ -1265,7 +1267,9 @@ fn enospc_while_staging_leaves_live_untouched_and_store_clean() {
     let root = mnt.join("rollback");
     let run = |args: &[&str], simulate: bool| {
         let mut c = pinforge_cmd(dir.path());
-        c.args(args).arg("--root").arg(&root);
+        c.args(args)
+            .arg("--root")
+            .arg(&root);
         if simulate {
             c.env("PINFORGE_FAIL_WRITE_AFTER", "1000000");
         }
