@@ -695,7 +695,8 @@ fn issue_7_class_4_fifos_and_sockets_in_the_root_are_refused_without_hanging() {
     cp_a(&fx.root, &pristine);
     let live = fx.digest("live");
     let gen = fx.status()["gen"].as_u64().expect("gen");
-    // Expected exit codes of verify --installed, rollback --to control, status --verify, gc
+    // Expected exit codes of verify --installed, rollback --to live (the damaged layer's
+    // pre-check), status --verify, gc
     // (`None`: that command does not read the path, any non-panic answer will do).
     let targets: [(String, [Option<i32>; 4]); 5] = [
         (
@@ -738,7 +739,7 @@ fn issue_7_class_4_fifos_and_sockets_in_the_root_are_refused_without_hanging() {
             let kind = if socket { "socket" } else { "FIFO" };
             for (args, want) in [
                 vec!["verify", "--installed"],
-                vec!["rollback", "--to", "control"],
+                vec!["rollback", "--to", "live"],
                 vec!["status", "--verify"],
                 vec!["gc"],
             ]
@@ -756,6 +757,12 @@ fn issue_7_class_4_fifos_and_sockets_in_the_root_are_refused_without_hanging() {
                 if let Some(w) = want {
                     assert_eq!(rc, *w, "{t} ({kind}) {args:?}: {}", err(&o));
                 }
+            }
+            if t.starts_with("store/") {
+                // issue #7 class 2: re-installing replaces the damaged entry.
+                let o = fx.ok(fx.install(&a, "live"));
+                assert_eq!(crate::json(&o)["repaired"], true, "{t} ({kind})");
+                fx.ok(fx.run(&["verify", "--installed"]));
             }
         }
     }
@@ -1125,6 +1132,31 @@ fn issue_7_corruption_campaign_over_the_install_root() {
     cp_a(&fx.root, &pristine);
     let outside = |fx: &Fx| snapshot(fx.path(), &[fx.root.as_path(), pristine.as_path()]);
     let outside_before = outside(&fx);
+    // The checks themselves can fail: a changed mode or link count outside is seen, and a
+    // command that does not finish is reported as a hang.
+    std::fs::set_permissions(victims.join("file"), std::fs::Permissions::from_mode(0o600))
+        .expect("chmod");
+    assert_ne!(
+        outside(&fx),
+        outside_before,
+        "a changed victim mode is detected"
+    );
+    std::fs::set_permissions(victims.join("file"), std::fs::Permissions::from_mode(0o640))
+        .expect("chmod");
+    std::fs::hard_link(victims.join("file"), fx.path().join("extra-link")).expect("link");
+    assert_ne!(
+        outside(&fx),
+        outside_before,
+        "a changed link count is detected"
+    );
+    std::fs::remove_file(fx.path().join("extra-link")).expect("rm");
+    assert_eq!(outside(&fx), outside_before);
+    let mut sleeper = std::process::Command::new("sleep");
+    sleeper.arg("30");
+    assert!(
+        run_timeout(sleeper, Duration::from_millis(300)).is_none(),
+        "hangs are detected"
+    );
 
     let mut targets: Vec<PathBuf> = snapshot(&pristine, &[])
         .into_keys()
