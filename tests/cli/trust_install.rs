@@ -1174,6 +1174,7 @@ fn issue_7_corruption_campaign_over_the_install_root() {
     ];
     let mut outcomes: BTreeMap<String, BTreeMap<i32, usize>> = BTreeMap::new();
     let (mut mutations, mut runs) = (0usize, 0usize);
+
     let mut failures = Vec::new();
     for rel in &targets {
         for m in MUTATIONS {
@@ -1209,7 +1210,31 @@ fn issue_7_corruption_campaign_over_the_install_root() {
                     }
                 }
             }
-            for d in &referenced {
+            // What the committed generation references after the commands (when it still
+            // reads) is in the store too, unless the mutation itself removed it.
+            let mut now_referenced = referenced.clone();
+            let mut c = crate::pinforge_cmd(&fx.ws);
+            c.args(["status", "--json", "--root"]).arg(&fx.root);
+            runs += 1;
+            match run_timeout(c, HANG) {
+                None => failures.push(format!("{what}: final status hung")),
+                Some(o) if code(&o) == 0 => {
+                    let st = crate::json(&o);
+                    let layers = ["live", "control", "original"]
+                        .iter()
+                        .filter_map(|l| st["layers"][l]["digest"].as_str());
+                    let history = st["live_history"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|h| h["digest"].as_str());
+                    now_referenced.extend(layers.chain(history).map(str::to_string));
+                }
+                Some(_) => {}
+            }
+            now_referenced.sort();
+            now_referenced.dedup();
+            for d in &now_referenced {
                 let hit = rel == Path::new("store") || *rel == Path::new("store").join(d);
                 let entry = fx.root.join("store").join(d);
                 if !hit && std::fs::symlink_metadata(&entry).is_err() {
