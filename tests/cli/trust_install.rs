@@ -1165,13 +1165,24 @@ fn issue_7_corruption_campaign_over_the_install_root() {
         .collect();
     targets.sort();
     let e = builds[4].to_str().expect("utf8").to_string();
-    let commands: [Vec<&str>; 5] = [
-        vec!["status", "--json"],
-        vec!["verify", "--installed"],
-        vec!["install", &e, "--layer", "live"],
-        vec!["rollback", "--to", "control"],
-        vec!["gc"],
-    ];
+    let a = builds[0].to_str().expect("utf8").to_string();
+    // Installs alternate between a new entry (staging, rename into the store) and an entry
+    // already in the store (reuse after verification, or repair by exchange when damaged).
+    let commands = |n: usize| -> [Vec<&str>; 5] {
+        [
+            vec!["status", "--json"],
+            vec!["verify", "--installed"],
+            if n % 2 == 0 {
+                vec!["install", &e, "--layer", "live"]
+            } else {
+                // Into live: the replaced live entry goes on the rollback stack, so every
+                // entry the pristine root references stays referenced.
+                vec!["install", &a, "--layer", "live"]
+            },
+            vec!["rollback", "--to", "control"],
+            vec!["gc"],
+        ]
+    };
     let mut outcomes: BTreeMap<String, BTreeMap<i32, usize>> = BTreeMap::new();
     let (mut mutations, mut runs) = (0usize, 0usize);
 
@@ -1183,7 +1194,7 @@ fn issue_7_corruption_campaign_over_the_install_root() {
             mutate(&fx.root, rel, m, &victims);
             mutations += 1;
             let what = format!("{m:?} {}", rel.display());
-            for args in &commands {
+            for args in &commands(mutations) {
                 let mut c = crate::pinforge_cmd(&fx.ws);
                 c.args(args).arg("--root").arg(&fx.root);
                 runs += 1;
