@@ -21,6 +21,9 @@ mkbuild() { # dir files size_mb
   local subjects=""
   for i in $(seq "$n"); do
     head -c "$((mb * 1024 * 1024))" /dev/urandom > "$dir/out/lib/libpart$i.so"
+    # Already at the sealed mode: install hard-links only such files (it never chmods a
+    # build's own file through a shared inode), so this measures the link path.
+    chmod 0444 "$dir/out/lib/libpart$i.so"
     local sha size
     sha=$(sha256sum "$dir/out/lib/libpart$i.so" | cut -d' ' -f1)
     size=$(stat -c %s "$dir/out/lib/libpart$i.so")

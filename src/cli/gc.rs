@@ -10,6 +10,9 @@ use crate::outln;
 pub struct GcArgs {
     #[command(flatten)]
     pub root: RootArg,
+    /// Report what would be removed (entries, bytes, generations); remove nothing
+    #[arg(long)]
+    pub dry_run: bool,
     #[command(flatten)]
     pub out: JsonArg,
 }
@@ -17,22 +20,27 @@ pub struct GcArgs {
 /// Run `gc`.
 pub(super) fn run(ctx: &super::Ctx, a: GcArgs) -> Result<i32> {
     let ws_root = ctx.ws_root.as_path();
-    cmd_gc(&a.root.resolve(ws_root), a.out.json)
+    cmd_gc(&a.root.resolve(ws_root), a.dry_run, a.out.json)
 }
 
-fn cmd_gc(root: &std::path::Path, json: bool) -> Result<i32> {
-    let root = Root::open(root)?;
-    let out = root.gc()?;
+fn cmd_gc(root: &std::path::Path, dry_run: bool, json: bool) -> Result<i32> {
+    let root = Root::open_existing(root)?;
+    let out = root.gc(dry_run)?;
     if json {
         print_json("pinforge.gc/v1", &out)?;
         return Ok(exit::OK);
     }
+    let verb = if dry_run { "would remove" } else { "removed" };
     for e in &out.removed_entries {
-        outln!("removed store/{e}");
+        outln!("{verb} store/{e}");
+    }
+    for e in &out.missing_entries {
+        outln!("warning: referenced entry store/{e} is missing");
     }
     outln!(
-        "gc: removed {} entr(ies) and {} old generation(s); {} entr(ies) still referenced",
+        "gc: {verb} {} entr(ies) ({} bytes) and {} old generation(s); {} entr(ies) still referenced",
         out.removed_entries.len(),
+        out.bytes_freed,
         out.removed_generations,
         out.kept_entries
     );

@@ -26,7 +26,7 @@ pub(super) fn run(ctx: &super::Ctx, a: RollbackArgs) -> Result<i32> {
 
 fn cmd_rollback(root: &std::path::Path, to: Option<String>, json: bool) -> Result<i32> {
     let to = to.as_deref().map(Layer::parse).transpose()?;
-    let root = Root::open(root)?;
+    let root = Root::open_existing(root)?;
     let out = root.rollback(to)?;
     if json {
         print_json("pinforge.rollback/v1", &out)?;

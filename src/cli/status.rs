@@ -10,6 +10,10 @@ use crate::outln;
 pub struct StatusArgs {
     #[command(flatten)]
     pub root: RootArg,
+    /// Re-hash every layer's entry now (exit 1 on a mismatch) instead of showing the last
+    /// verification a receipt recorded
+    #[arg(long)]
+    pub verify: bool,
     #[command(flatten)]
     pub out: JsonArg,
 }
@@ -17,15 +21,21 @@ pub struct StatusArgs {
 /// Run `status`.
 pub(super) fn run(ctx: &super::Ctx, a: StatusArgs) -> Result<i32> {
     let ws_root = ctx.ws_root.as_path();
-    cmd_status(&a.root.resolve(ws_root), a.out.json)
+    cmd_status(&a.root.resolve(ws_root), a.out.json, a.verify)
 }
 
-fn cmd_status(root: &std::path::Path, json: bool) -> Result<i32> {
-    let root = Root::open(root)?;
-    let st = root.status()?;
+fn cmd_status(root: &std::path::Path, json: bool, verify: bool) -> Result<i32> {
+    let root = Root::open_existing(root)?;
+    let st = root.status(verify)?;
+    let all_ok = st.layers.values().flatten().all(|s| s.verification == "ok");
+    let code = if verify && !all_ok {
+        exit::CHECK_FAILED
+    } else {
+        exit::OK
+    };
     if json {
         print_json("pinforge.status/v1", &st)?;
-        return Ok(exit::OK);
+        return Ok(code);
     }
     outln!("install root {} (generation {})", st.root.display(), st.gen);
     match &st.current {
@@ -41,11 +51,16 @@ fn cmd_status(root: &std::path::Path, json: bool) -> Result<i32> {
     for (name, slot) in &st.layers {
         match slot {
             Some(s) => outln!(
-                "  {name:<9} {}  {}/{}  verification: {}",
+                "  {name:<9} {}  {}/{}  verification: {} ({})",
                 s.digest.short(16),
                 s.recipe,
                 s.variant,
-                s.verification
+                s.verification,
+                match (&s.verified_at, st.verified_now) {
+                    (Some(t), true) => format!("re-hashed now, {t}"),
+                    (Some(t), false) => format!("recorded {t}; `status --verify` re-hashes"),
+                    (None, _) => "never verified".to_string(),
+                }
             ),
             None => outln!("  {name:<9} -"),
         }
@@ -62,5 +77,5 @@ fn cmd_status(root: &std::path::Path, json: bool) -> Result<i32> {
             j.txid, j.op, j.layer, j.from_gen, j.to_gen, j.phase
         );
     }
-    Ok(exit::OK)
+    Ok(code)
 }

@@ -91,7 +91,7 @@ pub(super) fn render_verification(v: &Verification) {
 }
 
 fn cmd_verify_installed(root: &std::path::Path, layer: &str, json: bool) -> Result<i32> {
-    let root = Root::open(root)?;
+    let root = Root::open_existing(root)?;
     let layer = installed_layer(layer)?;
     let v = root.verify_installed(layer)?;
     if json {
