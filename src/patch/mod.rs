@@ -3,8 +3,10 @@
 
 pub mod apply;
 pub mod bundle;
+pub mod diff;
 pub mod header;
 pub mod lint;
+pub mod mail;
 
 use crate::digest::Sha256;
 use crate::error::{Error, Result};
@@ -71,8 +73,7 @@ pub struct PatchFile {
 impl PatchFile {
     /// Parse a patch from bytes.
     pub fn from_bytes(id: PatchId, origin: PathBuf, bytes: Vec<u8>) -> PatchFile {
-        let text = String::from_utf8_lossy(&bytes);
-        let header = Header::parse(&text);
+        let header = Header::parse(&bytes);
         let (attribution, findings) = lint::analyze(&header);
         PatchFile {
             id,
