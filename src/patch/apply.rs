@@ -742,4 +742,61 @@ mod tests {
         );
         assert_eq!(parse_rfc2822("yesterday"), None);
     }
+
+    const HEADER: &str = "From: T <t@example.invalid>\nSubject: t\nUpstream-Status: Pending\nUpstream-Issue: https://example.invalid/o/r/issues/1\nReported-by: t\n\n---\n";
+
+    fn diff_piece() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        prop_oneof![
+            Just(b"diff --git a/x b/x\n".to_vec()),
+            Just(b"--- a/x\n+++ b/x\n".to_vec()),
+            Just(b"--- /dev/null\n+++ b/x\n".to_vec()),
+            Just(b"--- a/x\n+++ /dev/null\n".to_vec()),
+            Just(b"new file mode 100644\n".to_vec()),
+            Just(b"deleted file mode 100644\n".to_vec()),
+            Just(b"rename from x\nrename to y\n".to_vec()),
+            (0usize..6, 0usize..6, 0usize..6, 0usize..6)
+                .prop_map(|(a, b, c, d)| format!("@@ -{a},{b} +{c},{d} @@\n").into_bytes()),
+            Just(b" a\n".to_vec()),
+            Just(b" b\n".to_vec()),
+            Just(b"-a\n".to_vec()),
+            Just(b"-c\n".to_vec()),
+            Just(b"+b\n".to_vec()),
+            Just(b"+\xff\n".to_vec()),
+            Just(b"\n".to_vec()),
+            Just(b"\\ No newline at end of file\n".to_vec()),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config {
+            cases: 3000,
+            failure_persistence: None,
+            ..proptest::test_runner::Config::default()
+        })]
+
+        // issue #7 class 6: placing arbitrary hunks on arbitrary files never panics.
+        #[test]
+        fn placing_arbitrary_diffs_on_arbitrary_files_never_panics(
+            file in proptest::collection::vec(
+                proptest::sample::select(vec![&b"a\n"[..], b"b\n", b"c\n", b"a", b"\n"]),
+                0..20,
+            ),
+            pieces in proptest::collection::vec(diff_piece(), 0..30),
+        ) {
+            let dir = tempfile::tempdir().expect("tempdir");
+            std::fs::write(dir.path().join("x"), file.concat()).expect("write");
+            let bytes = [HEADER.as_bytes(), &pieces.concat()].concat();
+            let p = PatchFile::from_bytes(
+                super::super::PatchId::new("0001-fuzz.patch").expect("id"),
+                "0001-fuzz.patch".into(),
+                bytes,
+            );
+            if let Ok(plan) = plan(dir.path(), &p) {
+                // What was placed parses again, and says the same hunk counts.
+                let again = diff::parse(&plan.diff).expect("re-numbered diff parses");
+                proptest::prop_assert_eq!(again.len(), read_sections(&p).expect("sections").len());
+            }
+        }
+    }
 }
