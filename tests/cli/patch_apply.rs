@@ -759,3 +759,34 @@ fn pinforge_and_git_apply_agree_on_random_edits_over_drifted_targets() {
     // The generator must reach every outcome, or the property proves little.
     assert!(s[0] > 0 && s[1] > 0 && s[2] > 0, "{s:?}");
 }
+
+// issue #13 item 1: `build` applies a moved hunk too, and the manifest's record of the patch
+// keeps the offset next to the vendor commit whose trailer says the same.
+#[test]
+fn build_applies_a_moved_hunk_and_the_manifest_records_its_offset() {
+    let t = crate::Tiny::new();
+    // The hunk claims line 3; its context is at line 1 of tiny.c (git apply: offset -2).
+    let moved = crate::TINY_PATCH.replace("@@ -1,4 +1,4 @@", "@@ -3,4 +3,4 @@");
+    std::fs::write(t.ws.join("patches/0001-tiny-return-2.patch"), moved).expect("write");
+    let o = t.build("patched");
+    assert_eq!(crate::code(&o), 0, "{}", crate::stderr(&o));
+    let j = crate::json(&o);
+    let m: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(j["manifest"].as_str().expect("manifest")).expect("read"),
+    )
+    .expect("json");
+    let deps = m["predicate"]["buildDefinition"]["resolvedDependencies"]
+        .as_array()
+        .expect("deps");
+    let patch = deps
+        .iter()
+        .find(|d| d["name"] == "patch:0001-tiny-return-2.patch")
+        .expect("patch resource");
+    assert_eq!(
+        patch["annotations"]["hunk_offsets"],
+        serde_json::json!(["tiny.c#1 -2"]),
+        "{patch}"
+    );
+    let tree = j["source_tree"].as_str().expect("source_tree");
+    assert!(head_message(Path::new(tree)).contains("\nPinforge-Hunk-Offset: tiny.c#1 -2\n"));
+}
