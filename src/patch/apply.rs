@@ -460,9 +460,23 @@ fn plan(workdir: &Path, p: &PatchFile) -> Result<Plan> {
     let mut images: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
     for f in &files {
         if f.hunks.is_empty() {
-            // Mode changes, pure renames, binary sections: libgit2 handles them as written.
-            if let (Some(old), true) = (&f.old_path, f.is_delete) {
-                images.insert(old.clone(), None);
+            // Mode changes, pure renames, binary sections: libgit2 handles them as written;
+            // a later section of the same patch must see where the content went.
+            match (&f.old_path, &f.new_path) {
+                (Some(old), _) if f.is_delete => {
+                    images.insert(old.clone(), None);
+                }
+                (Some(old), Some(new)) if old != new && !f.binary => {
+                    let content = match images.get(old) {
+                        Some(state) => state.clone(),
+                        None => read_tree_file(workdir, p, old)?,
+                    };
+                    if !f.is_copy {
+                        images.insert(old.clone(), None);
+                    }
+                    images.insert(new.clone(), content);
+                }
+                _ => {}
             }
             continue;
         }
@@ -556,11 +570,9 @@ fn plan(workdir: &Path, p: &PatchFile) -> Result<Plan> {
         } else {
             if let (Some(old), Some(new)) = (&f.old_path, &f.new_path) {
                 if old != new && !f.is_new {
-                    // A rename moves the content; a copy would keep it, but both leave the
-                    // checked result at the new path.
-                    images
-                        .entry(old.clone())
-                        .or_insert_with(|| Some(current.clone()));
+                    // A copy keeps the old file as it was; a rename removes it.
+                    let kept = f.is_copy.then(|| current.clone());
+                    images.insert(old.clone(), kept);
                 }
             }
             if let Some(new) = &f.new_path {

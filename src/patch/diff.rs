@@ -71,6 +71,8 @@ pub struct FilePatch {
     pub is_delete: bool,
     /// A binary section (`GIT binary patch`, `Binary files ... differ`).
     pub binary: bool,
+    /// `copy from`: the old path stays (a rename removes it).
+    pub is_copy: bool,
     /// Hunks in file order.
     pub hunks: Vec<Hunk>,
     /// 1-based line of the section start in the diff buffer.
@@ -173,6 +175,7 @@ pub fn parse(diff: &[u8]) -> Result<Vec<FilePatch>, DiffError> {
                 .strip_prefix(b"rename from ")
                 .or_else(|| l.strip_prefix(b"copy from "))
             {
+                c.is_copy = l.starts_with(b"copy ");
                 c.old_path = Some(unquote(p).map_err(|m| err(i + 1, m))?);
             } else if let Some(p) = l
                 .strip_prefix(b"rename to ")

@@ -297,6 +297,29 @@ mod tests {
         assert_eq!(h.diff_offset.map(|o| &text[o..o + 10]), Some("diff --git"));
     }
 
+    // issue #7 class 6, issue #13 item 2
+    #[test]
+    fn non_utf8_and_undecodable_lines_are_problems_at_their_line() {
+        let h = Header::parse(b"From: A <a@b>\nDescription: Gr\xfc\xdfe\nX: =?UTF-8?q?bad\n\n---\ndiff --git a/x b/x\n");
+        let lines: Vec<usize> = h.problems.iter().map(|p| p.line).collect();
+        assert_eq!(lines, vec![2, 3]);
+        assert!(h.problems[0].message.contains("not UTF-8"));
+        assert_eq!(h.diff_line, Some(6));
+        assert_eq!(h.diff_offset, Some(55));
+    }
+
+    // issue #13 item 2: folded encoded words join without the folding white space.
+    #[test]
+    fn folded_encoded_subject_unfolds_and_decodes_as_mail() {
+        let h = Header::parse(
+            "Subject: [PATCH] =?UTF-8?q?gr=C3=B6=C3=9Fer?=\n =?UTF-8?q?e=20Puffer?= und\n mehr\n\nbody\n---\n"
+                .as_bytes(),
+        );
+        let f = h.get("subject").expect("subject");
+        assert_eq!(f.mail, "[PATCH] größere Puffer und mehr");
+        assert_eq!(h.body, "body\n");
+    }
+
     #[test]
     fn mbox_from_line_is_skipped() {
         let h = Header::parse(b"From 0123abc Mon Sep 17 00:00:00 2001\nFrom: A <a@b>\n\n");
