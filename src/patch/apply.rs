@@ -56,19 +56,31 @@ pub struct Applied {
     pub offsets: Vec<HunkOffset>,
 }
 
+impl HunkOffset {
+    /// The note a command prints for this moved hunk of `patch`.
+    pub fn note(&self, patch: &str) -> String {
+        format!(
+            "patch {patch} hunk {} of {} applied at offset {:+}: the patch is due a refresh",
+            self.hunk, self.file, self.offset
+        )
+    }
+}
+
 impl Applied {
     /// One note per moved hunk, for the command layer to print.
     pub fn notes(&self) -> Vec<String> {
         self.offsets
             .iter()
-            .map(|o| {
-                format!(
-                    "patch {} hunk {} of {} applied at offset {:+}: the patch is due a refresh",
-                    self.id, o.hunk, o.file, o.offset
-                )
-            })
+            .map(|o| o.note(self.id.as_str()))
             .collect()
     }
+}
+
+/// `git apply --check`: where the hunks of `p` would go on the work tree at `workdir`, without
+/// writing anything (for callers that only ask "does it still apply, and did it move?").
+pub fn check(workdir: &Path, p: &PatchFile) -> Result<Vec<HunkOffset>> {
+    parse_diff(p)?;
+    plan(workdir, p).map(|plan| plan.offsets)
 }
 
 /// Apply `patches` in order on top of HEAD of `repo`, committing each.
@@ -756,6 +768,47 @@ mod tests {
     }
 
     const HEADER: &str = "From: T <t@example.invalid>\nSubject: t\nUpstream-Status: Pending\nUpstream-Issue: https://example.invalid/o/r/issues/1\nReported-by: t\n\n---\n";
+
+    // issue #13 item 1: git's find_pos order (stated line, +1, -1, +2, ...) and the offset.
+    #[test]
+    fn check_places_a_moved_hunk_at_the_nearest_match_without_writing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = "k\nctx\nold\nctx\nk\nk\nctx\nold\nctx\n";
+        std::fs::write(dir.path().join("x"), file).expect("write");
+        let patch = |at: usize| {
+            let text = format!(
+                "{HEADER}diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -{at},3 +{at},3 @@\n ctx\n-old\n+new\n ctx\n"
+            );
+            PatchFile::from_bytes(
+                super::super::PatchId::new("0001-t.patch").expect("id"),
+                "0001-t.patch".into(),
+                text.into_bytes(),
+            )
+        };
+        // Stated at line 4: line 2 is 2 back, line 7 is 3 ahead: the nearer wins.
+        let o = check(dir.path(), &patch(4)).expect("applies");
+        assert_eq!(
+            o,
+            vec![HunkOffset {
+                file: "x".into(),
+                hunk: 1,
+                offset: -2
+            }]
+        );
+        assert_eq!(o[0].to_string(), "x#1 -2");
+        // Stated at line 5: lines 2 and 7 are 3 and 2 away.
+        let o = check(dir.path(), &patch(5)).expect("applies");
+        assert_eq!(o[0].offset, 2);
+        assert!(check(dir.path(), &patch(2)).expect("applies").is_empty());
+        // A tie (one line back, one ahead) goes ahead, as in git.
+        std::fs::write(dir.path().join("x"), "ctx\nold\nctx\nold\nctx\n").expect("write");
+        assert_eq!(check(dir.path(), &patch(2)).expect("applies")[0].offset, 1);
+        std::fs::write(dir.path().join("x"), file).expect("write");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("x")).expect("read"),
+            file
+        );
+    }
 
     fn diff_piece() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
         use proptest::prelude::*;
