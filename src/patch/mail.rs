@@ -190,7 +190,8 @@ pub fn cleanup_subject(subject: &str) -> String {
 }
 
 /// Split a decoded `From:` value into (name, email) as mailinfo's `handle_from` does, with
-/// git's ident "crud" trimmed from the name. None when there is no `@`.
+/// git's ident "crud" trimmed from the name (git ≥ 2.33 no longer counts `.` as crud, so
+/// `Jr.` keeps its dot). None when there is no `@`.
 pub fn split_from(from: &str) -> Option<(String, String)> {
     let f = unquote_pairs(from);
     let at = f.find('@')?;
@@ -223,9 +224,8 @@ pub fn split_from(from: &str) -> Option<(String, String)> {
     if name.len() >= 2 && name.starts_with('(') && name.ends_with(')') {
         name = name[1..name.len() - 1].to_string();
     }
-    let crud = |c: char| {
-        (c as u32) <= 32 || matches!(c, '.' | ',' | ':' | ';' | '<' | '>' | '"' | '\\' | '\'')
-    };
+    let crud =
+        |c: char| (c as u32) <= 32 || matches!(c, ',' | ':' | ';' | '<' | '>' | '"' | '\\' | '\'');
     let name = name.trim_matches(crud).to_string();
     let name = if name.is_empty() { email.clone() } else { name };
     Some((name, email))

@@ -444,64 +444,42 @@ fn a_latin1_byte_in_description_exits_2_with_file_and_line() {
     );
 }
 
-// issue #13 item 2: a `git format-patch` file with a non-ASCII author and subject gives the
-// commit `git am` gives: same author name, e-mail, date and message.
-#[test]
-fn format_patch_with_encoded_author_and_subject_commits_what_git_am_commits() {
-    let d = tempfile::tempdir().expect("tempdir");
-    let up = d.path().join("up");
-    let base = [("src/gäß.c", numbered("c", 30))];
-    repo_at(&up, &base);
-    std::fs::write(up.join("src/gäß.c"), replace_line(&base[0].1, 12, "fixed")).expect("write");
+/// A commit by `name` with `subject` and `body` on `base`, as `git format-patch` writes it,
+/// with an attribution added at the end of the mail header (before its blank line).
+fn format_patch_mail(dir: &Path, base: &Files, name: &str, subject: &str, body: &str) -> String {
+    let up = dir.join("up");
+    repo_at(&up, base);
+    let (path, content) = &base[0];
+    std::fs::write(up.join(path), replace_line(content, 12, "fixed")).expect("write");
     git(&up, &["add", "-A"]);
-    let subject =
-        "ggml: größere Puffer für M-RoPE-Positionen, damit die Wiederherstellung nicht überläuft";
-    git_cmd(&up)
-        .env("GIT_AUTHOR_NAME", "Johannes Gäßler")
-        .env("GIT_AUTHOR_EMAIL", "johannes@example.invalid")
+    let mut commit = git_cmd(&up);
+    commit
+        .env("GIT_AUTHOR_NAME", name)
+        .env("GIT_AUTHOR_EMAIL", "author@example.invalid")
         .env("GIT_AUTHOR_DATE", "1771000000 +0100")
-        .args([
-            "commit",
-            "-q",
-            "-m",
-            subject,
-            "-m",
-            "Der Körper der Nachricht, mit Umlauten: äöü.\n\nZweiter Absatz.",
-        ])
-        .status()
-        .expect("commit");
+        .args(["commit", "-q", "-m", subject]);
+    if !body.is_empty() {
+        commit.args(["-m", body]);
+    }
+    assert!(commit.status().expect("commit").success());
     let mail = git(&up, &["format-patch", "-1", "--stdout"]);
-    let mail_text = String::from_utf8(mail.clone()).expect("format-patch writes UTF-8");
-    assert!(
-        mail_text.contains("From: =?UTF-8?q?Johannes=20G=C3=A4=C3=9Fler?="),
-        "{mail_text}"
-    );
-    assert!(
-        mail_text.contains("Subject: [PATCH] =?UTF-8?q?"),
-        "{mail_text}"
-    );
-    // The long encoded subject is folded over several lines.
-    let subject_at = mail_text.find("\nSubject: ").expect("subject");
-    assert!(
-        mail_text[subject_at + 1..]
-            .lines()
-            .nth(1)
-            .is_some_and(|l| l.starts_with(' ')),
-        "{mail_text}"
-    );
-    // The attribution goes at the end of the mail header, before its blank line.
+    let mail_text = String::from_utf8(mail).expect("format-patch writes UTF-8");
     let end = mail_text.find("\n\n").expect("header end");
-    let patch = format!(
+    format!(
         "{}\nUpstream-Status: Backport [https://example.invalid/o/r/commit/abcdef1]\nUpstream-Commit: abcdef1\nOrigin: https://example.invalid/o/r/commit/abcdef1{}",
         &mail_text[..end],
         &mail_text[end..]
-    );
+    )
+}
 
-    // git am, on a clone of the base
-    let am = d.path().join("am");
-    repo_at(&am, &base);
-    let mbox = d.path().join("mail.patch");
-    std::fs::write(&mbox, &patch).expect("write");
+/// `git am` of `patch` in one checkout of `base`, `pinforge patch apply` in another: the same
+/// author name, e-mail and date, the same tree, and pinforge's message is git am's plus one
+/// last paragraph of trailers. Returns pinforge's author name.
+fn am_and_pinforge_agree(dir: &Path, base: &Files, patch: &str) -> Result<String, String> {
+    let am = dir.join("am");
+    repo_at(&am, base);
+    let mbox = dir.join("mail.patch");
+    std::fs::write(&mbox, patch).expect("write");
     git(&am, &["am", "-q", mbox.to_str().expect("utf8")]);
     // The message exactly as stored in the commit object (`%B` adds a newline of its own).
     let raw_message = |repo: &Path| {
@@ -511,26 +489,147 @@ fn format_patch_with_encoded_author_and_subject_commits_what_git_am_commits() {
     let show = |repo: &Path, fmt: &str| {
         String::from_utf8(git(repo, &["log", "-1", &format!("--format={fmt}")])).expect("utf8")
     };
-
-    let run = pinforge_apply(&base, patch.as_bytes());
-    assert_eq!(crate::code(&run.out), 0, "{}", crate::stderr(&run.out));
-    assert_eq!(show(&run.repo, "%an"), "Johannes Gäßler\n");
-    for fmt in ["%an", "%ae", "%ad", "%T"] {
-        assert_eq!(show(&run.repo, fmt), show(&am, fmt), "{fmt}");
+    let run = pinforge_apply(base, patch.as_bytes());
+    if crate::code(&run.out) != 0 {
+        return Err(format!("pinforge refused: {}", crate::stderr(&run.out)));
     }
-    // pinforge's message is git am's message plus one last paragraph of trailers.
+    for fmt in ["%an", "%ae", "%ad", "%T"] {
+        let (ours, theirs) = (show(&run.repo, fmt), show(&am, fmt));
+        if ours != theirs {
+            return Err(format!("{fmt}: pinforge {ours:?}, git am {theirs:?}"));
+        }
+    }
     let ours = raw_message(&run.repo);
     let theirs = raw_message(&am);
-    let cut = ours.trim_end().rfind("\n\n").expect("trailer paragraph");
-    assert_eq!(format!("{}\n", &ours[..cut]), theirs);
-    assert!(
-        ours[cut..].contains("\nPinforge-Patch: 0001-t.patch\n"),
-        "{ours}"
+    let cut = ours
+        .trim_end()
+        .rfind("\n\n")
+        .ok_or("no trailer paragraph")?;
+    if format!("{}\n", &ours[..cut]) != theirs {
+        return Err(format!("message: pinforge {ours:?}, git am {theirs:?}"));
+    }
+    if !ours[cut..].contains("\nPinforge-Patch: 0001-t.patch\n")
+        || !ours[cut..].contains("\nUpstream-Commit: abcdef1\n")
+    {
+        return Err(format!("trailers missing: {ours:?}"));
+    }
+    Ok(show(&run.repo, "%an"))
+}
+
+// issue #13 item 2: a `git format-patch` file with a non-ASCII author and subject gives the
+// commit `git am` gives: same author name, e-mail, date and message.
+#[test]
+fn format_patch_with_encoded_author_and_subject_commits_what_git_am_commits() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let base = [("src/gäß.c", numbered("c", 30))];
+    let patch = format_patch_mail(
+        d.path(),
+        &base,
+        "Johannes Gäßler",
+        "ggml: größere Puffer für M-RoPE-Positionen, damit die Wiederherstellung nicht überläuft",
+        "Der Körper der Nachricht, mit Umlauten: äöü.\n\nZweiter Absatz.",
     );
     assert!(
-        ours[cut..].contains("\nUpstream-Commit: abcdef1\n"),
-        "{ours}"
+        patch.contains("From: =?UTF-8?q?Johannes=20G=C3=A4=C3=9Fler?="),
+        "{patch}"
     );
+    assert!(patch.contains("Subject: [PATCH] =?UTF-8?q?"), "{patch}");
+    // The long encoded subject is folded over several lines.
+    let subject_at = patch.find("\nSubject: ").expect("subject");
+    assert!(
+        patch[subject_at + 1..]
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with(' ')),
+        "{patch}"
+    );
+    let name = am_and_pinforge_agree(d.path(), &base, &patch).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(name, "Johannes Gäßler\n");
+}
+
+// issue #13 item 2: random names and subjects (non-ASCII, quotes, commas, brackets, long enough
+// to fold) decode to what `git am` decodes.
+#[test]
+fn random_authors_and_subjects_decode_as_git_am_decodes() {
+    const NAMES: &[&str] = &[
+        "Johannes",
+        "Gäßler",
+        "Ørsted",
+        "José",
+        "O'Brien",
+        "Zoë",
+        "Dvořák",
+        "李四",
+        "van",
+        "Müller-Lüdenscheidt",
+        "Jr.",
+        "Doe,",
+        "\"Q\"",
+        "Ann",
+    ];
+    const WORDS: &[&str] = &[
+        "ggml:",
+        "größere",
+        "Puffer",
+        "für",
+        "M-RoPE",
+        "naïve",
+        "fix",
+        "crash",
+        "in",
+        "kv-cache",
+        "über",
+        "€uro",
+        "(b7992)",
+        "a=b",
+        "?=",
+        "=?",
+        "_x_",
+        "\"q\"",
+    ];
+    let cases: u32 = std::env::var("PINFORGE_PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(|n: u32| n / 8)
+        .unwrap_or(32)
+        .max(1);
+    let words = |v: &'static [&'static str], r: std::ops::Range<usize>| {
+        prop::collection::vec(prop::sample::select(v), r).prop_map(|w| w.join(" "))
+    };
+    let strategy = (
+        words(NAMES, 1..4),
+        prop::option::of(prop::sample::select(
+            &["[wip] ", "Re: ", "[RFC PATCH 2/3] "][..],
+        )),
+        words(WORDS, 1..16),
+        prop::collection::vec(words(WORDS, 1..12), 0..3),
+    );
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    let started = std::time::Instant::now();
+    let result = runner.run(&strategy, |(name, prefix, subject, paragraphs)| {
+        let d = tempfile::tempdir().expect("tempdir");
+        let base = [("a.c", numbered("c", 30))];
+        let subject = format!("{}{subject}", prefix.unwrap_or(""));
+        let patch = format_patch_mail(d.path(), &base, &name, &subject, &paragraphs.join("\n\n"));
+        let agreed = am_and_pinforge_agree(d.path(), &base, &patch);
+        prop_assert!(
+            agreed.is_ok(),
+            "{}\n{patch}",
+            agreed.err().unwrap_or_default()
+        );
+        Ok(())
+    });
+    eprintln!(
+        "git am property: {cases} cases in {:.1?}",
+        started.elapsed()
+    );
+    if let Err(e) = result {
+        panic!("{e}");
+    }
 }
 
 // issue #13: the shipped bundle, written against llama-cpp-sys-2 0.1.135, applies there with
