@@ -136,6 +136,12 @@ pub fn build(
         reporter.stage("note", &note);
     }
     let tree = upstream::patched(ws, &pristine, &patches)?;
+    // A hunk that applied at another line: the build goes on, the patch is due a refresh.
+    for r in &tree.patches {
+        for o in &r.hunk_offsets {
+            reporter.stage("note", &o.note(&r.file));
+        }
+    }
 
     let vdir = ws.variant_dir(&recipe.name, variant.name.as_str());
     let cmake_dir = vdir.join("cmake");

@@ -869,6 +869,13 @@ fn build_applies_a_moved_hunk_and_the_manifest_records_its_offset() {
     std::fs::write(t.ws.join("patches/0001-tiny-return-2.patch"), moved).expect("write");
     let o = t.build("patched");
     assert_eq!(crate::code(&o), 0, "{}", crate::stderr(&o));
+    assert!(
+        crate::stderr(&o).contains(
+            "note patch 0001-tiny-return-2.patch hunk 1 of tiny.c applied at offset -2: the patch is due a refresh"
+        ),
+        "{}",
+        crate::stderr(&o)
+    );
     let j = crate::json(&o);
     let m: serde_json::Value = serde_json::from_slice(
         &std::fs::read(j["manifest"].as_str().expect("manifest")).expect("read"),
