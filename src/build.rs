@@ -136,6 +136,12 @@ pub fn build(
         reporter.stage("note", &note);
     }
     let tree = upstream::patched(ws, &pristine, &patches)?;
+    // A hunk that applied at another line: the build goes on, the patch is due a refresh.
+    for r in &tree.patches {
+        for o in &r.hunk_offsets {
+            reporter.stage("note", &o.note(&r.file));
+        }
+    }
 
     let vdir = ws.variant_dir(&recipe.name, variant.name.as_str());
     let cmake_dir = vdir.join("cmake");
@@ -594,6 +600,10 @@ fn dependencies(
                 ("order".to_string(), Value::from(i + 1)),
                 ("upstream_status".to_string(), Value::from(status)),
                 ("vendor_commit".to_string(), Value::from(commit)),
+                (
+                    "hunk_offsets".to_string(),
+                    Value::from(hunk_offsets(tree, i)),
+                ),
             ]),
         });
         if p.origin.exists() {
@@ -661,6 +671,14 @@ fn relative_to(path: &Path, base: &Path) -> PathBuf {
         out.push(c);
     }
     out
+}
+
+/// The moved hunks of the `i`-th applied patch as `FILE#N ±K` strings (empty: none moved).
+fn hunk_offsets(tree: &Tree, i: usize) -> Vec<String> {
+    tree.patches
+        .get(i)
+        .map(|r| r.hunk_offsets.iter().map(ToString::to_string).collect())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

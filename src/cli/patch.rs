@@ -182,11 +182,17 @@ fn cmd_apply(repo: &std::path::Path, dir: &std::path::Path, json: bool) -> Resul
     let bundle = Bundle::load(dir)?;
     let patches = bundle.select(None)?;
     let applied = crate::patch::apply::apply_to_checkout(repo, &patches)?;
+    // A moved hunk applied, but the patch is due a refresh: say so on stderr in every mode.
+    for note in applied.iter().flat_map(|a| a.notes()) {
+        eprintln!("note: {note}");
+    }
     if json {
         #[derive(serde::Serialize)]
         struct Row {
             patch: String,
             commit: String,
+            /// Hunks that applied at another line (`FILE#N ±K`).
+            hunk_offsets: Vec<String>,
         }
         #[derive(serde::Serialize)]
         struct Report {
@@ -198,6 +204,7 @@ fn cmd_apply(repo: &std::path::Path, dir: &std::path::Path, json: bool) -> Resul
             .map(|a| Row {
                 patch: a.id.to_string(),
                 commit: a.commit.to_string(),
+                hunk_offsets: a.offsets.iter().map(ToString::to_string).collect(),
             })
             .collect();
         print_json(

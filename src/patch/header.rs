@@ -10,10 +10,23 @@ use std::fmt;
 pub struct Field {
     /// Field name as written.
     pub name: String,
-    /// Value with continuation lines joined by `\n`.
+    /// Value with continuation lines trimmed and joined by `\n` (the DEP-3 reading of a folded
+    /// `Description:`), RFC 2047 encoded words decoded.
     pub value: String,
+    /// Value unfolded and decoded as mail is (git's mailinfo: a continuation's first blank
+    /// becomes one space); what `git am` reads for `From:` and `Subject:`.
+    pub mail: String,
     /// 1-based line number of the field name.
     pub line: usize,
+}
+
+/// A header line that cannot be read: not UTF-8, or an encoded word that does not decode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// 1-based line.
+    pub line: usize,
+    /// What is wrong.
+    pub message: String,
 }
 
 /// The header block and where the diff starts.
@@ -21,39 +34,83 @@ pub struct Field {
 pub struct Header {
     /// Fields in file order.
     pub fields: Vec<Field>,
+    /// Free text after the fields up to the `---` separator or the diff: the mail body,
+    /// which `git am` makes the rest of the commit message.
+    pub body: String,
+    /// Lines that could not be read; lint reports each as an error with its line.
+    pub problems: Vec<Problem>,
     /// 1-based line where the diff (`diff --git`, `--- `, `Index:`) starts; None when absent.
     pub diff_line: Option<usize>,
-    /// Byte offset of the diff start.
+    /// Byte offset of the diff start in the file's bytes.
     pub diff_offset: Option<usize>,
 }
 
+/// A field being read: its name line and continuation lines.
+struct Pending<'a> {
+    name: &'a str,
+    first: &'a str,
+    more: Vec<&'a str>,
+    line: usize,
+}
+
 impl Header {
-    /// Parse the header of patch text. Fields run from the top until the first blank line or
-    /// the `---` separator; free text may follow until the diff starts.
-    pub fn parse(text: &str) -> Header {
+    /// Parse the header of a patch file's bytes. Fields run from the top until the first
+    /// blank line or the `---` separator; free text (the mail body) may follow until the
+    /// diff starts. Every offset is a byte offset into `bytes`: nothing is decoded lossily.
+    pub fn parse(bytes: &[u8]) -> Header {
         let mut header = Header::default();
         let mut in_fields = true;
+        let mut in_body = true;
         let mut offset = 0usize;
-        for (idx, raw) in text.split_inclusive('\n').enumerate() {
+        let mut pending: Option<Pending> = None;
+        let mut body = String::new();
+        for (idx, raw) in bytes.split_inclusive(|&b| b == b'\n').enumerate() {
             let line_no = idx + 1;
-            let line = raw.trim_end_matches(['\n', '\r']);
-            if is_diff_start(line) {
+            let trimmed = raw
+                .strip_suffix(b"\n")
+                .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+                .unwrap_or(raw);
+            if is_diff_start(trimmed) {
                 header.diff_line = Some(line_no);
                 header.diff_offset = Some(offset);
                 break;
             }
             offset += raw.len();
+            if !in_fields && !in_body {
+                continue;
+            }
+            let line = match std::str::from_utf8(trimmed) {
+                Ok(l) => l,
+                Err(e) => {
+                    header.problems.push(Problem {
+                        line: line_no,
+                        message: format!(
+                            "header line is not UTF-8 (invalid byte 0x{:02x} at column {})",
+                            trimmed.get(e.valid_up_to()).copied().unwrap_or(0),
+                            e.valid_up_to() + 1
+                        ),
+                    });
+                    continue;
+                }
+            };
             if !in_fields {
+                // The mail body ends where mailinfo's patchbreak() says: a `---` line.
+                if line.starts_with("---") && line[3..].trim().is_empty() {
+                    in_body = false;
+                } else {
+                    body.push_str(line);
+                    body.push('\n');
+                }
                 continue;
             }
             if line.trim().is_empty() || line == "---" {
                 in_fields = false;
+                in_body = line != "---";
                 continue;
             }
             if line.starts_with([' ', '\t']) {
-                if let Some(last) = header.fields.last_mut() {
-                    last.value.push('\n');
-                    last.value.push_str(line.trim());
+                if let Some(p) = pending.as_mut() {
+                    p.more.push(line);
                 }
                 continue;
             }
@@ -64,18 +121,52 @@ impl Header {
                             .chars()
                             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') =>
                 {
-                    header.fields.push(Field {
-                        name: name.to_string(),
-                        value: value.trim().to_string(),
+                    if let Some(p) = pending.take() {
+                        header.finish(p);
+                    }
+                    pending = Some(Pending {
+                        name,
+                        first: value,
+                        more: Vec::new(),
                         line: line_no,
                     });
                 }
                 // An mbox separator line ("From <sha> <date>") starts git format-patch output.
                 _ if line.starts_with("From ") && idx == 0 => {}
-                _ => in_fields = false,
+                _ => {
+                    in_fields = false;
+                    body.push_str(line);
+                    body.push('\n');
+                }
             }
         }
+        if let Some(p) = pending.take() {
+            header.finish(p);
+        }
+        header.body = body;
         header
+    }
+
+    fn finish(&mut self, p: Pending) {
+        let dep3 = std::iter::once(p.first.trim())
+            .chain(p.more.iter().map(|l| l.trim()))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let mail = super::mail::unfold(p.first.trim_start(), &p.more);
+        let decoded = super::mail::decode_words(&dep3)
+            .and_then(|value| super::mail::decode_words(&mail).map(|mail| (value, mail)));
+        match decoded {
+            Ok((value, mail)) => self.fields.push(Field {
+                name: p.name.to_string(),
+                value,
+                mail,
+                line: p.line,
+            }),
+            Err(why) => self.problems.push(Problem {
+                line: p.line,
+                message: format!("`{}`: {why}", p.name),
+            }),
+        }
     }
 
     /// The first field named `name` (case-insensitive, as RFC 822).
@@ -93,10 +184,10 @@ impl Header {
     }
 }
 
-fn is_diff_start(line: &str) -> bool {
-    line.starts_with("diff --git ")
-        || line.starts_with("Index: ")
-        || (line.starts_with("--- ") && line.len() > 4)
+fn is_diff_start(line: &[u8]) -> bool {
+    line.starts_with(b"diff --git ")
+        || line.starts_with(b"Index: ")
+        || (line.starts_with(b"--- ") && line.len() > 4)
 }
 
 /// `Upstream-Status` values (DEP-3 / Yocto).
@@ -195,7 +286,7 @@ mod tests {
     #[test]
     fn parses_fields_continuations_and_diff_start() {
         let text = "From: A <a@b>\nDescription: one\n two\nUpstream-Status: Pending\n\nfree text\n---\n x | 1 +\ndiff --git a/x b/x\n";
-        let h = Header::parse(text);
+        let h = Header::parse(text.as_bytes());
         assert_eq!(h.fields.len(), 3);
         assert_eq!(
             h.get("description").map(|f| f.value.as_str()),
@@ -206,9 +297,32 @@ mod tests {
         assert_eq!(h.diff_offset.map(|o| &text[o..o + 10]), Some("diff --git"));
     }
 
+    // issue #7 class 6, issue #13 item 2
+    #[test]
+    fn non_utf8_and_undecodable_lines_are_problems_at_their_line() {
+        let h = Header::parse(b"From: A <a@b>\nDescription: Gr\xfc\xdfe\nX: =?UTF-8?q?bad\n\n---\ndiff --git a/x b/x\n");
+        let lines: Vec<usize> = h.problems.iter().map(|p| p.line).collect();
+        assert_eq!(lines, vec![2, 3]);
+        assert!(h.problems[0].message.contains("not UTF-8"));
+        assert_eq!(h.diff_line, Some(6));
+        assert_eq!(h.diff_offset, Some(55));
+    }
+
+    // issue #13 item 2: folded encoded words join without the folding white space.
+    #[test]
+    fn folded_encoded_subject_unfolds_and_decodes_as_mail() {
+        let h = Header::parse(
+            "Subject: [PATCH] =?UTF-8?q?gr=C3=B6=C3=9Fer?=\n =?UTF-8?q?e=20Puffer?= und\n mehr\n\nbody\n---\n"
+                .as_bytes(),
+        );
+        let f = h.get("subject").expect("subject");
+        assert_eq!(f.mail, "[PATCH] größere Puffer und mehr");
+        assert_eq!(h.body, "body\n");
+    }
+
     #[test]
     fn mbox_from_line_is_skipped() {
-        let h = Header::parse("From 0123abc Mon Sep 17 00:00:00 2001\nFrom: A <a@b>\n\n");
+        let h = Header::parse(b"From 0123abc Mon Sep 17 00:00:00 2001\nFrom: A <a@b>\n\n");
         assert_eq!(h.fields.len(), 1);
     }
 

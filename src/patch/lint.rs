@@ -46,6 +46,9 @@ pub struct Attribution {
     pub summary: String,
     /// The long description, if any.
     pub description: String,
+    /// The mail body between the header and the `---` separator (what `git am` puts under
+    /// the subject), as written.
+    pub body: String,
     /// Upstream status.
     pub status: UpstreamStatus,
     /// Upstream issues.
@@ -206,6 +209,16 @@ pub fn analyze(header: &Header) -> (Option<Attribution>, Vec<Finding>) {
     // Where "missing field" findings point: the line after the last field (where it would go).
     let missing_line = header.fields.last().map(|f| f.line + 1).unwrap_or(1);
 
+    // A line that cannot be read is an error at that line: nothing is guessed from it.
+    for p in &header.problems {
+        lint.error(
+            p.line,
+            "unreadable-header",
+            p.message.clone(),
+            "write header fields in UTF-8 (or as RFC 2047 encoded words, `=?UTF-8?q?...?=`)",
+        );
+    }
+
     for f in &header.fields {
         let known = KNOWN.iter().any(|k| k.eq_ignore_ascii_case(&f.name));
         let tolerated = TOLERATED.iter().any(|k| k.eq_ignore_ascii_case(&f.name))
@@ -245,7 +258,7 @@ pub fn analyze(header: &Header) -> (Option<Attribution>, Vec<Finding>) {
     let description = header.get("Description");
     let subject = header.get("Subject");
     let summary = subject
-        .map(|s| strip_patch_prefix(&s.value))
+        .map(|s| super::mail::cleanup_subject(&s.mail))
         .or_else(|| description.map(|d| d.value.lines().next().unwrap_or("").to_string()))
         .unwrap_or_default();
     if description.is_none() && subject.is_none() {
@@ -308,7 +321,7 @@ pub fn analyze(header: &Header) -> (Option<Attribution>, Vec<Finding>) {
     let from = header
         .get("From")
         .or_else(|| header.get("Author"))
-        .map(|f| f.value.clone())
+        .map(|f| f.mail.trim().to_string())
         .filter(|v| !v.is_empty());
     if authors.is_empty() && reporters.is_empty() && from.is_none() {
         lint.error(
@@ -420,6 +433,7 @@ pub fn analyze(header: &Header) -> (Option<Attribution>, Vec<Finding>) {
         (Some((status, _)), false) => Some(Attribution {
             summary,
             description: description.map(|d| d.value.clone()).unwrap_or_default(),
+            body: header.body.clone(),
             status,
             issues,
             prs,
@@ -435,14 +449,6 @@ pub fn analyze(header: &Header) -> (Option<Attribution>, Vec<Finding>) {
         _ => None,
     };
     (attribution, lint.findings)
-}
-
-fn strip_patch_prefix(s: &str) -> String {
-    let s = s.trim();
-    match (s.starts_with("[PATCH"), s.find(']')) {
-        (true, Some(i)) => s[i + 1..].trim().to_string(),
-        _ => s.to_string(),
-    }
 }
 
 fn is_url(s: &str) -> bool {
@@ -531,7 +537,7 @@ mod tests {
     const GOOD: &str = "From: A <a@b.c>\nSubject: [PATCH 1/3] fix it\nDescription: long\nUpstream-Status: Pending\nUpstream-Issue: https://github.com/o/r/issues/20093\nReported-by: cmp-nct\nOrigin: https://github.com/o/r/issues/20093\nLast-Update: 2026-11-30\n\n---\ndiff --git a/x b/x\n";
 
     fn rules(text: &str) -> Vec<(&'static str, usize)> {
-        analyze(&Header::parse(text))
+        analyze(&Header::parse(text.as_bytes()))
             .1
             .into_iter()
             .filter(|f| f.severity == Severity::Error)
@@ -541,7 +547,7 @@ mod tests {
 
     #[test]
     fn good_header_has_no_findings_and_full_attribution() {
-        let (a, findings) = analyze(&Header::parse(GOOD));
+        let (a, findings) = analyze(&Header::parse(GOOD.as_bytes()));
         assert!(findings.is_empty(), "{findings:?}");
         let a = a.expect("attribution");
         assert_eq!(a.summary, "fix it");
@@ -638,7 +644,7 @@ mod tests {
             "Origin: https://github.com/o/r/issues/20093\n",
             "Colour: blue\n",
         );
-        let (a, findings) = analyze(&Header::parse(&text));
+        let (a, findings) = analyze(&Header::parse(text.as_bytes()));
         assert!(a.is_some());
         let warned: Vec<_> = findings.iter().map(|f| (f.rule, f.severity)).collect();
         assert!(warned.contains(&("unknown-field", Severity::Warning)));
@@ -647,7 +653,7 @@ mod tests {
 
     #[test]
     fn trailers_carry_everything() {
-        let (a, _) = analyze(&Header::parse(GOOD));
+        let (a, _) = analyze(&Header::parse(GOOD.as_bytes()));
         let t = a.expect("attribution").trailers();
         assert_eq!(t[0], ("Upstream-Status".into(), "Pending".into()));
         assert!(t.contains(&("Reported-by".into(), "cmp-nct".into())));

@@ -3,8 +3,10 @@
 
 pub mod apply;
 pub mod bundle;
+pub mod diff;
 pub mod header;
 pub mod lint;
+pub mod mail;
 
 use crate::digest::Sha256;
 use crate::error::{Error, Result};
@@ -71,8 +73,7 @@ pub struct PatchFile {
 impl PatchFile {
     /// Parse a patch from bytes.
     pub fn from_bytes(id: PatchId, origin: PathBuf, bytes: Vec<u8>) -> PatchFile {
-        let text = String::from_utf8_lossy(&bytes);
-        let header = Header::parse(&text);
+        let header = Header::parse(&bytes);
         let (attribution, findings) = lint::analyze(&header);
         PatchFile {
             id,
@@ -423,5 +424,69 @@ mod tests {
         let e = b.select(None).expect_err("missing");
         assert!(e.to_string().contains("series:1"), "{e}");
         assert_eq!(e.exit_code(), 2);
+    }
+
+    /// Pieces of headers and diffs, so that arbitrary input also reaches the deep paths.
+    fn fragment() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        prop_oneof![
+            Just(b"From: =?UTF-8?q?G=C3=A4?= <a@b>\n".to_vec()),
+            Just(b"Subject: [PATCH 1/2] =?utf-8?B?w6Q=?=\n".to_vec()),
+            Just(b" =?ISO-8859-1?Q?=E4?=\n".to_vec()),
+            Just(b"=?".to_vec()),
+            Just(b"?=".to_vec()),
+            Just(b"?q?".to_vec()),
+            Just(b"Description: x\n".to_vec()),
+            Just(b"Upstream-Status: Pending\n".to_vec()),
+            Just(b"\n".to_vec()),
+            Just(b"---\n".to_vec()),
+            Just(b"\xff\xfe\n".to_vec()),
+            Just(b"diff --git a/x b/x\n".to_vec()),
+            Just(b"diff --git \"a/\\303\" \"b/\\303\"\n".to_vec()),
+            Just(b"--- a/x\n+++ b/x\n".to_vec()),
+            Just(b"--- /dev/null\n".to_vec()),
+            Just(b"rename from \"q\\\n".to_vec()),
+            (0usize..5, 0usize..5, 0usize..5, 0usize..5)
+                .prop_map(|(a, b, c, d)| format!("@@ -{a},{b} +{c},{d} @@\n").into_bytes()),
+            Just(b"@@ -99999999999999999999 +1 @@\n".to_vec()),
+            Just(b" a\n".to_vec()),
+            Just(b"-a\n".to_vec()),
+            Just(b"+b\n".to_vec()),
+            Just(b"\\ No newline at end of file\n".to_vec()),
+            proptest::collection::vec(any::<u8>(), 0..12),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config {
+            cases: 4000,
+            failure_persistence: None,
+            ..proptest::test_runner::Config::default()
+        })]
+
+        // issue #7 class 6: no parser panics on any bytes.
+        #[test]
+        fn arbitrary_bytes_never_panic_the_header_lint_or_diff_parsers(
+            raw in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600),
+            pieces in proptest::collection::vec(fragment(), 0..40),
+        ) {
+            for bytes in [raw, pieces.concat()] {
+                let p = PatchFile::from_bytes(
+                    PatchId::new("0001-fuzz.patch").expect("id"),
+                    PathBuf::from("0001-fuzz.patch"),
+                    bytes.clone(),
+                );
+                let _ = p.require_attribution();
+                let _ = diff::parse(&bytes);
+                let text = String::from_utf8_lossy(&bytes);
+                let _ = mail::decode_words(&text);
+                let _ = mail::split_from(&text);
+                let _ = mail::cleanup_subject(&text);
+                let _ = mail::stripspace(&text);
+                if let Some(o) = p.header.diff_offset {
+                    proptest::prop_assert!(o <= bytes.len());
+                }
+            }
+        }
     }
 }

@@ -110,6 +110,9 @@ pub struct AppliedRecord {
     pub sha256: Sha256,
     /// Commit it became.
     pub commit: GitOid,
+    /// Hunks that applied at another line than stated (`FILE#N ±K`); empty when none moved.
+    #[serde(default)]
+    pub hunk_offsets: Vec<apply::HunkOffset>,
 }
 
 /// Resolve, verify and materialize the pristine tree of `recipe`'s pin.
@@ -229,6 +232,7 @@ pub fn patched(ws: &Workspace, base: &Tree, patches: &[&PatchFile]) -> Result<Tr
                 file: p.id.to_string(),
                 sha256: p.sha256,
                 commit: a.commit,
+                hunk_offsets: a.offsets.clone(),
             })
             .collect(),
         pin: base.pin.clone(),
