@@ -23,7 +23,9 @@ pub enum PatchCommand {
         out: JsonArg,
     },
     /// Apply the series onto a clean git checkout, one commit per patch with attribution
-    /// trailers (no fuzz; a hunk that does not match is shown, nothing is committed for it).
+    /// trailers. Hunks are placed as `git apply` places them: exact context, at the stated
+    /// line or the nearest one where it matches (a note names every offset); never fuzz. A
+    /// hunk that matches nowhere is shown beside the closest lines; nothing is committed.
     #[command(
         after_help = "Example:\n  pinforge patch apply vendor/llama-cpp-sys-2-0.1.135 --dir patches"
     )]
