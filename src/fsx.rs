@@ -113,7 +113,10 @@ mod tests {
         let p = dir.path().join("manifest.json");
         write_atomic(&p, b"{}").expect("write");
         let mode = std::fs::metadata(&p).expect("stat").permissions().mode() & 0o777;
-        assert_eq!(mode, 0o644, "issue #7 class 9: state and manifests are 0644");
+        assert_eq!(
+            mode, 0o644,
+            "issue #7 class 9: state and manifests are 0644"
+        );
     }
 
     #[test]
