@@ -228,6 +228,14 @@ pub fn build(
         &log_path,
         reporter,
     )?;
+    // A build that wrote into its pinned source (a configure_file into the source folder)
+    // would no longer be the tree the manifest names: say so now, not at the next verify.
+    upstream::check_clean(&tree.path, tree.head).map_err(|e| {
+        Error::check(
+            tree.path.display(),
+            format!("the build wrote into its pinned source tree: {e}"),
+        )
+    })?;
     // The code model again: Ninja re-runs CMake when a CMakeLists.txt changed.
     let model = fileapi::read(&cmake_dir)?;
     let staging = if stage::take_prefix(&destdir, &stage_dir)? {

@@ -432,16 +432,24 @@ fn whisper_cpp_builds_with_every_library_in_the_manifest_and_links_from_the_inst
     let dir = tempfile::tempdir().expect("tempdir");
     let ws = dir.path().join("ws");
     std::fs::create_dir_all(ws.join("recipes")).expect("mkdir");
-    std::fs::create_dir_all(ws.join("patches")).expect("mkdir");
-    std::fs::write(ws.join("patches/series"), "").expect("series");
     let recipe = ws.join("recipes/whisper-cpu.toml");
     std::fs::copy(crate::repo_root().join("recipes/whisper-cpu.toml"), &recipe)
         .expect("copy recipe");
+    // The recipe's bundle: one packaging patch (configure must not write into the source).
+    std::fs::create_dir_all(ws.join("patches-whisper")).expect("mkdir");
+    for e in std::fs::read_dir(crate::repo_root().join("patches-whisper")).expect("bundle") {
+        let e = e.expect("entry");
+        std::fs::copy(e.path(), ws.join("patches-whisper").join(e.file_name())).expect("copy");
+    }
     let started = Instant::now();
     let o = pinforge(&ws, &["build", recipe.to_str().expect("utf8"), "--json"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     eprintln!("whisper.cpp build: {:.0?}", started.elapsed());
     let (mpath, m) = manifest_of(&o);
+    assert_eq!(
+        m["predicate"]["buildDefinition"]["externalParameters"]["patches"],
+        serde_json::json!(["0001-cmake-configure-package-json-into-the-build-folder.patch"])
+    );
     let names = subjects(&m);
     for lib in [
         "libwhisper.so",
@@ -873,4 +881,26 @@ fn manifests_with_escaping_or_duplicate_subjects_are_refused_with_exit_2() {
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     // And the untouched manifest still verifies.
     assert_eq!(code(&verify_quickly(d.path(), &path)), 0);
+}
+
+// issue #13: a build that writes into its pinned source tree no longer builds the tree the
+// manifest names: it fails at once (exit 1), naming the file, instead of at the next verify.
+#[test]
+fn a_build_that_writes_into_its_source_tree_fails_naming_the_file() {
+    let p = Proj::new(&[
+        (
+            "CMakeLists.txt",
+            "cmake_minimum_required(VERSION 3.14)\nproject(w C)\nfile(WRITE ${CMAKE_SOURCE_DIR}/generated.json \"{}\")\nadd_library(w SHARED w.c)\ninstall(TARGETS w)\n",
+        ),
+        ("w.c", "int w(void) { return 1; }\n"),
+    ]);
+    let o = p.build(&p.recipe("w.toml", r#"["w"]"#, ""));
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("wrote into its pinned source tree"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains("generated.json"), "{}", stderr(&o));
+    assert!(!p.ws.join("build/w/v/manifest.json").exists());
 }
