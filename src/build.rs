@@ -787,6 +787,27 @@ mod tests {
         );
     }
 
+    // issue #7 class 7: a machine path with a space stays one word inside a flags string.
+    #[test]
+    fn flag_words_with_spaces_or_quotes_are_shell_quoted() {
+        assert_eq!(
+            shell_word("-ffile-prefix-map=/a/b=/x"),
+            "-ffile-prefix-map=/a/b=/x"
+        );
+        assert_eq!(
+            shell_word("-ffile-prefix-map=/my ws/src=/x"),
+            "'-ffile-prefix-map=/my ws/src=/x'"
+        );
+        assert_eq!(shell_word("it's"), "'it'\\''s'");
+        // What the shell makes of it is the original word.
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("printf '%s|' {}", shell_word("/a b/it's=$HOME")))
+            .output()
+            .expect("sh");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "/a b/it's=$HOME|");
+    }
+
     #[test]
     fn artifacts_are_files_and_links_are_links() {
         let dir = tempfile::tempdir().expect("tempdir");

@@ -783,7 +783,7 @@ mod tests {
         use proptest::prelude::*;
 
         proptest! {
-            #![proptest_config(ProptestConfig { cases: 4000, .. ProptestConfig::default() })]
+            #![proptest_config(ProptestConfig { cases: 10_000, .. ProptestConfig::default() })]
 
             // issue #7: arbitrary bytes never panic the manifest parser.
             #[test]

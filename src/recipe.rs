@@ -1185,7 +1185,7 @@ cmake = { X = "2", SAN = true }
         use proptest::prelude::*;
 
         proptest! {
-            #![proptest_config(ProptestConfig { cases: 4000, .. ProptestConfig::default() })]
+            #![proptest_config(ProptestConfig { cases: 10_000, .. ProptestConfig::default() })]
 
             // issue #7: arbitrary bytes never panic the recipe parser.
             #[test]
