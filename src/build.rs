@@ -808,6 +808,93 @@ mod tests {
         assert_eq!(String::from_utf8_lossy(&out.stdout), "/a b/it's=$HOME|");
     }
 
+    // issue #7 class 7: every flags variable (C, C++, CUDA; typed or not) keeps pinforge's
+    // prefix maps first; each argument is one argv element; the template has no machine path.
+    #[test]
+    fn recipe_flags_are_appended_for_every_language_and_paths_stay_one_argument() {
+        let recipe = crate::recipe::Recipe::parse(
+            r#"default-variant = "v"
+[pin]
+kind = "dir"
+path = "/x"
+tree-sha256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+[toolchain.cuda]
+cc = "gcc"
+cxx = "g++"
+nvcc = "/cuda/bin/nvcc"
+[base]
+toolchain = "cuda"
+targets = ["llama"]
+cmake = { "CMAKE_CUDA_FLAGS:STRING" = "-lineinfo", CMAKE_CXX_FLAGS = "-g -O1", OTHER = "a b" }
+[variants.v]
+"#,
+            Path::new("r.toml"),
+            Some(Path::new("/ws/recipes")),
+        )
+        .expect("recipe");
+        let variant = recipe.variant("v").expect("v");
+        let tool = |p: &str| crate::toolchain::ToolRecord {
+            path: PathBuf::from(p),
+            real_path: PathBuf::from(p),
+            version: "1".into(),
+            version_line: "1".into(),
+            sha256: Sha256::of_bytes(b""),
+        };
+        let tools = ResolvedToolchain {
+            name: "cuda".into(),
+            tools: ["cc", "cxx", "cmake", "ninja", "nvcc"]
+                .iter()
+                .map(|r| (r.to_string(), tool(&format!("/t/{r}"))))
+                .collect(),
+            cuda_root: None,
+            cuda_architectures: None,
+        };
+        let tree: Tree = serde_json::from_value(serde_json::json!({
+            "path": "/my ws/vendor/src",
+            "base_commit": "0123456789012345678901234567890123456789",
+            "head": "0123456789012345678901234567890123456789",
+            "patches": [],
+            "pin": {"kind": "dir", "uri": "/x", "sha256": null, "git_commit": null, "tag": null,
+                    "subdir": null, "build_number": 0, "build_commit": "x", "archive": null}
+        }))
+        .expect("tree");
+        let (template, actual) = cmake_args(
+            variant,
+            &tools,
+            &tree,
+            Path::new("/my ws/build/r/v/cmake"),
+            Path::new("/my ws/build/r/v"),
+        );
+        let find = |args: &[String], var: &str| -> Vec<String> {
+            args.iter()
+                .filter(|a| a.starts_with(&format!("-D{var}")))
+                .cloned()
+                .collect()
+        };
+        assert_eq!(
+            find(&template, "CMAKE_CUDA_FLAGS"),
+            vec!["-DCMAKE_CUDA_FLAGS=-Xcompiler=-ffile-prefix-map=${SRC}=/pinforge/src -Xcompiler=-ffile-prefix-map=${BUILD}=/pinforge/build -lineinfo"]
+        );
+        assert_eq!(
+            find(&template, "CMAKE_CXX_FLAGS"),
+            vec!["-DCMAKE_CXX_FLAGS=-ffile-prefix-map=${SRC}=/pinforge/src -ffile-prefix-map=${BUILD}=/pinforge/build -g -O1"]
+        );
+        assert_eq!(
+            find(&actual, "CMAKE_CXX_FLAGS"),
+            vec!["-DCMAKE_CXX_FLAGS='-ffile-prefix-map=/my ws/vendor/src=/pinforge/src' '-ffile-prefix-map=/my ws/build/r/v/cmake=/pinforge/build' -g -O1"]
+        );
+        assert_eq!(find(&actual, "OTHER"), vec!["-DOTHER=a b"]);
+        assert!(
+            actual.contains(&"/my ws/vendor/src".to_string()),
+            "{actual:?}"
+        );
+        assert!(
+            template.iter().all(|a| !a.contains("/my ws")),
+            "{template:?}"
+        );
+        assert!(template.contains(&"-DCMAKE_INSTALL_PREFIX=/pinforge/prefix".to_string()));
+    }
+
     #[test]
     fn artifacts_are_files_and_links_are_links() {
         let dir = tempfile::tempdir().expect("tempdir");

@@ -643,6 +643,32 @@ fn a_workspace_path_with_a_space_builds_and_stays_prefix_mapped() {
     let (mpath, _) = manifest_of(&o);
     let v = pinforge(&p.ws, &["verify", mpath.to_str().expect("utf8")]);
     assert_eq!(code(&v), 0, "{}{}", stdout(&v), stderr(&v));
+
+    // Another member: the compiler itself in a folder with a space (the toolchain's `cc`).
+    let tools = p.base.join("tool dir");
+    std::fs::create_dir_all(&tools).expect("mkdir");
+    let gcc = crate::which("gcc").expect("gcc on PATH");
+    std::os::unix::fs::symlink(&gcc, tools.join("gcc")).expect("link");
+    let text = std::fs::read_to_string(&r).expect("recipe").replace(
+        "cc = \"gcc\"",
+        &format!("cc = \"{}\"", tools.join("gcc").display()),
+    );
+    let r2 = p.ws.join("recipes/cc.toml");
+    std::fs::write(&r2, text).expect("write");
+    let o = p.build(&r2);
+    assert_prefix_mapped(&p, &o, "cc");
+    let (m2, _) = manifest_of(&o);
+    let m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&m2).expect("manifest")).expect("json");
+    assert_eq!(
+        m["predicate"]["buildDefinition"]["internalParameters"]["inputs"]["tool:cc"],
+        serde_json::Value::from(
+            std::fs::canonicalize(&gcc)
+                .expect("real gcc")
+                .display()
+                .to_string()
+        )
+    );
     drop(p);
     let _ = std::fs::remove_dir_all(&parent);
 }
