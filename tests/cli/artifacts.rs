@@ -930,3 +930,31 @@ fn a_build_that_writes_into_its_source_tree_fails_naming_the_file() {
     assert!(stderr(&o).contains("generated.json"), "{}", stderr(&o));
     assert!(!p.ws.join("build/w/v/manifest.json").exists());
 }
+
+// issue #13: a project without any install rule is staged from the file API: its library and
+// the links beside it in lib/, and the manifest says how it was staged.
+#[test]
+fn a_project_without_install_rules_is_staged_from_the_code_model_and_says_so() {
+    let p = Proj::new(&[
+        ("CMakeLists.txt", crate::TINY_CMAKE),
+        ("tiny.c", crate::TINY_C),
+    ]);
+    let o = p.build(&p.recipe("bare.toml", r#"["tiny"]"#, ""));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let j = json(&o);
+    assert_eq!(j["staging"], "built-libraries");
+    assert_eq!(
+        j["links"],
+        serde_json::json!([
+            ["lib/libtiny.so", "libtiny.so.1"],
+            ["lib/libtiny.so.1", "libtiny.so.1.0.0"]
+        ])
+    );
+    let (_, m) = manifest_of(&o);
+    assert_eq!(subjects(&m), vec!["lib/libtiny.so.1.0.0".to_string()]);
+    assert_eq!(
+        m["predicate"]["buildDefinition"]["internalParameters"]["staging"],
+        "built-libraries"
+    );
+    assert_eq!(j["coverage"][0]["built"], "bin/libtiny.so.1.0.0");
+}
