@@ -1,8 +1,13 @@
 //! Building one variant: check the toolchain and patches before touching anything, materialize
 //! the vendor tree, configure CMake (only when its arguments changed), build the targets with
-//! Ninja while feeding its own progress to the reporter and the full output to a log, collect
-//! and hash the artifacts, and write the manifest. Machine-specific paths are kept out of the
-//! binaries (prefix maps, `$ORIGIN` run paths, build info from the pin).
+//! Ninja while feeding its own progress to the reporter and the full output to a log, stage
+//! what the project's install rules install (`stage`), check with CMake's file API (`fileapi`)
+//! that every built library is covered, hash the artifacts, and write the manifest.
+//! Machine-specific paths are kept out of the binaries (prefix maps, `$ORIGIN` run paths, a
+//! fixed install prefix, build info from the pin).
+
+pub mod fileapi;
+pub mod stage;
 
 use crate::digest::Sha256;
 use crate::error::{Error, IoContext, Result};
@@ -29,7 +34,10 @@ pub const SRC_MAP: &str = "/pinforge/src";
 pub const BUILD_MAP: &str = "/pinforge/build";
 
 /// Bumped whenever the way pinforge configures changes, so kept build folders reconfigure.
-const CONFIGURE_SCHEME: u32 = 1;
+const CONFIGURE_SCHEME: u32 = 2;
+
+/// The artifact root, relative to the variant folder: the staged install prefix.
+pub const ARTIFACT_ROOT: &str = "stage";
 
 /// Environment variables removed from every CMake and Ninja run: each changes the binaries
 /// without appearing in the recorded CMake arguments.
@@ -50,7 +58,14 @@ pub const SCRUBBED_ENV: &[&str] = &[
     "CMAKE_PREFIX_PATH",
     "CMAKE_C_COMPILER_LAUNCHER",
     "CMAKE_CXX_COMPILER_LAUNCHER",
+    "CMAKE_INSTALL_PREFIX",
+    "CMAKE_INSTALL_MODE",
+    "DESTDIR",
 ];
+
+/// The `-D` variables whose values are compiler flag strings: pinforge's reproducibility flags
+/// come first and a recipe's value is appended, never replacing them.
+pub const FLAG_VARIABLES: &[&str] = &["CMAKE_C_FLAGS", "CMAKE_CXX_FLAGS", "CMAKE_CUDA_FLAGS"];
 
 /// One output artifact (the `build --json` contract).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -76,10 +91,19 @@ pub struct BuildOutcome {
     pub input_digest: Sha256,
     /// True when nothing was rebuilt and the outputs equal the previous manifest's.
     pub cached: bool,
-    /// Output artifacts.
+    /// Output artifacts: the files the project's install rules installed into the stage.
     pub artifacts: Vec<Artifact>,
-    /// Folder the artifact paths are relative to.
+    /// Links among the artifacts: (path relative to the artifact root, link target).
+    pub links: Links,
+    /// Folder the artifact paths are relative to: `build/RECIPE/VARIANT/stage`, a standard
+    /// prefix (`lib/`, `include/`, `lib/cmake/`, `lib/pkgconfig/`).
     pub artifact_root: PathBuf,
+    /// How the stage was filled.
+    pub staging: stage::Staging,
+    /// Every library the requested targets built, with the artifact that covers it.
+    pub coverage: Vec<stage::Coverage>,
+    /// Targets built besides the requested ones because install rules name them.
+    pub install_targets: Vec<String>,
     /// The full build log.
     pub log: PathBuf,
     /// Source tree the build used.
@@ -153,6 +177,7 @@ pub fn build(
 
     let (template, actual) = cmake_args(variant, &tools, &tree, &cmake_dir, &vdir);
     write_git_shim(&vdir, &tree)?;
+    fileapi::write_query(&cmake_dir)?;
 
     // Configure only when the arguments changed (Ninja re-runs CMake itself when a
     // CMakeLists.txt changes); a kept build directory makes the rebuild incremental.
@@ -164,6 +189,7 @@ pub fn build(
     }))
     .map_err(|e| Error::Internal(e.to_string()))?;
     let configured = cmake_dir.join("CMakeCache.txt").exists()
+        && cmake_dir.join(".cmake/api/v1/reply").is_dir()
         && std::fs::read(&stamp).ok().as_deref() == Some(stamp_body.as_slice());
     if !configured {
         reporter.stage("configure", variant.name.as_str());
@@ -171,9 +197,21 @@ pub fn build(
         // --fresh: CMake keeps option values in its cache, so an option the recipe no longer
         // sets (or a default that depends on the environment) would otherwise survive.
         cmd.arg("--fresh").args(&actual);
-        run_logged(&mut cmd, &log, &log_path, reporter)?;
+        run_logged(&mut cmd, &[], &log, &log_path, reporter)?;
         crate::fsx::write_atomic(&stamp, &stamp_body)?;
     }
+
+    // `cmake --install` installs every target its rules name: those must be built too, or the
+    // install fails on a missing file (a recipe keeps this set small with the project's
+    // options, e.g. LLAMA_BUILD_TOOLS=OFF).
+    let model = fileapi::read(&cmake_dir)?;
+    model.closure(&variant.targets)?;
+    let install_targets: Vec<String> = model
+        .installed_targets
+        .iter()
+        .filter(|t| !variant.targets.contains(t))
+        .cloned()
+        .collect();
 
     reporter.stage("build", variant.name.as_str());
     let mut cmd = Command::new(&tools.tool("ninja")?.path);
@@ -181,18 +219,53 @@ pub fn build(
     if let Some(j) = opts.jobs {
         cmd.arg(format!("-j{j}"));
     }
-    cmd.args(&variant.targets);
-    let steps_run = run_logged(&mut cmd, &log, &log_path, reporter)?;
+    cmd.args(&variant.targets).args(&install_targets);
+    let steps_run = run_logged(&mut cmd, &[], &log, &log_path, reporter)?;
     reporter.finish();
 
-    copy_public_headers(&tree.path, &cmake_dir)?;
-    let (artifacts, links) = collect_artifacts(&cmake_dir)?;
+    reporter.stage("install", variant.name.as_str());
+    let stage_dir = vdir.join(ARTIFACT_ROOT);
+    let destdir = vdir.join("stage.destdir");
+    stage::clear(&destdir)?;
+    fsx_create(&destdir)?;
+    let mut cmd = Command::new(&tools.tool("cmake")?.path);
+    cmd.arg("--install").arg(&cmake_dir);
+    run_logged(
+        &mut cmd,
+        &[("DESTDIR", destdir.as_os_str())],
+        &log,
+        &log_path,
+        reporter,
+    )?;
+    // A build that wrote into its pinned source (a configure_file into the source folder)
+    // would no longer be the tree the manifest names: say so now, not at the next verify.
+    upstream::check_clean(&tree.path, tree.head).map_err(|e| {
+        Error::check(
+            tree.path.display(),
+            format!("the build wrote into its pinned source tree: {e}"),
+        )
+    })?;
+    // The code model again: Ninja re-runs CMake when a CMakeLists.txt changed.
+    let model = fileapi::read(&cmake_dir)?;
+    let staging = if stage::take_prefix(&destdir, &stage_dir)? {
+        stage::Staging::CmakeInstall
+    } else {
+        stage::clear(&stage_dir)?;
+        stage::stage_built_libraries(&model, &variant.targets, &stage_dir)?;
+        stage::Staging::BuiltLibraries
+    };
+    stage::relocate(&stage_dir)?;
+    // The source tree and the variant folder are long, unique paths; the workspace root alone
+    // (say `/srv`) could occur in any binary by chance.
+    stage::check_no_machine_paths(&stage_dir, &[&tree.path, &vdir])?;
+    let (artifacts, links) = stage::collect(&stage_dir)?;
     if artifacts.is_empty() {
-        return Err(Error::tool(
+        return Err(Error::check(
             format!("build of {}/{}", recipe.name, variant.name),
-            "finished but produced no artifacts in bin/, lib/ or include/",
+            "finished but neither the install rules nor the requested targets produced a file",
         ));
     }
+    let coverage = stage::cover(&model, &variant.targets, &cmake_dir, &artifacts, &links)?;
 
     let manifest_path = vdir.join("manifest.json");
     let (deps, inputs) = dependencies(recipe, &tree, &patches, &tools, &vdir)?;
@@ -230,6 +303,17 @@ pub fn build(
             annotations: BTreeMap::from([("link_target".to_string(), Value::from(target.clone()))]),
         })
         .collect();
+    // What the build folder built and which artifact installs it: the file API cross-check,
+    // kept so that a reader can tell the manifest covers every library.
+    byproducts.extend(coverage.iter().map(|c| Resource {
+        name: format!("built:{}", c.built),
+        uri: None,
+        digest: BTreeMap::from([("sha256".to_string(), c.built_sha256.to_string())]),
+        annotations: BTreeMap::from([
+            ("target".to_string(), Value::from(c.target.clone())),
+            ("installed_as".to_string(), Value::from(c.artifact.clone())),
+        ]),
+    }));
     let (log_digest, _) = Sha256::of_file(&log_path)?;
     byproducts.push(Resource {
         name: "build.log".into(),
@@ -247,7 +331,8 @@ pub fn build(
                 build_type: manifest::BUILD_TYPE.into(),
                 external_parameters: params,
                 internal_parameters: InternalParameters {
-                    artifact_root: "cmake".into(),
+                    artifact_root: ARTIFACT_ROOT.into(),
+                    staging: staging.as_str().into(),
                     inputs,
                     input_digest,
                 },
@@ -282,7 +367,11 @@ pub fn build(
         input_digest,
         cached,
         artifacts,
-        artifact_root: cmake_dir,
+        links,
+        artifact_root: stage_dir,
+        staging,
+        coverage,
+        install_targets,
         log: log_path,
         source_tree: tree.path.clone(),
         steps_run,
@@ -294,8 +383,34 @@ fn fsx_create(p: &Path) -> Result<()> {
     crate::fsx::create_dir_all(p)
 }
 
+/// One configure argument: plain text, or a flags variable whose pinforge words (which name
+/// machine paths) are shell-quoted once substituted, followed by the recipe's own flags.
+enum Arg {
+    Plain(String),
+    Flags {
+        var: String,
+        words: Vec<String>,
+        user: Option<String>,
+    },
+}
+
+/// Quote one word for the shell that Ninja runs compile commands through (and for CMake's
+/// `separate_arguments(UNIX_COMMAND)`, which follows the same rules): a path with a space
+/// stays one word.
+fn shell_word(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:+,@%".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
 /// The configure arguments: the template recorded in the manifest (machine paths replaced by
-/// `${SRC}`, `${BUILD}`, `${TOOL:role}`) and the actual arguments.
+/// `${SRC}`, `${BUILD}`, `${TOOL:role}`) and the actual arguments. Every argument is one argv
+/// element (never re-split); recipe flags are appended after pinforge's prefix maps.
 fn cmake_args(
     variant: &Variant,
     tools: &ResolvedToolchain,
@@ -303,62 +418,129 @@ fn cmake_args(
     cmake_dir: &Path,
     vdir: &Path,
 ) -> (Vec<String>, Vec<String>) {
-    let mut t: Vec<String> = vec![
-        "-S".into(),
-        "${SRC}".into(),
-        "-B".into(),
-        "${BUILD}".into(),
-        "-G".into(),
-        "Ninja".into(),
-        "-DCMAKE_MAKE_PROGRAM=${TOOL:ninja}".into(),
-        "-DCMAKE_C_COMPILER=${TOOL:cc}".into(),
-        "-DCMAKE_CXX_COMPILER=${TOOL:cxx}".into(),
-        format!("-DCMAKE_BUILD_TYPE={}", variant.build_type),
-        // Keep absolute source and build paths out of __FILE__ and debug info.
-        format!("-DCMAKE_C_FLAGS=-ffile-prefix-map=${{SRC}}={SRC_MAP} -ffile-prefix-map=${{BUILD}}={BUILD_MAP}"),
-        format!("-DCMAKE_CXX_FLAGS=-ffile-prefix-map=${{SRC}}={SRC_MAP} -ffile-prefix-map=${{BUILD}}={BUILD_MAP}"),
-        // Run paths relative to the library, not to this build folder.
-        "-DCMAKE_BUILD_RPATH_USE_ORIGIN=ON".into(),
-        // Build info from the pin, never from the vendor repository's own commits.
-        format!("-DLLAMA_BUILD_NUMBER={}", tree.pin.build_number),
-        format!("-DLLAMA_BUILD_COMMIT={}", tree.pin.build_commit),
-        "-DGIT_EXE=${VARIANT}/pinforge-git".into(),
-    ];
+    let user = |var: &str| -> Option<String> {
+        variant
+            .cmake
+            .iter()
+            .find(|(k, _)| crate::recipe::cmake_key_name(k) == var)
+            .map(|(_, v)| v.clone())
+    };
+    let prefix_maps = |pre: &str| -> Vec<String> {
+        vec![
+            format!("{pre}-ffile-prefix-map=${{SRC}}={SRC_MAP}"),
+            format!("{pre}-ffile-prefix-map=${{BUILD}}={BUILD_MAP}"),
+        ]
+    };
+    let mut t: Vec<Arg> = [
+        "-S",
+        "${SRC}",
+        "-B",
+        "${BUILD}",
+        "-G",
+        "Ninja",
+        "-DCMAKE_MAKE_PROGRAM=${TOOL:ninja}",
+        "-DCMAKE_C_COMPILER=${TOOL:cc}",
+        "-DCMAKE_CXX_COMPILER=${TOOL:cxx}",
+    ]
+    .iter()
+    .map(|s| Arg::Plain(s.to_string()))
+    .collect();
+    t.push(Arg::Plain(format!(
+        "-DCMAKE_BUILD_TYPE={}",
+        variant.build_type
+    )));
+    // Keep absolute source and build paths out of __FILE__ and debug info.
+    for var in ["CMAKE_C_FLAGS", "CMAKE_CXX_FLAGS"] {
+        t.push(Arg::Flags {
+            var: var.into(),
+            words: prefix_maps(""),
+            user: user(var),
+        });
+    }
+    t.extend(
+        [
+            // Run paths relative to the library, not to this build folder, in the build tree
+            // and in the installed copies (CMake rewrites run paths at install time).
+            "-DCMAKE_BUILD_RPATH_USE_ORIGIN=ON".to_string(),
+            "-DCMAKE_INSTALL_RPATH=$ORIGIN;$ORIGIN/../lib".to_string(),
+            // A fixed prefix that exists nowhere: configured files and binaries never name the
+            // workspace; the install goes through DESTDIR into the stage.
+            format!("-DCMAKE_INSTALL_PREFIX={}", stage::PREFIX),
+            "-DCMAKE_INSTALL_LIBDIR=lib".to_string(),
+            // Build info from the pin, never from the vendor repository's own commits.
+            format!("-DLLAMA_BUILD_NUMBER={}", tree.pin.build_number),
+            format!("-DLLAMA_BUILD_COMMIT={}", tree.pin.build_commit),
+            "-DGIT_EXE=${VARIANT}/pinforge-git".to_string(),
+        ]
+        .into_iter()
+        .map(Arg::Plain),
+    );
     if tools.tools.contains_key("nvcc") {
-        t.push("-DCMAKE_CUDA_COMPILER=${TOOL:nvcc}".into());
-        t.push(format!(
-            "-DCMAKE_CUDA_FLAGS=-Xcompiler=-ffile-prefix-map=${{SRC}}={SRC_MAP} -Xcompiler=-ffile-prefix-map=${{BUILD}}={BUILD_MAP}"
-        ));
+        t.push(Arg::Plain("-DCMAKE_CUDA_COMPILER=${TOOL:nvcc}".into()));
+        t.push(Arg::Flags {
+            var: "CMAKE_CUDA_FLAGS".into(),
+            words: prefix_maps("-Xcompiler="),
+            user: user("CMAKE_CUDA_FLAGS"),
+        });
         if let Some(root) = &tools.cuda_root {
-            t.push(format!("-DCUDAToolkit_ROOT={root}"));
+            t.push(Arg::Plain(format!("-DCUDAToolkit_ROOT={root}")));
         }
         if let Some(arch) = &tools.cuda_architectures {
-            t.push(format!("-DCMAKE_CUDA_ARCHITECTURES={arch}"));
+            t.push(Arg::Plain(format!("-DCMAKE_CUDA_ARCHITECTURES={arch}")));
         }
     }
+    let merged: Vec<&str> = t
+        .iter()
+        .filter_map(|a| match a {
+            Arg::Flags { var, .. } => Some(var.as_str()),
+            Arg::Plain(_) => None,
+        })
+        .collect::<Vec<_>>();
+    let mut rest = Vec::new();
     for (k, v) in &variant.cmake {
-        t.push(format!("-D{k}={v}"));
+        if !merged.contains(&crate::recipe::cmake_key_name(k)) {
+            rest.push(Arg::Plain(format!("-D{k}={v}")));
+        }
     }
+    t.extend(rest);
+
     let src = tree.path.display().to_string();
     let build = cmake_dir.display().to_string();
     let vd = vdir.display().to_string();
-    let actual = t
-        .iter()
-        .map(|a| {
-            let mut s = a
-                .replace("${SRC}", &src)
-                .replace("${BUILD}", &build)
-                .replace("${VARIANT}", &vd);
-            for (role, tool) in &tools.tools {
-                s = s.replace(
-                    &format!("${{TOOL:{role}}}"),
-                    &tool.path.display().to_string(),
-                );
-            }
-            s
-        })
-        .collect();
-    (t, actual)
+    let subst = |a: &str| {
+        let mut s = a
+            .replace("${SRC}", &src)
+            .replace("${BUILD}", &build)
+            .replace("${VARIANT}", &vd);
+        for (role, tool) in &tools.tools {
+            s = s.replace(
+                &format!("${{TOOL:{role}}}"),
+                &tool.path.display().to_string(),
+            );
+        }
+        s
+    };
+    let render = |a: &Arg, actual: bool| match a {
+        Arg::Plain(s) if actual => subst(s),
+        Arg::Plain(s) => s.clone(),
+        Arg::Flags { var, words, user } => {
+            let mut ws: Vec<String> = words
+                .iter()
+                .map(|w| {
+                    if actual {
+                        shell_word(&subst(w))
+                    } else {
+                        w.clone()
+                    }
+                })
+                .collect();
+            ws.extend(user.iter().filter(|u| !u.is_empty()).cloned());
+            format!("-D{var}={}", ws.join(" "))
+        }
+    };
+    let template = t.iter().map(|a| render(a, false)).collect();
+    let actual = t.iter().map(|a| render(a, true)).collect();
+    (template, actual)
 }
 
 /// ggml's CMakeLists asks git for the commit of its own folder, which inside a vendor
@@ -384,6 +566,7 @@ fn write_git_shim(vdir: &Path, tree: &Tree) -> Result<()> {
 /// reporter. Returns how many Ninja steps ran. A failure shows the log's tail and path.
 fn run_logged(
     cmd: &mut Command,
+    env: &[(&str, &std::ffi::OsStr)],
     log: &Arc<Mutex<std::fs::File>>,
     log_path: &Path,
     reporter: &dyn Reporter,
@@ -394,6 +577,9 @@ fn run_logged(
     // turn GGML_NATIVE_DEFAULT off, which drops SSE4.2/AVX/AVX2/FMA/F16C from ggml-cpu.
     for var in SCRUBBED_ENV {
         cmd.env_remove(var);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
     }
     cmd.env("NINJA_STATUS", "[%f/%t] ")
         .stdin(Stdio::null())
@@ -446,77 +632,8 @@ fn run_logged(
     Ok(steps)
 }
 
-/// The public headers (`include/*.h`, `ggml/include/*.h`) travel with the libraries, so that
-/// an installed layer can be compiled against (the smoke shim uses the build's own llama.h).
-/// Files are rewritten only when their content changed, keeping no-op builds no-ops.
-fn copy_public_headers(src: &Path, cmake_dir: &Path) -> Result<()> {
-    let dest = cmake_dir.join("include");
-    for dir in [src.join("include"), src.join("ggml").join("include")] {
-        let Ok(rd) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        let mut names: Vec<PathBuf> = rd
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "h") && p.is_file())
-            .collect();
-        names.sort();
-        for h in names {
-            let bytes = std::fs::read(&h).at("read", &h)?;
-            let to = dest.join(h.file_name().unwrap_or_default());
-            if std::fs::read(&to).ok().as_deref() != Some(bytes.as_slice()) {
-                crate::fsx::write_atomic(&to, &bytes)?;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Regular files under `bin/`, `lib/` and `include/` of the build folder are the artifacts; symlinks among
-/// them are recorded as links (`libllama.so -> libllama.so.0`).
 /// Symlinks among the outputs: (path relative to the artifact root, link target).
-type Links = Vec<(String, String)>;
-
-fn collect_artifacts(cmake_dir: &Path) -> Result<(Vec<Artifact>, Links)> {
-    let mut files = Vec::new();
-    let mut links = Vec::new();
-    for sub in ["bin", "lib", "include"] {
-        let dir = cmake_dir.join(sub);
-        if dir.is_dir() {
-            walk(cmake_dir, &dir, &mut files, &mut links)?;
-        }
-    }
-    files.sort_by(|a: &Artifact, b| a.path.cmp(&b.path));
-    links.sort();
-    Ok((files, links))
-}
-
-fn walk(root: &Path, dir: &Path, files: &mut Vec<Artifact>, links: &mut Links) -> Result<()> {
-    for entry in std::fs::read_dir(dir).at("read directory", dir)? {
-        let entry = entry.at("read directory", dir)?;
-        let path = entry.path();
-        let rel = path
-            .strip_prefix(root)
-            .map_err(|_| Error::Internal("artifact outside build dir".into()))?
-            .to_string_lossy()
-            .into_owned();
-        let meta = std::fs::symlink_metadata(&path).at("stat", &path)?;
-        if meta.file_type().is_symlink() {
-            let target = std::fs::read_link(&path).at("read link", &path)?;
-            links.push((rel, target.display().to_string()));
-        } else if meta.is_dir() {
-            walk(root, &path, files, links)?;
-        } else if meta.is_file() {
-            let (sha256, size) = Sha256::of_file(&path)?;
-            files.push(Artifact {
-                path: rel,
-                sha256,
-                size,
-            });
-        }
-    }
-    Ok(())
-}
+pub type Links = Vec<(String, String)>;
 
 /// The resolved dependencies (for the input digest) and where each is on this machine.
 fn dependencies(
@@ -697,17 +814,136 @@ mod tests {
         );
     }
 
+    // issue #7 class 7: a machine path with a space stays one word inside a flags string.
+    #[test]
+    fn flag_words_with_spaces_or_quotes_are_shell_quoted() {
+        assert_eq!(
+            shell_word("-ffile-prefix-map=/a/b=/x"),
+            "-ffile-prefix-map=/a/b=/x"
+        );
+        assert_eq!(
+            shell_word("-ffile-prefix-map=/my ws/src=/x"),
+            "'-ffile-prefix-map=/my ws/src=/x'"
+        );
+        assert_eq!(shell_word("it's"), "'it'\\''s'");
+        // What the shell makes of it is the original word.
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("printf '%s|' {}", shell_word("/a b/it's=$HOME")))
+            .output()
+            .expect("sh");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "/a b/it's=$HOME|");
+    }
+
+    // issue #7 class 7: every flags variable (C, C++, CUDA; typed or not) keeps pinforge's
+    // prefix maps first; each argument is one argv element; the template has no machine path.
+    #[test]
+    fn recipe_flags_are_appended_for_every_language_and_paths_stay_one_argument() {
+        let recipe = crate::recipe::Recipe::parse(
+            r#"default-variant = "v"
+[pin]
+kind = "dir"
+path = "/x"
+tree-sha256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+[toolchain.cuda]
+cc = "gcc"
+cxx = "g++"
+nvcc = "/cuda/bin/nvcc"
+[base]
+toolchain = "cuda"
+targets = ["llama"]
+cmake = { "CMAKE_CUDA_FLAGS:STRING" = "-lineinfo", CMAKE_CXX_FLAGS = "-g -O1", OTHER = "a b" }
+[variants.v]
+"#,
+            Path::new("r.toml"),
+            Some(Path::new("/ws/recipes")),
+        )
+        .expect("recipe");
+        let variant = recipe.variant("v").expect("v");
+        let tool = |p: &str| crate::toolchain::ToolRecord {
+            path: PathBuf::from(p),
+            real_path: PathBuf::from(p),
+            version: "1".into(),
+            version_line: "1".into(),
+            sha256: Sha256::of_bytes(b""),
+        };
+        let tools = ResolvedToolchain {
+            name: "cuda".into(),
+            tools: ["cc", "cxx", "cmake", "ninja", "nvcc"]
+                .iter()
+                .map(|r| (r.to_string(), tool(&format!("/t/{r}"))))
+                .collect(),
+            cuda_root: None,
+            cuda_architectures: None,
+        };
+        let tree: Tree = serde_json::from_value(serde_json::json!({
+            "path": "/my ws/vendor/src",
+            "base_commit": "0123456789012345678901234567890123456789",
+            "head": "0123456789012345678901234567890123456789",
+            "patches": [],
+            "pin": {"kind": "dir", "uri": "/x", "sha256": null, "git_commit": null, "tag": null,
+                    "subdir": null, "build_number": 0, "build_commit": "x", "archive": null}
+        }))
+        .expect("tree");
+        let (template, actual) = cmake_args(
+            variant,
+            &tools,
+            &tree,
+            Path::new("/my ws/build/r/v/cmake"),
+            Path::new("/my ws/build/r/v"),
+        );
+        let find = |args: &[String], var: &str| -> Vec<String> {
+            args.iter()
+                .filter(|a| a.starts_with(&format!("-D{var}")))
+                .cloned()
+                .collect()
+        };
+        assert_eq!(
+            find(&template, "CMAKE_CUDA_FLAGS"),
+            vec!["-DCMAKE_CUDA_FLAGS=-Xcompiler=-ffile-prefix-map=${SRC}=/pinforge/src -Xcompiler=-ffile-prefix-map=${BUILD}=/pinforge/build -lineinfo"]
+        );
+        assert_eq!(
+            find(&template, "CMAKE_CXX_FLAGS"),
+            vec!["-DCMAKE_CXX_FLAGS=-ffile-prefix-map=${SRC}=/pinforge/src -ffile-prefix-map=${BUILD}=/pinforge/build -g -O1"]
+        );
+        assert_eq!(
+            find(&actual, "CMAKE_CXX_FLAGS"),
+            vec!["-DCMAKE_CXX_FLAGS='-ffile-prefix-map=/my ws/vendor/src=/pinforge/src' '-ffile-prefix-map=/my ws/build/r/v/cmake=/pinforge/build' -g -O1"]
+        );
+        assert_eq!(find(&actual, "OTHER"), vec!["-DOTHER=a b"]);
+        assert!(
+            actual.contains(&"/my ws/vendor/src".to_string()),
+            "{actual:?}"
+        );
+        assert!(
+            template.iter().all(|a| !a.contains("/my ws")),
+            "{template:?}"
+        );
+        assert!(template.contains(&"-DCMAKE_INSTALL_PREFIX=/pinforge/prefix".to_string()));
+    }
+
     #[test]
     fn artifacts_are_files_and_links_are_links() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let bin = dir.path().join("bin");
-        std::fs::create_dir(&bin).expect("mkdir");
-        std::fs::write(bin.join("libx.so.1.0"), b"elf").expect("write");
-        std::os::unix::fs::symlink("libx.so.1.0", bin.join("libx.so")).expect("link");
-        let (files, links) = collect_artifacts(dir.path()).expect("collect");
+        let lib = dir.path().join("lib");
+        std::fs::create_dir(&lib).expect("mkdir");
+        std::fs::write(lib.join("libx.so.1.0"), b"elf").expect("write");
+        std::os::unix::fs::symlink("libx.so.1.0", lib.join("libx.so")).expect("link");
+        let (files, links) = stage::collect(dir.path()).expect("collect");
         assert_eq!(files.len(), 1);
-        assert_eq!(files[0].path, "bin/libx.so.1.0");
+        assert_eq!(files[0].path, "lib/libx.so.1.0");
         assert_eq!(files[0].size, 3);
-        assert_eq!(links, vec![("bin/libx.so".into(), "libx.so.1.0".into())]);
+        assert_eq!(links, vec![("lib/libx.so".into(), "libx.so.1.0".into())]);
+    }
+
+    #[test]
+    fn a_stage_with_a_fifo_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("lib/x");
+        std::fs::create_dir(dir.path().join("lib")).expect("mkdir");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("cstr");
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        assert!(stage::collect(dir.path()).is_err());
     }
 }

@@ -299,6 +299,7 @@ mod tests {
                         artifact_root: ".".into(),
                         inputs: BTreeMap::new(),
                         input_digest: Sha256::of_bytes(variant.as_bytes()),
+                        staging: String::new(),
                     },
                     resolved_dependencies: vec![res("pin", "p")],
                 },

@@ -3,6 +3,11 @@
 //! patch, recipe, toolchain binaries; parameters: variant, CMake arguments, targets). The input
 //! digest is SHA-256 over the canonical JSON of the build definition's inputs, so it names a
 //! build independently of where the workspace is. `verify` re-hashes outputs and inputs.
+//!
+//! A manifest is data someone else may have written: subject names and the artifact root are
+//! relative paths checked component by component when the manifest is parsed (duplicates are
+//! refused there too), and `verify` opens nothing that is not a regular file (a FIFO or a
+//! device would hang it) and walks through no link on the way to an artifact.
 
 use crate::digest::{GitOid, Sha256};
 use crate::error::{Error, Result};
@@ -106,8 +111,12 @@ pub struct ExternalParameters {
 /// Machine-local facts that let `verify` find the inputs and outputs again.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InternalParameters {
-    /// Artifact root, relative to the manifest's folder.
+    /// Artifact root, relative to the manifest's folder (`stage`: the staged install prefix).
     pub artifact_root: String,
+    /// How the artifacts were staged (`cmake-install`, or `built-libraries` for a project
+    /// without install rules); empty in manifests written before staging existed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub staging: String,
     /// Local path of each dependency that is a file or tree, by dependency name.
     pub inputs: BTreeMap<String, PathBuf>,
     /// The input digest (also `runDetails.metadata.invocationId`).
@@ -151,16 +160,35 @@ pub struct Metadata {
 }
 
 impl Statement {
-    /// Read and check a manifest file.
+    /// Read and check a manifest file (a regular file; a FIFO or device is refused unopened).
     pub fn read(path: &Path) -> Result<Statement> {
-        let text = fsx::read_to_string(path).map_err(|e| match e {
+        let file = open_regular(path, true, "manifest").map_err(|e| match e {
             Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
                 Error::input(path.display(), "manifest not found")
                     .with_hint("`pinforge build` prints the path of the manifest it writes")
             }
             other => other,
         })?;
-        let s: Statement = serde_json::from_str(&text).map_err(|e| {
+        let mut bytes = Vec::new();
+        use std::io::Read;
+        (&file)
+            .take(MAX_MANIFEST_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| Error::io("read", path, e))?;
+        if bytes.len() as u64 > MAX_MANIFEST_BYTES {
+            return Err(Error::input(
+                path.display(),
+                format!("larger than {MAX_MANIFEST_BYTES} bytes: not a pinforge manifest"),
+            ));
+        }
+        Statement::parse(&bytes, path)
+    }
+
+    /// Parse and check manifest bytes; `path` names them in errors.
+    pub fn parse(bytes: &[u8], path: &Path) -> Result<Statement> {
+        let text = std::str::from_utf8(bytes)
+            .map_err(|e| Error::input(path.display(), format!("manifest is not UTF-8: {e}")))?;
+        let s: Statement = serde_json::from_str(text).map_err(|e| {
             Error::input(
                 format!("{}:{}:{}", path.display(), e.line(), e.column()),
                 format!("not a pinforge manifest: {e}"),
@@ -171,6 +199,40 @@ impl Statement {
                 path.display(),
                 "not an in-toto Statement v1 with SLSA provenance v1",
             ));
+        }
+        let root = &s
+            .predicate
+            .build_definition
+            .internal_parameters
+            .artifact_root;
+        check_relative(root).map_err(|m| {
+            Error::input(path.display(), format!("artifact root `{root}` {m}"))
+                .with_hint("a manifest's artifact root is a folder beside it, such as `stage`")
+        })?;
+        let mut names = std::collections::BTreeSet::new();
+        let links = s
+            .predicate
+            .run_details
+            .byproducts
+            .iter()
+            .filter(|b| b.annotations.contains_key("link_target"));
+        for (what, r) in s
+            .subject
+            .iter()
+            .map(|r| ("subject", r))
+            .chain(links.map(|r| ("link", r)))
+        {
+            check_relative(&r.name)
+                .map_err(|m| Error::input(path.display(), format!("{what} `{}` {m}", r.name)))?;
+            if !names.insert(r.name.as_str()) {
+                return Err(Error::input(
+                    path.display(),
+                    format!("`{}` is listed twice among the subjects and links", r.name),
+                )
+                .with_hint(
+                    "a manifest names each artifact once; this one was edited or is not pinforge's",
+                ));
+            }
         }
         Ok(s)
     }
@@ -192,6 +254,36 @@ impl Statement {
             .input_digest
     }
 
+    /// The folder artifacts are relative to, checked: no link on the way from the manifest's
+    /// folder, and a directory (the name itself was checked when the manifest was parsed).
+    pub fn checked_artifact_root(&self, manifest_path: &Path) -> Result<PathBuf> {
+        let base = fsx::parent_of(manifest_path);
+        let rel = &self
+            .predicate
+            .build_definition
+            .internal_parameters
+            .artifact_root;
+        let mut cur = base.clone();
+        for c in Path::new(rel).components() {
+            cur.push(c);
+            match std::fs::symlink_metadata(&cur) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => {
+                    return Err(Error::input(
+                        cur.display(),
+                        "the manifest's artifact root passes through something that is not a folder (a link?)",
+                    ))
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(Error::input(cur.display(), "artifact root not found")
+                        .with_hint("the build folder was removed; rebuild the variant"))
+                }
+                Err(e) => return Err(Error::io("stat", &cur, e)),
+            }
+        }
+        Ok(cur)
+    }
+
     /// The folder artifacts are relative to.
     pub fn artifact_root(&self, manifest_path: &Path) -> PathBuf {
         fsx::parent_of(manifest_path).join(
@@ -202,6 +294,138 @@ impl Statement {
                 .artifact_root,
         )
     }
+}
+
+/// The largest manifest read (a manifest of a large build is a few hundred kilobytes).
+const MAX_MANIFEST_BYTES: u64 = 64 << 20;
+
+/// Why a relative path from data may not be used, if it may not: empty, absolute, `.`/`..`
+/// or an empty component, a NUL.
+pub fn check_relative(p: &str) -> std::result::Result<(), &'static str> {
+    if p.is_empty() {
+        return Err("is empty");
+    }
+    if p.starts_with('/') {
+        return Err("is absolute");
+    }
+    if p.contains('\0') {
+        return Err("holds a NUL");
+    }
+    for c in p.split('/') {
+        match c {
+            "" => return Err("has an empty component"),
+            "." | ".." => return Err("has a `.` or `..` component"),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Open `path` for reading only if it is a regular file: opened non-blocking (a FIFO opens
+/// without waiting for a writer), then checked with fstat before a byte is read. With
+/// `follow` false a link at `path` is refused too.
+fn open_regular(path: &Path, follow: bool, what: &str) -> Result<std::fs::File> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let mut flags = libc::O_NONBLOCK | libc::O_NOCTTY;
+    if !follow {
+        flags |= libc::O_NOFOLLOW;
+    }
+    // Inspect first, so that a device is never opened at all.
+    let meta = if follow {
+        std::fs::metadata(path)
+    } else {
+        std::fs::symlink_metadata(path)
+    }
+    .map_err(|e| Error::io("stat", path, e))?;
+    let kind = |ft: std::fs::FileType| {
+        if ft.is_symlink() {
+            "a link"
+        } else if ft.is_dir() {
+            "a folder"
+        } else if ft.is_fifo() {
+            "a FIFO"
+        } else if ft.is_socket() {
+            "a socket"
+        } else if ft.is_block_device() || ft.is_char_device() {
+            "a device"
+        } else {
+            "not a regular file"
+        }
+    };
+    let refuse = |k: &str| {
+        Error::input(
+            path.display(),
+            format!("{what} is {k}, not a regular file; refused unread"),
+        )
+    };
+    if !meta.is_file() {
+        return Err(refuse(kind(meta.file_type())));
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => refuse("a link"),
+            _ => Error::io("open", path, e),
+        })?;
+    let meta = file.metadata().map_err(|e| Error::io("stat", path, e))?;
+    if !meta.is_file() {
+        return Err(refuse(kind(meta.file_type())));
+    }
+    Ok(file)
+}
+
+/// SHA-256 of a regular file opened with [`open_regular`].
+fn hash_regular(path: &Path, follow: bool, what: &str) -> Result<Sha256> {
+    use sha2::Digest;
+    use std::io::Read;
+    let mut file = open_regular(path, follow, what)?;
+    let mut hasher = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file
+            .read(&mut buf)
+            .map_err(|e| Error::io("read", path, e))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    let hex: String = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    hex.parse()
+        .map_err(|e: crate::digest::ParseDigestError| Error::Internal(e.to_string()))
+}
+
+/// `root/rel` when no component before the last is a link or a non-folder (`rel` was checked
+/// with [`check_relative`]); None when something on the way is missing.
+fn walk_inside(root: &Path, rel: &str) -> Result<Option<PathBuf>> {
+    let parts: Vec<&str> = rel.split('/').collect();
+    let mut cur = root.to_path_buf();
+    for (i, c) in parts.iter().enumerate() {
+        cur.push(c);
+        if i + 1 == parts.len() {
+            break;
+        }
+        match std::fs::symlink_metadata(&cur) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(Error::input(
+                    cur.display(),
+                    format!(
+                        "`{rel}` passes through something that is not a folder (a link?); refused"
+                    ),
+                ))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io("stat", &cur, e)),
+        }
+    }
+    Ok(Some(cur))
 }
 
 /// Recursively sort object keys (serde_json keeps insertion order only with a feature some
@@ -276,7 +500,7 @@ pub struct VerifyReport {
 /// Re-hash every output and every input still on disk.
 pub fn verify(manifest_path: &Path) -> Result<VerifyReport> {
     let st = Statement::read(manifest_path)?;
-    let root = st.artifact_root(manifest_path);
+    let root = st.checked_artifact_root(manifest_path)?;
     let mut mismatches = Vec::new();
     for s in &st.subject {
         let path = root.join(&s.name);
@@ -287,15 +511,23 @@ pub fn verify(manifest_path: &Path) -> Result<VerifyReport> {
             )
         })?;
         let shown = path.display().to_string();
-        match std::fs::symlink_metadata(&path) {
-            Err(_) => mismatches.push(Mismatch {
+        let present = match walk_inside(&root, &s.name)? {
+            None => None,
+            Some(p) => match std::fs::symlink_metadata(&p) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => return Err(Error::io("stat", &p, e)),
+                Ok(_) => Some(p),
+            },
+        };
+        match present {
+            None => mismatches.push(Mismatch {
                 path: shown,
                 expected: expected.to_string(),
                 actual: "missing".into(),
                 role: "output".into(),
             }),
-            Ok(_) => {
-                let (actual, _) = Sha256::of_file(&path)?;
+            Some(p) => {
+                let actual = hash_regular(&p, false, "artifact")?;
                 if actual != expected {
                     mismatches.push(Mismatch {
                         path: shown,
@@ -310,7 +542,9 @@ pub fn verify(manifest_path: &Path) -> Result<VerifyReport> {
     for b in &st.predicate.run_details.byproducts {
         if let Some(Value::String(target)) = b.annotations.get("link_target") {
             let path = root.join(&b.name);
-            let actual = std::fs::read_link(&path)
+            let actual = walk_inside(&root, &b.name)?
+                .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))
+                .and_then(std::fs::read_link)
                 .map(|t| t.display().to_string())
                 .unwrap_or_else(|_| "missing".into());
             if &actual != target {
@@ -337,7 +571,8 @@ pub fn verify(manifest_path: &Path) -> Result<VerifyReport> {
         } else {
             base.join(local)
         };
-        if !path.exists() {
+        // symlink_metadata first: a dangling or looping link is absent, not an error.
+        if std::fs::symlink_metadata(&path).is_err() || std::fs::metadata(&path).is_err() {
             inputs_absent.push(dep.name.clone());
             continue;
         }
@@ -353,7 +588,7 @@ pub fn verify(manifest_path: &Path) -> Result<VerifyReport> {
                 });
             }
         } else if let Some(expected) = dep.sha256() {
-            let (actual, _) = Sha256::of_file(&path)?;
+            let actual = hash_regular(&path, true, &format!("input `{}`", dep.name))?;
             if actual != expected {
                 mismatches.push(Mismatch {
                     path: path.display().to_string(),
@@ -434,6 +669,150 @@ mod tests {
         p2.cmake_args.push("-DY=1".into());
         assert_ne!(d1, input_digest(&p2, &[]).expect("digest"));
         assert_eq!(d1, input_digest(&p, &[]).expect("digest"));
+    }
+
+    const VALID: &str = r#"{"_type": "https://in-toto.io/Statement/v1",
+ "predicateType": "https://slsa.dev/provenance/v1",
+ "subject": [{"name": "lib/liba.so", "digest": {"sha256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"}}],
+ "predicate": {"buildDefinition": {"buildType": "b",
+   "externalParameters": {"recipe": "r", "variant": "v", "build_type": "Release", "targets": [], "cmake_args": [], "patches": []},
+   "internalParameters": {"artifact_root": "stage", "inputs": {"recipe": "../r.toml"},
+     "input_digest": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+   "resolvedDependencies": [{"name": "recipe", "digest": {"sha256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"}}]},
+  "runDetails": {"builder": {"id": "pinforge"}, "metadata": {"invocationId": "x", "startedOn": "", "finishedOn": ""},
+   "byproducts": [{"name": "lib/liba.so.1", "annotations": {"link_target": "liba.so"}}]}}}"#;
+
+    #[test]
+    fn a_valid_manifest_parses_and_round_trips() {
+        let s = Statement::parse(VALID.as_bytes(), Path::new("m.json")).expect("parse");
+        assert_eq!(s.predicate.build_definition.internal_parameters.staging, "");
+        let again = Statement::parse(s.to_json().expect("json").as_bytes(), Path::new("m.json"))
+            .expect("reparse");
+        assert_eq!(again.subject, s.subject);
+    }
+
+    // issue #7 classes 1 and 10: names and roots from a manifest are checked when parsed.
+    #[test]
+    fn escaping_names_roots_and_duplicates_are_refused_at_parse_time() {
+        for (from, to, want) in [
+            (
+                "\"name\": \"lib/liba.so\"",
+                "\"name\": \"/dev/zero\"",
+                "is absolute",
+            ),
+            ("\"name\": \"lib/liba.so\"", "\"name\": \"../x\"", "`..`"),
+            ("\"name\": \"lib/liba.so\"", "\"name\": \"lib/./x\"", "`..`"),
+            ("\"name\": \"lib/liba.so\"", "\"name\": \"\"", "is empty"),
+            (
+                "\"name\": \"lib/liba.so.1\"",
+                "\"name\": \"lib/liba.so\"",
+                "listed twice",
+            ),
+            (
+                "\"name\": \"lib/liba.so.1\"",
+                "\"name\": \"/etc/x\"",
+                "link `/etc/x`",
+            ),
+            (
+                "\"artifact_root\": \"stage\"",
+                "\"artifact_root\": \"../..\"",
+                "artifact root",
+            ),
+            (
+                "\"artifact_root\": \"stage\"",
+                "\"artifact_root\": \"/\"",
+                "artifact root",
+            ),
+        ] {
+            let text = VALID.replacen(from, to, 1);
+            assert_ne!(text, VALID);
+            let e = Statement::parse(text.as_bytes(), Path::new("m.json")).expect_err(to);
+            assert_eq!(e.exit_code(), 2, "{to}");
+            assert!(e.to_string().contains(want), "{to}: {e}");
+        }
+        let twice = VALID.replacen(
+            "\"subject\": [",
+            "\"subject\": [{\"name\": \"lib/liba.so\", \"digest\": {}},",
+            1,
+        );
+        let e = Statement::parse(twice.as_bytes(), Path::new("m.json")).expect_err("dup");
+        assert!(e.to_string().contains("listed twice"), "{e}");
+    }
+
+    #[test]
+    fn relative_paths_are_checked_component_by_component() {
+        for bad in ["", "/a", "a/../b", "..", "a//b", "a/", "./a", "a\0b"] {
+            assert!(check_relative(bad).is_err(), "{bad:?}");
+        }
+        for good in ["a", "lib/liba.so", "a/b.c/d", "...", "..a"] {
+            assert!(check_relative(good).is_ok(), "{good:?}");
+        }
+    }
+
+    // issue #7 class 4: a FIFO or a device is refused before a byte is read.
+    #[test]
+    fn special_files_are_refused_unopened() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let fifo = d.path().join("f");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("cstr");
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        for (p, follow) in [
+            (fifo.as_path(), true),
+            (Path::new("/dev/zero"), true),
+            (Path::new("/dev/null"), false),
+        ] {
+            let e = hash_regular(p, follow, "artifact").expect_err("special");
+            assert_eq!(e.exit_code(), 2, "{}", p.display());
+            assert!(e.to_string().contains("not a regular file"), "{e}");
+        }
+        std::os::unix::fs::symlink("f", d.path().join("l")).expect("link");
+        let e = hash_regular(&d.path().join("l"), false, "artifact").expect_err("link");
+        assert!(e.to_string().contains("a link"), "{e}");
+        let e = Statement::read(&fifo).expect_err("manifest fifo");
+        assert_eq!(e.exit_code(), 2);
+        std::fs::write(d.path().join("r"), b"abc").expect("write");
+        assert_eq!(
+            hash_regular(&d.path().join("r"), false, "artifact").expect("hash"),
+            Sha256::of_bytes(b"abc")
+        );
+    }
+
+    mod prop {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 10_000, .. ProptestConfig::default() })]
+
+            // issue #7: arbitrary bytes never panic the manifest parser.
+            #[test]
+            fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+                let _ = Statement::parse(&bytes, Path::new("m.json"));
+            }
+
+            // Mutations of a valid manifest reach the path and duplicate checks.
+            #[test]
+            fn mutated_manifests_never_panic(
+                at in 0usize..VALID.len(),
+                cut in 0usize..12,
+                insert in "[\\PC/.\"{}\\[\\],:]{0,10}",
+            ) {
+                let mut text = VALID.to_string();
+                let at = (0..=at).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+                let end = (at..=(at + cut).min(text.len()))
+                    .rev()
+                    .find(|i| text.is_char_boundary(*i))
+                    .unwrap_or(at);
+                text.replace_range(at..end, &insert);
+                if let Ok(s) = Statement::parse(text.as_bytes(), Path::new("m.json")) {
+                    // What parses has only relative, unique names.
+                    for r in &s.subject {
+                        prop_assert!(check_relative(&r.name).is_ok());
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -17,15 +17,38 @@ use toml::Spanned;
 #[serde(transparent)]
 pub struct VariantName(String);
 
+/// Whether `s` may name a folder: `[A-Za-z0-9][A-Za-z0-9._-]*`, at most 64 characters (so
+/// never `.`, `..`, empty, absolute, or holding a separator). Recipe, variant and toolchain
+/// names all become paths (`build/RECIPE/VARIANT/`).
+pub fn is_identifier(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+}
+
+/// The variable name of a CMake cache key as a recipe writes it: `CMAKE_BUILD_TYPE:STRING`
+/// names `CMAKE_BUILD_TYPE` (the `:TYPE` suffix of `-DVAR:TYPE=value`).
+pub fn cmake_key_name(key: &str) -> &str {
+    key.split_once(':').map(|(n, _)| n).unwrap_or(key)
+}
+
+/// The cache types `-DVAR:TYPE=value` accepts.
+const CMAKE_TYPES: &[&str] = &[
+    "BOOL",
+    "STRING",
+    "PATH",
+    "FILEPATH",
+    "INTERNAL",
+    "UNINITIALIZED",
+];
+
 impl VariantName {
-    /// Validate: lower-case letters, digits, `-`, `_`, `.`; used in directory names.
+    /// Validate: letters, digits, `-`, `_`, `.`, starting with a letter or digit; used in
+    /// directory names.
     pub fn new(s: &str) -> std::result::Result<VariantName, String> {
-        let ok = !s.is_empty()
-            && s.len() <= 64
-            && s.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
-            && s.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
-        if ok {
+        if is_identifier(s) {
             Ok(VariantName(s.to_string()))
         } else {
             Err(format!(
@@ -57,7 +80,7 @@ struct RawRecipe {
     patches_dir: Option<String>,
     pin: Spanned<RawPin>,
     #[serde(default)]
-    toolchain: BTreeMap<String, Spanned<RawToolchain>>,
+    toolchain: BTreeMap<Spanned<String>, Spanned<RawToolchain>>,
     base: RawVariant,
     #[serde(default)]
     variants: BTreeMap<Spanned<String>, Spanned<RawVariant>>,
@@ -253,6 +276,35 @@ pub const EMBEDDED_DEFAULT_PATH: &str = "embedded:recipes/mrope-cpu.toml";
 /// CMake variables pinforge sets itself; a recipe setting them would silently lose.
 const RESERVED_CMAKE: &[(&str, &str)] = &[
     ("CMAKE_BUILD_TYPE", "set `build-type` instead"),
+    (
+        "CMAKE_INSTALL_PREFIX",
+        "pinforge installs into a fixed prefix and stages it",
+    ),
+    (
+        "CMAKE_INSTALL_LIBDIR",
+        "pinforge stages a standard prefix with lib/",
+    ),
+    (
+        "CMAKE_INSTALL_RPATH",
+        "pinforge keeps installed run paths $ORIGIN-relative",
+    ),
+    (
+        "CMAKE_BUILD_RPATH_USE_ORIGIN",
+        "pinforge keeps run paths $ORIGIN-relative",
+    ),
+    (
+        "CMAKE_TOOLCHAIN_FILE",
+        "set the toolchain's compilers instead",
+    ),
+    (
+        "CMAKE_CUDA_ARCHITECTURES",
+        "set the toolchain's `cuda-architectures` instead",
+    ),
+    (
+        "CUDAToolkit_ROOT",
+        "set the toolchain's `cuda-root` instead",
+    ),
+    ("GIT_EXE", "pinforge answers git queries from the pin"),
     ("CMAKE_C_COMPILER", "set the toolchain's `cc` instead"),
     ("CMAKE_CXX_COMPILER", "set the toolchain's `cxx` instead"),
     ("CMAKE_CUDA_COMPILER", "set the toolchain's `nvcc` instead"),
@@ -272,10 +324,23 @@ impl Recipe {
             }
             other => other,
         })?;
-        let text = String::from_utf8(bytes)
-            .map_err(|_| Error::input(path.display(), "recipe is not UTF-8 text"))?;
         let base = fsx::parent_of(path);
-        Recipe::parse(&text, path, Some(&base))
+        Recipe::parse_bytes(&bytes, path, Some(&base))
+    }
+
+    /// Parse recipe bytes (UTF-8 TOML); `path` names them in errors.
+    pub fn parse_bytes(bytes: &[u8], path: &Path, base_dir: Option<&Path>) -> Result<Recipe> {
+        let text = std::str::from_utf8(bytes).map_err(|e| {
+            let (line, col) = line_col(
+                &String::from_utf8_lossy(&bytes[..e.valid_up_to()]),
+                usize::MAX,
+            );
+            Error::input(
+                format!("{}:{line}:{col}", path.display()),
+                "recipe is not UTF-8 text",
+            )
+        })?;
+        Recipe::parse(text, path, base_dir)
     }
 
     /// The recipe compiled into the binary.
@@ -303,17 +368,41 @@ impl Recipe {
                 })?;
                 n.get_ref().clone()
             }
-            None => path
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_else(|| "recipe".into()),
+            None => {
+                let stem = path
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                if !is_identifier(&stem) {
+                    return Err(Error::input(
+                        format!("{}:1:1", path.display()),
+                        format!(
+                            "the file name gives the recipe name `{stem}`, which is not a name (letters, digits, `-`, `_`, `.`, starting with a letter or digit; it names the folder build/NAME)"
+                        ),
+                    )
+                    .with_hint("set `name = \"...\"` in the recipe, or rename the file"));
+                }
+                stem
+            }
         };
 
         let pin = resolve_pin(&raw.pin, base_dir, &at)?;
 
         let mut toolchains = BTreeMap::new();
         for (tname, tc) in &raw.toolchain {
-            toolchains.insert(tname.clone(), resolve_toolchain(tname, tc, &at)?);
+            if !is_identifier(tname.get_ref()) {
+                return Err(Error::input(
+                    at(Some(tname.span())),
+                    format!(
+                        "`{}` is not a toolchain name (letters, digits, `-`, `_`, `.`, starting with a letter or digit)",
+                        tname.get_ref()
+                    ),
+                ));
+            }
+            toolchains.insert(
+                tname.get_ref().clone(),
+                resolve_toolchain(tname.get_ref(), tc, &at)?,
+            );
         }
 
         check_variant(&raw.base, "base", &toolchains, &at)?;
@@ -645,8 +734,34 @@ fn check_variant(
             )));
         }
     }
+    let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
     for (key, value) in &v.cmake {
-        if let Some((_, why)) = RESERVED_CMAKE.iter().find(|(k, _)| k == key) {
+        let var = cmake_key_name(key);
+        let typed_ok = match key.split_once(':') {
+            None => true,
+            Some((_, ty)) => CMAKE_TYPES.contains(&ty),
+        };
+        let var_ok = !var.is_empty()
+            && var
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_.+-".contains(c));
+        if !typed_ok || !var_ok {
+            return Err(Error::input(
+                at(Some(value.span())),
+                format!("{name}: `{key}` is not a CMake cache key"),
+            )
+            .with_hint(format!(
+                "write VAR or VAR:TYPE, VAR of letters, digits, `_`, `.`, `+`, `-`, TYPE one of {}",
+                CMAKE_TYPES.join(", ")
+            )));
+        }
+        if let Some(other) = seen.insert(var, key) {
+            return Err(Error::input(
+                at(Some(value.span())),
+                format!("{name}: `{key}` and `{other}` set the same CMake variable `{var}`"),
+            ));
+        }
+        if let Some((_, why)) = RESERVED_CMAKE.iter().find(|(k, _)| *k == var) {
             return Err(Error::input(
                 at(Some(value.span())),
                 format!("{name}: cmake option `{key}` is set by pinforge"),
@@ -685,6 +800,12 @@ fn check_variant(
 fn cmake_value(key: &str, v: &Spanned<toml::Value>, at: &At) -> Result<String> {
     match v.get_ref() {
         toml::Value::Boolean(b) => Ok(if *b { "ON" } else { "OFF" }.into()),
+        // A NUL cannot be passed in an argument, and CMake's cache cannot hold a line break:
+        // either would change what the value means on its way to CMake.
+        toml::Value::String(s) if s.contains(['\0', '\n', '\r']) => Err(Error::input(
+            at(Some(v.span())),
+            format!("cmake option `{key}`: the value holds a NUL or a line break"),
+        )),
         toml::Value::String(s) => Ok(s.clone()),
         toml::Value::Integer(i) => Ok(i.to_string()),
         _ => Err(Error::input(
@@ -780,6 +901,8 @@ fn resolve_variant(
             targets = Some(t.get_ref().clone());
         }
         for (k, v) in &layer.cmake {
+            // A nearer layer overrides the variable, whatever `:TYPE` either layer wrote.
+            cmake.retain(|old: &String, _| cmake_key_name(old) != cmake_key_name(k));
             cmake.insert(k.clone(), cmake_value(k, v, at)?);
         }
         if layer.description.is_some() {
@@ -970,6 +1093,123 @@ cmake = { X = "2", SAN = true }
         );
         let e = parse(&text).expect_err("abbrev without tag");
         assert!(e.to_string().contains("needs a `tag`"), "{e}");
+    }
+
+    // issue #7 class 7: a typed key is the same variable for the reserved-key check.
+    #[test]
+    fn typed_cmake_keys_are_checked_by_their_variable_name() {
+        for (key, want) in [
+            ("\"CMAKE_BUILD_TYPE:STRING\"", "is set by pinforge"),
+            ("\"CMAKE_C_COMPILER:FILEPATH\"", "is set by pinforge"),
+            ("\"CMAKE_INSTALL_PREFIX:PATH\"", "is set by pinforge"),
+            ("\"X:NOTATYPE\"", "is not a CMake cache key"),
+            ("\"X Y\"", "is not a CMake cache key"),
+            ("\"X=Y\"", "is not a CMake cache key"),
+        ] {
+            let text = MINI.replace("X = \"1\"", &format!("{key} = \"Debug\""));
+            let e = parse(&text).expect_err(key);
+            assert!(e.to_string().starts_with("r.toml:14:"), "{key}: {e}");
+            assert!(e.to_string().contains(want), "{key}: {e}");
+        }
+        assert_eq!(cmake_key_name("A:BOOL"), "A");
+        assert_eq!(cmake_key_name("A"), "A");
+    }
+
+    // issue #7 class 7: two spellings of one variable in one table are ambiguous; across
+    // layers the nearer one wins whatever its type suffix.
+    #[test]
+    fn one_variable_is_set_once_per_table_and_overridden_across_layers() {
+        let text = MINI.replace("X = \"1\"", "X = \"1\", \"X:STRING\" = \"2\"");
+        let e = parse(&text).expect_err("twice");
+        assert!(
+            e.to_string().contains("set the same CMake variable `X`"),
+            "{e}"
+        );
+        let text = MINI.replace("cmake = { X = \"2\"", "cmake = { \"X:STRING\" = \"2\"");
+        let r = parse(&text).expect("parse");
+        let b = r.variant("b").expect("b");
+        assert_eq!(b.cmake.get("X:STRING").map(String::as_str), Some("2"));
+        assert!(!b.cmake.contains_key("X"), "{:?}", b.cmake);
+    }
+
+    // issue #7 class 7: names that become paths are identifiers.
+    #[test]
+    fn names_that_become_paths_are_identifiers() {
+        for bad in ["..", ".", "", ".hidden", "a/b", "-x", "a b"] {
+            assert!(!is_identifier(bad), "{bad:?}");
+        }
+        for good in ["patched", "Cuda12.8", "a_b-c.d", "0"] {
+            assert!(is_identifier(good), "{good:?}");
+        }
+        let e = Recipe::parse(
+            MINI,
+            Path::new("/ws/recipes/...toml"),
+            Some(Path::new("/ws")),
+        )
+        .expect_err("stem ..");
+        assert!(e.to_string().starts_with("/ws/recipes/...toml:1:1:"), "{e}");
+        let text = MINI.replace("[toolchain.cpu]", "[toolchain.\"../cpu\"]");
+        let e = parse(&text).expect_err("toolchain");
+        assert!(e.to_string().starts_with("r.toml:8:"), "{e}");
+        let text = format!("name = \"..\"\n{MINI}");
+        assert!(parse(&text).is_err());
+        // A named recipe may live in any file name.
+        let text = format!("name = \"ok\"\n{MINI}");
+        let r = Recipe::parse(
+            &text,
+            Path::new("/ws/recipes/...toml"),
+            Some(Path::new("/ws")),
+        )
+        .expect("named");
+        assert_eq!(r.name, "ok");
+    }
+
+    #[test]
+    fn values_with_nul_or_line_breaks_are_refused() {
+        for v in ["\"a\\u0000b\"", "\"a\\nb\"", "\"a\\rb\""] {
+            let text = MINI.replace("X = \"1\"", &format!("X = {v}"));
+            let e = parse(&text).expect_err(v);
+            assert!(e.to_string().contains("NUL or a line break"), "{v}: {e}");
+        }
+    }
+
+    #[test]
+    fn non_utf8_recipes_name_the_position() {
+        let e = Recipe::parse_bytes(b"name = \"x\"\n\xff", Path::new("r.toml"), None)
+            .expect_err("latin-1");
+        assert!(e.to_string().starts_with("r.toml:2:1:"), "{e}");
+    }
+
+    mod prop {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 10_000, .. ProptestConfig::default() })]
+
+            // issue #7: arbitrary bytes never panic the recipe parser.
+            #[test]
+            fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+                let _ = Recipe::parse_bytes(&bytes, Path::new("p.toml"), Some(Path::new("/ws")));
+            }
+
+            // Mutations of a valid recipe reach the semantic checks, not only the TOML parser.
+            #[test]
+            fn mutated_recipes_never_panic(
+                at in 0usize..MINI.len(),
+                cut in 0usize..16,
+                insert in "[\\PC\n\"=\\[\\]{},.:]{0,12}",
+            ) {
+                let mut text = MINI.to_string();
+                let at = (0..=at).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+                let end = (at..=(at + cut).min(text.len()))
+                    .rev()
+                    .find(|i| text.is_char_boundary(*i))
+                    .unwrap_or(at);
+                text.replace_range(at..end, &insert);
+                let _ = Recipe::parse_bytes(text.as_bytes(), Path::new("p.toml"), Some(Path::new("/ws")));
+            }
+        }
     }
 
     #[test]

@@ -30,7 +30,8 @@ const TARGET: &str = env!("PINFORGE_TARGET");
 pub struct SmokeTarget {
     /// Human name: `recipe/variant`.
     pub name: String,
-    /// Folder holding `bin/libllama.so*` and `include/llama.h`.
+    /// Folder holding `lib/libllama.so*` and `include/llama.h` (the staged prefix, or an
+    /// installed store entry).
     pub root: PathBuf,
     /// libllama file (relative to root).
     pub libllama: String,

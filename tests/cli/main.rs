@@ -227,7 +227,7 @@ fn tiny_build_verify_noop_and_tamper() {
     assert_eq!(j["cached"], false);
     let artifacts = j["artifacts"].as_array().expect("artifacts");
     assert_eq!(artifacts.len(), 1, "{j}");
-    assert_eq!(artifacts[0]["path"], "bin/libtiny.so.1.0.0");
+    assert_eq!(artifacts[0]["path"], "lib/libtiny.so.1.0.0");
     let manifest = PathBuf::from(j["manifest"].as_str().expect("manifest"));
 
     // The toolchain recorded is the binaries that ran, not wrapper scripts (pip's console
@@ -293,7 +293,7 @@ fn tiny_build_verify_noop_and_tamper() {
     );
 
     // One changed byte in an output: exit 1, naming that file.
-    let lib = t.ws.join("build/tiny/patched/cmake/bin/libtiny.so.1.0.0");
+    let lib = t.ws.join("build/tiny/patched/stage/lib/libtiny.so.1.0.0");
     let mut bytes = std::fs::read(&lib).expect("lib");
     bytes[100] ^= 0xff;
     std::fs::write(&lib, bytes).expect("tamper");
@@ -309,7 +309,7 @@ fn tiny_build_verify_noop_and_tamper() {
     assert!(mismatches[0]["path"]
         .as_str()
         .expect("path")
-        .ends_with("bin/libtiny.so.1.0.0"));
+        .ends_with("lib/libtiny.so.1.0.0"));
     for key in ["path", "expected", "actual"] {
         assert!(mismatches[0].get(key).is_some());
     }
@@ -361,7 +361,7 @@ fn tiny_is_reproducible_across_workspaces() {
     );
     // (The input digests differ here, rightly: each recipe names its upstream by an absolute
     // temp path. The llama.cpp test checks input-digest equality with the embedded recipe.)
-    let lib = a.ws.join("build/tiny/patched/cmake/bin/libtiny.so.1.0.0");
+    let lib = a.ws.join("build/tiny/patched/stage/lib/libtiny.so.1.0.0");
     let bytes = std::fs::read(lib).expect("lib");
     let text = String::from_utf8_lossy(&bytes);
     assert!(
@@ -682,7 +682,7 @@ fn llama_cpp_end_to_end() {
     assert_eq!(pa["variant"], "patched");
     let names: Vec<String> = artifacts(&pa).into_iter().map(|(p, _)| p).collect();
     assert!(
-        names.iter().any(|n| n.starts_with("bin/libllama.so")),
+        names.iter().any(|n| n.starts_with("lib/libllama.so")),
         "{names:?}"
     );
 
@@ -748,7 +748,7 @@ fn llama_cpp_end_to_end() {
         .map(|(x, _)| &x.0)
         .collect();
     assert_eq!(differing.len(), 1, "{differing:?}");
-    assert!(differing[0].starts_with("bin/libllama.so"), "{differing:?}");
+    assert!(differing[0].starts_with("lib/libllama.so"), "{differing:?}");
 
     // The standard tools accept the shipped patches on the pristine tree.
     let pristine = std::fs::read_dir(a.path().join("vendor"))
@@ -807,7 +807,7 @@ fn llama_cpp_end_to_end() {
     let lib = a.path().join("build/mrope-cpu/patched/cmake").join(
         names
             .iter()
-            .find(|n| n.starts_with("bin/libllama.so"))
+            .find(|n| n.starts_with("lib/libllama.so"))
             .expect("libllama"),
     );
     let mut bytes = std::fs::read(&lib).expect("lib");
@@ -912,8 +912,8 @@ fn install_layers_rollback_status_and_gc() {
     assert!(st["transaction"].is_null());
     assert_eq!(st["layers"]["live"]["verification"], "ok");
     // Consumers run through one stable path.
-    assert!(i.root.join("current/bin/libtiny.so.1.0.0").is_file());
-    assert!(i.root.join("current/bin/libtiny.so").is_symlink());
+    assert!(i.root.join("current/lib/libtiny.so.1.0.0").is_file());
+    assert!(i.root.join("current/lib/libtiny.so").is_symlink());
 
     // Switch current to the control layer and back.
     let o = i.run(&["rollback", "--to", "control", "--json"]);
@@ -955,7 +955,7 @@ fn tampered_install_is_named_and_rollback_restores_a_verified_state() {
     let i = Installed::new();
     assert_eq!(code(&i.install(&i.patched, "live")), 0);
     assert_eq!(code(&i.install(&i.unpatched, "control")), 0);
-    let lib = i.root.join("current/bin/libtiny.so.1.0.0");
+    let lib = i.root.join("current/lib/libtiny.so.1.0.0");
     let mut bytes = std::fs::read(&lib).expect("read");
     bytes[200] ^= 0x5a;
     use std::os::unix::fs::PermissionsExt;
@@ -968,7 +968,7 @@ fn tampered_install_is_named_and_rollback_restores_a_verified_state() {
     assert!(v["mismatches"][0]["path"]
         .as_str()
         .expect("path")
-        .ends_with("bin/libtiny.so.1.0.0"));
+        .ends_with("lib/libtiny.so.1.0.0"));
     assert_eq!(
         code(&i.run(&["verify", "--installed", "control"])),
         0,
@@ -1640,7 +1640,7 @@ fn tarball_and_dir_pins_build_and_refuse_changed_sources() {
         );
         assert_eq!(code(&o), 0, "{kind}: {}", stderr(&o));
         let m = json(&o);
-        assert_eq!(m["artifacts"][0]["path"], "bin/libtiny.so.1.0.0", "{kind}");
+        assert_eq!(m["artifacts"][0]["path"], "lib/libtiny.so.1.0.0", "{kind}");
     }
     // The folder changes: its pin no longer holds.
     std::fs::write(
