@@ -119,7 +119,7 @@ fn cmd_smoke(ws_root: &std::path::Path, a: SmokeArgs) -> Result<i32> {
     let opts = smoke_options(ws_root, a.model, a.arch, a.tokens, a.crash_test)?;
     let target = match (&a.installed, &a.manifest) {
         (Some(layer), _) => {
-            let root = Root::open(&a.root)?;
+            let root = Root::open_existing(&a.root)?;
             let layer = installed_layer(layer)?;
             smoke::target_from_installed(&root, layer)?
         }

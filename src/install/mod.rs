@@ -1715,6 +1715,35 @@ impl Root {
         Ok(out)
     }
 
+    /// The store entry an installed layer (or `current`) shows, for a consumer that reads it
+    /// (smoke, diff): resolved once like [`Root::verify_installed`], and handed out only when
+    /// it re-hashes to its name, so a damaged or redirected entry is never used.
+    pub fn layer_entry(&self, layer: Option<Layer>) -> Result<PathBuf> {
+        let name = layer.map(|l| l.as_str()).unwrap_or("current");
+        let nothing = || match layer {
+            None => Error::input(self.path.display(), "nothing is installed")
+                .with_hint("`pinforge install ...` first"),
+            Some(l) => Error::input(format!("layer `{l}`"), "nothing is installed in that layer")
+                .with_hint("`pinforge status` lists the layers"),
+        };
+        match self.resolve(name)? {
+            Resolved::Empty => Err(nothing()),
+            Resolved::Broken(why) => Err(damaged(self.path.join(name).display(), why)),
+            Resolved::At { digest, .. } => {
+                let dir = self.entry_dir(&digest);
+                let v = self.check_entry(&dir, &digest, &self.path.join(name))?;
+                if !v.ok {
+                    return Err(mismatch_error(
+                        &dir,
+                        &format!("the {name} entry does not re-hash to its name"),
+                        &v,
+                    ));
+                }
+                Ok(dir)
+            }
+        }
+    }
+
     /// Re-hash an installed layer (or `current`): its link chain is resolved once and that
     /// one entry is verified, so a concurrent swap cannot mix two entries into one answer.
     pub fn verify_installed(&self, layer: Option<Layer>) -> Result<Verification> {

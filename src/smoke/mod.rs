@@ -59,13 +59,9 @@ pub fn target_from_installed(
     root: &Root,
     layer: Option<crate::install::Layer>,
 ) -> Result<SmokeTarget> {
-    let link = root
-        .path()
-        .join(layer.map(|l| l.as_str()).unwrap_or("current"));
-    let entry = std::fs::canonicalize(&link).map_err(|_| {
-        Error::input(link.display(), "nothing is installed there")
-            .with_hint("`pinforge status` lists the layers")
-    })?;
+    // Never canonicalize a link chain someone else may have edited: the install root resolves
+    // the layer from its own committed record and re-hashes the entry before we read it.
+    let entry = root.layer_entry(layer)?;
     let manifest = entry.join("manifest.json");
     let st = Statement::read(&manifest)?;
     target_from(&st, entry)

@@ -1275,3 +1275,40 @@ fn issue_7_corruption_campaign_over_the_install_root() {
         targets.len()
     );
 }
+
+/// `smoke --installed` reads the entry a layer shows: it must get there through the root's own
+/// record and a re-hash, never by canonicalizing a link someone edited (issue #7 class 1/2).
+#[test]
+fn issue_7_smoke_of_an_installed_layer_refuses_a_damaged_or_redirected_entry() {
+    let fx = Fx::new();
+    let a = fx.build("a");
+    fx.ok(fx.install(&a, "live"));
+    // Intact: the entry is handed to smoke, which then finds no libllama in this synthetic
+    // build (exit 2 naming that), proving it got past the entry check.
+    let o = fx.run(&["smoke", "--installed"]);
+    assert_eq!(code(&o), 2, "{}", err(&o));
+    assert!(err(&o).contains("no libllama"), "{}", err(&o));
+    // Damaged: a file changed in place → the entry does not re-hash, smoke refuses before
+    // reading anything from it.
+    let e = fx.entry("live");
+    let f = e.join("include/a.h");
+    unseal(&f);
+    std::fs::write(&f, "evil").expect("write");
+    let o = fx.run(&["smoke", "--installed", "live"]);
+    assert_eq!(code(&o), 1, "{}", err(&o));
+    assert!(err(&o).contains("does not re-hash"), "{}", err(&o));
+    // Redirected: `current` re-pointed at a folder outside the root → damaged root, exit 2.
+    let outside = fx.path().join("outside");
+    std::fs::create_dir_all(&outside).expect("mkdir");
+    let current = fx.root.join("current");
+    std::fs::remove_file(&current).expect("rm");
+    std::os::unix::fs::symlink(&outside, &current).expect("link");
+    let o = fx.run(&["smoke", "--installed"]);
+    assert_eq!(code(&o), 2, "{}", err(&o));
+    assert!(err(&o).contains("damaged install root"), "{}", err(&o));
+    // A mistyped root is not created by a read-only command.
+    let nowhere = fx.path().join("no-root-here");
+    let o = fx.run_in(&nowhere, &["smoke", "--installed"]);
+    assert_eq!(code(&o), 2, "{}", err(&o));
+    assert!(!nowhere.exists());
+}
