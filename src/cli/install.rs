@@ -137,7 +137,20 @@ fn cmd_install(ws_root: &std::path::Path, a: InstallArgs) -> Result<i32> {
         if let Some(r) = &out.recovered {
             outln!("recovered an interrupted transaction: {}", r.display());
         }
-        outln!("installed {} into {layer}", out.entry.display());
+        if out.unchanged {
+            outln!(
+                "unchanged: {layer} already shows {}",
+                super::rollback::slot(&out.reached)
+            );
+        } else {
+            outln!(
+                "installed into {layer}: left {}, reached {} (generation {})",
+                super::rollback::slot(&out.left),
+                super::rollback::slot(&out.reached),
+                out.gen
+            );
+        }
+        outln!("  entry {}", out.entry.display());
         render_verification(&out.verification);
         outln!("receipt {}", out.receipt.display());
     }

@@ -6,6 +6,7 @@ mod build;
 mod diff;
 mod gc;
 mod generate;
+mod history;
 mod install;
 mod model;
 mod patch;
@@ -161,6 +162,12 @@ build/mrope-cpu/patched/manifest.json"
         after_help = "Examples:\n  pinforge status\n  pinforge status --json --root /srv/llama/rollback"
     )]
     Status(status::StatusArgs),
+    /// Every install and rollback the install root records: generation, time, what each
+    /// layer showed, and the receipt.
+    #[command(
+        after_help = "Examples:\n  pinforge history\n  pinforge rollback --to-generation 3   # restore what generation 3 showed"
+    )]
+    History(history::HistoryArgs),
     /// Remove store entries that no layer, the rollback stack or a journal references.
     #[command(after_help = "Example:\n  pinforge gc --root /srv/llama/rollback")]
     Gc(gc::GcArgs),
@@ -269,6 +276,7 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Rollback(a) => rollback::run(ws, a),
         Command::Status(a) => status::run(ws, a),
         Command::Gc(a) => gc::run(ws, a),
+        Command::History(a) => history::run(ws, a),
         Command::Patch(c) => patch::run(ws, c),
         Command::Model(c) => model::run(c),
         Command::Vendor(c) => vendor::run(c),

@@ -1,17 +1,21 @@
-//! `pinforge rollback`: point `current` at another layer, or return live to the previous build.
+//! `pinforge rollback`: point `current` at another layer, return live to the previous build,
+//! or restore a whole earlier generation (and roll forward again the same way).
 
 use super::verify::render_verification;
 use super::{print_json, JsonArg, RootArg};
 use crate::error::{exit, Result};
-use crate::install::{Layer, Root};
+use crate::install::{Layer, RollbackTo, Root, Slot};
 use crate::outln;
 
 /// Arguments of `rollback`.
 #[derive(Debug, clap::Args)]
 pub struct RollbackArgs {
     /// Layer to show through `current`
-    #[arg(long, value_parser = ["live", "control", "original"])]
+    #[arg(long, value_parser = ["live", "control", "original"], conflicts_with = "to_generation")]
     pub to: Option<String>,
+    /// Restore the whole state of generation N (`pinforge history` lists them)
+    #[arg(long, value_name = "N")]
+    pub to_generation: Option<u64>,
     #[command(flatten)]
     pub root: RootArg,
     #[command(flatten)]
@@ -20,23 +24,47 @@ pub struct RollbackArgs {
 
 /// Run `rollback`.
 pub(super) fn run(ctx: &super::Ctx, a: RollbackArgs) -> Result<i32> {
-    let ws_root = ctx.ws_root.as_path();
-    cmd_rollback(&a.root.resolve(ws_root), a.to, a.out.json)
-}
-
-fn cmd_rollback(root: &std::path::Path, to: Option<String>, json: bool) -> Result<i32> {
-    let to = to.as_deref().map(Layer::parse).transpose()?;
-    let root = Root::open_existing(root)?;
-    let out = root.rollback(to)?;
-    if json {
+    let to = match (
+        a.to.as_deref().map(Layer::parse).transpose()?,
+        a.to_generation,
+    ) {
+        (Some(l), _) => RollbackTo::Layer(l),
+        (None, Some(n)) => RollbackTo::Generation(n),
+        (None, None) => RollbackTo::PreviousLive,
+    };
+    let root = Root::open_existing(&a.root.resolve(&ctx.ws_root))?;
+    let out = root.rollback_to(to)?;
+    if a.out.json {
         print_json("pinforge.rollback/v1", &out)?;
     } else {
         if let Some(r) = &out.recovered {
             outln!("recovered an interrupted transaction: {}", r.display());
         }
-        outln!("current now shows {}", out.layer);
+        if out.unchanged {
+            outln!(
+                "unchanged: current already shows {} ({})",
+                out.layer,
+                slot(&out.reached)
+            );
+        } else {
+            outln!(
+                "current now shows {}: left {}, reached {} (generation {})",
+                out.layer,
+                slot(&out.left),
+                slot(&out.reached),
+                out.gen
+            );
+        }
         render_verification(&out.verification);
         outln!("receipt {}", out.receipt.display());
     }
     Ok(exit::OK)
+}
+
+/// A layer's slot in one line: `recipe/variant digest12`, or `nothing`.
+pub(super) fn slot(s: &Option<Slot>) -> String {
+    match s {
+        Some(s) => format!("{}/{} {}", s.recipe, s.variant, s.digest.short(12)),
+        None => "nothing".into(),
+    }
 }

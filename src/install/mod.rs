@@ -1325,6 +1325,10 @@ impl Root {
                 stage_mode: None,
                 entry: entry_dir,
                 repaired: false,
+                left: r.from,
+                reached: r.to,
+                unchanged: true,
+                gen: r.gen,
             });
         }
 
@@ -1414,6 +1418,10 @@ impl Root {
             stage_mode: used_mode,
             entry: entry_dir,
             repaired,
+            left: r.from,
+            reached: r.to,
+            unchanged: false,
+            gen: r.gen,
         })
     }
 
@@ -1503,6 +1511,16 @@ impl Root {
     /// Point `current` at another layer (`to`), or with `None` restore the previous live entry
     /// (pop the rollback stack).
     pub fn rollback(&self, to: Option<Layer>) -> Result<RollbackOutcome> {
+        self.rollback_to(match to {
+            Some(l) => RollbackTo::Layer(l),
+            None => RollbackTo::PreviousLive,
+        })
+    }
+
+    /// [`Root::rollback`], or back (or forward) to a whole earlier generation: its layers,
+    /// `current` and rollback stack become the state of a new generation, every entry it
+    /// names re-hashed first. Rolling forward again is the same command with a later number.
+    pub fn rollback_to(&self, to: RollbackTo) -> Result<RollbackOutcome> {
         let t_total = Instant::now();
         if safe::kind(&self.path.join("state"))? == Kind::Missing && self.is_fresh()? {
             return Err(Error::input(self.path.display(), "nothing is installed")
@@ -1515,7 +1533,41 @@ impl Root {
         let mut after = before.clone();
         after.gen = from_gen + 1;
         let layer = match to {
-            Some(l) => {
+            RollbackTo::Generation(n) => {
+                let dir = self.gen_dir(n);
+                if n == 0 || safe::kind(&dir)? != Kind::Dir {
+                    return Err(Error::input(
+                        format!("generation {n}"),
+                        "that generation is not on disk (gc removes generations nothing needs)",
+                    )
+                    .with_hint("`pinforge history` lists the generations still on disk"));
+                }
+                let old = self.read_gen(n)?;
+                after.layers = old.layers;
+                after.current = old.current;
+                after.live_history = old.live_history;
+                let layer = after.current.ok_or_else(|| {
+                    Error::input(
+                        format!("generation {n}"),
+                        "shows no layer through `current`",
+                    )
+                })?;
+                // Every entry the restored state names must still be intact, not only the
+                // one `current` shows.
+                for (l, slot) in &after.layers {
+                    let dir = self.entry_dir(&slot.digest);
+                    let v = check_entry(&dir, &slot.digest, &dir)?;
+                    if !v.ok {
+                        return Err(mismatch_error(
+                            &dir,
+                            &format!("generation {n}'s {l} entry is damaged; not restoring it"),
+                            &v,
+                        ));
+                    }
+                }
+                layer
+            }
+            RollbackTo::Layer(l) => {
                 if !before.layers.contains_key(&l) {
                     return Err(Error::input(
                         format!("layer `{l}`"),
@@ -1526,7 +1578,7 @@ impl Root {
                 after.current = Some(l);
                 l
             }
-            None => {
+            RollbackTo::PreviousLive => {
                 let prev = after.live_history.pop().ok_or_else(|| {
                     Error::input("rollback", "no earlier live build to return to")
                         .with_hint("use `--to control` or `--to original` to switch layers")
@@ -1629,6 +1681,10 @@ impl Root {
             recovered,
             verification: v,
             layer,
+            left: r.from,
+            reached: r.to,
+            unchanged,
+            gen: r.gen,
         })
     }
 
@@ -1679,6 +1735,58 @@ impl Root {
             gen,
             live_history: gs.live_history.clone(),
             verified_now: verify,
+        })
+    }
+
+    /// Every transaction the root records, oldest first: one row per receipt (the record of
+    /// what each install and rollback did, kept forever), with the generation it committed
+    /// and, while that generation is still on disk (gc removes old ones), the whole state it
+    /// showed. A receipt that cannot be read is a row that says so, never a silent gap.
+    pub fn history(&self) -> Result<History> {
+        let committed = self.committed_gen()?;
+        let mut names: Vec<(u64, String)> = self
+            .names("receipts")?
+            .into_iter()
+            .filter_map(|n| parse_receipt_name(&n).map(|(seq, _)| (seq, n)))
+            .collect();
+        names.sort();
+        let mut rows = Vec::new();
+        for (seq, name) in names {
+            let p = self.path.join("receipts").join(&name);
+            let receipt = safe::read_limited(&p, RECORD_LIMIT)
+                .map_err(|e| e.to_string())
+                .and_then(|b| parse_receipt(&b).map_err(|e| e.to_string()));
+            let (receipt, unreadable) = match receipt {
+                Ok(r) => (Some(r), None),
+                Err(why) => (None, Some(why)),
+            };
+            let state = receipt.as_ref().and_then(|r| {
+                (safe::kind(&self.gen_dir(r.gen)).ok() == Some(Kind::Dir))
+                    .then(|| self.read_gen(r.gen).ok())
+                    .flatten()
+            });
+            let input_digests = state
+                .iter()
+                .flat_map(|gs| gs.layers.iter())
+                .filter_map(|(l, s)| {
+                    self.read_entry(&s.digest)
+                        .ok()
+                        .map(|e| (*l, e.input_digest))
+                })
+                .collect();
+            rows.push(HistoryRow {
+                seq,
+                receipt: format!("receipts/{name}"),
+                receipt_record: receipt,
+                unreadable,
+                state,
+                input_digests,
+            });
+        }
+        Ok(History {
+            root: self.path.clone(),
+            committed_gen: committed,
+            rows,
         })
     }
 
@@ -1845,6 +1953,14 @@ pub struct InstallOutcome {
     pub entry: PathBuf,
     /// A damaged store entry was replaced by a fresh copy of the build.
     pub repaired: bool,
+    /// What the layer showed before.
+    pub left: Option<Slot>,
+    /// What it shows now.
+    pub reached: Option<Slot>,
+    /// Nothing changed (the build was already installed there).
+    pub unchanged: bool,
+    /// The generation committed (the one before, when unchanged).
+    pub gen: u64,
 }
 
 /// Result of `rollback`.
@@ -1858,6 +1974,54 @@ pub struct RollbackOutcome {
     pub verification: Verification,
     /// The layer `current` now shows.
     pub layer: Layer,
+    /// What `current` showed before.
+    pub left: Option<Slot>,
+    /// What it shows now.
+    pub reached: Option<Slot>,
+    /// Nothing changed (the state already was the requested one).
+    pub unchanged: bool,
+    /// The generation committed (the one before, when unchanged).
+    pub gen: u64,
+}
+
+/// Where a rollback goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RollbackTo {
+    /// Live returns to the previous live build (the default).
+    PreviousLive,
+    /// `current` shows another layer.
+    Layer(Layer),
+    /// The whole state of an earlier (or, after a rollback, later) generation.
+    Generation(u64),
+}
+
+/// One transaction in [`Root::history`].
+#[derive(Debug, Clone, Serialize)]
+pub struct HistoryRow {
+    /// The receipt's sequence number.
+    pub seq: u64,
+    /// The receipt file, relative to the root.
+    pub receipt: String,
+    /// The receipt itself (None when it could not be read; see `unreadable`).
+    #[serde(rename = "record")]
+    pub receipt_record: Option<Receipt>,
+    /// Why the receipt could not be read.
+    pub unreadable: Option<String>,
+    /// The generation's whole state, while it is on disk.
+    pub state: Option<GenState>,
+    /// The input digest of each layer's build, from the store entries.
+    pub input_digests: BTreeMap<Layer, Sha256>,
+}
+
+/// Result of `history`.
+#[derive(Debug, Clone, Serialize)]
+pub struct History {
+    /// The root.
+    pub root: PathBuf,
+    /// The generation `state` shows now.
+    pub committed_gen: u64,
+    /// Oldest first.
+    pub rows: Vec<HistoryRow>,
 }
 
 /// Result of `gc`.

@@ -9,6 +9,7 @@
 mod artifacts;
 mod bundle;
 mod diff;
+mod history;
 mod inputs;
 mod output;
 mod patch_apply;

@@ -13,6 +13,7 @@ const COMMANDS: &[&[&str]] = &[
     &["rollback"],
     &["status"],
     &["gc"],
+    &["history"],
     &["smoke"],
     &["completions"],
     &["man"],

@@ -1,0 +1,90 @@
+//! `pinforge history`: every install and rollback the root records, with the generation each
+//! committed and what it showed.
+
+use super::rollback::slot;
+use super::{print_json, JsonArg, RootArg};
+use crate::error::{exit, Result};
+use crate::install::Root;
+use crate::outln;
+
+/// Arguments of `history`.
+#[derive(Debug, clap::Args)]
+pub struct HistoryArgs {
+    #[command(flatten)]
+    pub root: RootArg,
+    #[command(flatten)]
+    pub out: JsonArg,
+}
+
+/// Run `history`.
+pub(super) fn run(ctx: &super::Ctx, a: HistoryArgs) -> Result<i32> {
+    let root = Root::open_existing(&a.root.resolve(&ctx.ws_root))?;
+    let h = root.history()?;
+    if a.out.json {
+        print_json("pinforge.history/v1", &h)?;
+        return Ok(exit::OK);
+    }
+    outln!(
+        "install root {} (now generation {})",
+        h.root.display(),
+        h.committed_gen
+    );
+    for row in &h.rows {
+        let Some(r) = &row.receipt_record else {
+            outln!(
+                "  #{:<4} {}: unreadable ({})",
+                row.seq,
+                row.receipt,
+                row.unreadable.as_deref().unwrap_or("?")
+            );
+            continue;
+        };
+        let mark = if r.gen == h.committed_gen { "*" } else { " " };
+        let what = if r.unchanged {
+            "unchanged".to_string()
+        } else if r.reverted {
+            "reverted".to_string()
+        } else {
+            format!("{} -> {}", slot(&r.from), slot(&r.to))
+        };
+        outln!(
+            "{mark} gen {:<4} #{:<4} {}  {:<8} {:<8} {what}",
+            r.gen,
+            row.seq,
+            r.time,
+            r.op,
+            r.layer
+        );
+        if let Some(gs) = &row.state {
+            for (layer, s) in &gs.layers {
+                let input = row
+                    .input_digests
+                    .get(layer)
+                    .map(|d| format!("  input {}", d.short(12)))
+                    .unwrap_or_default();
+                let shown = if gs.current == Some(*layer) {
+                    " (current)"
+                } else {
+                    ""
+                };
+                outln!("      {layer:<9} {}{input}{shown}", slot(&Some(s.clone())));
+            }
+        }
+    }
+    let on_disk: Vec<String> = h
+        .rows
+        .iter()
+        .filter(|r| r.state.is_some())
+        .filter_map(|r| r.receipt_record.as_ref().map(|x| x.gen.to_string()))
+        .collect();
+    outln!(
+        "{} transaction(s); generations on disk for `rollback --to-generation`: {}",
+        h.rows.len(),
+        if on_disk.is_empty() {
+            "none".to_string()
+        } else {
+            on_disk.join(", ")
+        }
+    );
+    Ok(exit::OK)
+}
