@@ -565,7 +565,10 @@ impl Root {
         fsx::create_dir_all(&path)?;
         let root = Root { path };
         if safe::kind(&root.path.join("state"))? == Kind::Missing {
-            root.probe_fs()?;
+            // The test hook is read here, once, and handed down: library code below never
+            // consults the environment, and unit tests call the probe with the flag directly.
+            let simulate = std::env::var("PINFORGE_FS_PROBE").ok().as_deref() == Some("nosymlink");
+            root.probe_fs(simulate)?;
         }
         for d in ["store", "gens", "receipts"] {
             let p = root.path.join(d);
@@ -614,8 +617,9 @@ impl Root {
         &self.path
     }
 
-    /// Refuse filesystems without symlinks or atomic rename over an existing link.
-    fn probe_fs(&self) -> Result<()> {
+    /// Refuse filesystems without symlinks or atomic rename over an existing link;
+    /// `simulate_no_symlinks` makes it refuse as such a filesystem would (a test hook).
+    fn probe_fs(&self, simulate_no_symlinks: bool) -> Result<()> {
         let refuse = |why: String| {
             Error::input(
                 self.path.display(),
@@ -630,8 +634,7 @@ impl Root {
         let b = self.path.join(".probe-b");
         let _ = std::fs::remove_file(&a);
         let _ = std::fs::remove_file(&b);
-        let simulated = std::env::var("PINFORGE_FS_PROBE").ok().as_deref() == Some("nosymlink");
-        if simulated {
+        if simulate_no_symlinks {
             return Err(refuse("does not support symbolic links (simulated)".into()));
         }
         std::os::unix::fs::symlink("x", &a)
@@ -2750,11 +2753,15 @@ mod tests {
 
     #[test]
     fn probe_refuses_simulated_filesystem_without_symlinks() {
+        // No set_var here: the unit tests run in threads, and another test opening a root
+        // would see the variable.
         let dir = tempfile::tempdir().expect("tempdir");
-        std::env::set_var("PINFORGE_FS_PROBE", "nosymlink");
-        let r = Root::open(&dir.path().join("root"));
-        std::env::remove_var("PINFORGE_FS_PROBE");
-        let e = r.err().expect("refused");
+        let root = Root {
+            path: dir.path().to_path_buf(),
+        };
+        root.probe_fs(false)
+            .expect("a real filesystem passes the probe");
+        let e = root.probe_fs(true).err().expect("refused");
         assert!(e.to_string().contains("symbolic links"), "{e}");
         assert_eq!(e.exit_code(), 2);
     }
