@@ -2761,7 +2761,7 @@ mod tests {
         };
         root.probe_fs(false)
             .expect("a real filesystem passes the probe");
-        let e = root.probe_fs(true).err().expect("refused");
+        let e = root.probe_fs(true).expect_err("refused");
         assert!(e.to_string().contains("symbolic links"), "{e}");
         assert_eq!(e.exit_code(), 2);
     }
