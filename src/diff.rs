@@ -39,8 +39,6 @@ pub struct Row {
 /// The whole comparison.
 #[derive(Debug, Clone, Serialize)]
 pub struct ManifestDiff {
-    /// `pinforge.diff/v1`.
-    pub schema: &'static str,
     /// Input digest of each side; equal digests mean the same inputs.
     pub input_digest: (String, String),
     /// Parameters: recipe, variant, build_type, targets, patches, and one row per CMake argument
@@ -87,7 +85,6 @@ pub fn diff(a: &Statement, b: &Statement) -> ManifestDiff {
     let da = &a.predicate.build_definition;
     let db = &b.predicate.build_definition;
     ManifestDiff {
-        schema: "pinforge.diff/v1",
         input_digest: (
             da.internal_parameters.input_digest.to_string(),
             db.internal_parameters.input_digest.to_string(),
