@@ -55,10 +55,13 @@ fn render_diff(d: &crate::diff::ManifestDiff, a: &std::path::Path, b: &std::path
     ];
     for (section, rows) in sections {
         for r in rows.iter().filter(|r| all || r.change != Change::Same) {
-            let (va, vb) = (
-                r.a.as_deref().map(short).unwrap_or("-".into()),
-                r.b.as_deref().map(short).unwrap_or("-".into()),
-            );
+            // An empty value (no patches) reads as `(none)`, a missing one as `-`.
+            let value = |v: &Option<String>| match v.as_deref() {
+                None => "-".to_string(),
+                Some("") => "(none)".to_string(),
+                Some(x) => short(x),
+            };
+            let (va, vb) = (value(&r.a), value(&r.b));
             let what = match r.change {
                 Change::Same => format!("same  {va}"),
                 Change::Different => format!("A {va}  B {vb}"),

@@ -71,12 +71,14 @@ pub(super) fn run(ctx: &super::Ctx, a: HistoryArgs) -> Result<i32> {
             }
         }
     }
-    let on_disk: Vec<String> = h
+    // Several receipts can name one generation (an unchanged install commits none).
+    let on_disk: std::collections::BTreeSet<u64> = h
         .rows
         .iter()
         .filter(|r| r.state.is_some())
-        .filter_map(|r| r.receipt_record.as_ref().map(|x| x.gen.to_string()))
+        .filter_map(|r| r.receipt_record.as_ref().map(|x| x.gen))
         .collect();
+    let on_disk: Vec<String> = on_disk.iter().map(u64::to_string).collect();
     outln!(
         "{} transaction(s); generations on disk for `rollback --to-generation`: {}",
         h.rows.len(),

@@ -48,7 +48,11 @@ fn cmd_status(root: &std::path::Path, json: bool, verify: bool) -> Result<i32> {
         ),
         None => outln!("current -> nothing installed"),
     }
-    for (name, slot) in &st.layers {
+    // Layers in their own order (live, control, original), not the JSON map's alphabetical one.
+    let ordered = crate::install::Layer::ALL
+        .iter()
+        .filter_map(|l| st.layers.get(l.as_str()).map(|s| (l.as_str(), s)));
+    for (name, slot) in ordered {
         match slot {
             Some(s) => outln!(
                 "  {name:<9} {}  {}/{}  verification: {} ({})",
