@@ -145,10 +145,16 @@ pub fn build(
     // Everything that can be refused is checked before vendor/ is touched.
     reporter.stage("toolchain", &variant.toolchain.name);
     let tools = toolchain::resolve(&variant.toolchain, &ws.tool_dirs())?;
-    let bundle = bundle_for(recipe)?;
-    let patches: Vec<&PatchFile> = match &variant.patches {
-        PatchSelection::Series => bundle.select(None)?,
-        PatchSelection::List(names) => bundle.select(Some(names))?,
+    // A variant that takes no patch needs no bundle: a recipe of plain upstream builds (a
+    // control, a new project) must not require an empty patches/ folder.
+    let bundle = match &variant.patches {
+        PatchSelection::List(names) if names.is_empty() => None,
+        _ => Some(bundle_for(recipe)?),
+    };
+    let patches: Vec<&PatchFile> = match (&variant.patches, &bundle) {
+        (PatchSelection::Series, Some(b)) => b.select(None)?,
+        (PatchSelection::List(names), Some(b)) => b.select(Some(names))?,
+        (_, None) => Vec::new(),
     };
     for p in &patches {
         crate::patch::apply::parse_diff(p)?;

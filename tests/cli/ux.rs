@@ -296,3 +296,19 @@ fn a_missing_or_special_model_file_is_an_input_error_not_an_internal_one() {
         stderr(&o)
     );
 }
+
+#[test]
+fn a_variant_without_patches_needs_no_patch_folder() {
+    let t = Tiny::new();
+    std::fs::remove_dir_all(t.ws.join("patches")).expect("rm patches");
+    let o = t.build("unpatched");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    // The patched variant still needs its bundle, and says where it looked.
+    let o = t.build("patched");
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("patch folder not found"),
+        "{}",
+        stderr(&o)
+    );
+}
