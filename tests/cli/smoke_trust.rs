@@ -1,0 +1,500 @@
+//! Smoke (and the `install --smoke` gate) against files nobody verified: a FIFO or a swapped
+//! file in place of libllama or a header, an artifact root through a link, an installed
+//! entry whose manifest.json was edited. Synthetic builds (files written by the test, a
+//! manifest naming them), so no CMake build is needed.
+
+use serde_json::{json, Value};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A command that runs longer than this is a hang.
+const HANG: Duration = Duration::from_secs(30);
+
+fn sha_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+const FAKE_LIB: &[u8] = b"\x7fELF not really a library\0libm.so.6\0";
+const FAKE_HEADER: &[u8] = b"/* not llama.h: declares nothing the shim needs */\n";
+const FAKE_GGML: &[u8] = b"/* ggml.h */\n";
+
+/// A workspace and a synthetic build of a fake llama.cpp under `builds/<name>/out`.
+struct Fx {
+    dir: tempfile::TempDir,
+    ws: PathBuf,
+}
+
+impl Fx {
+    fn new() -> Fx {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(&ws).expect("mkdir");
+        Fx { dir, ws }
+    }
+
+    fn base(&self, name: &str) -> PathBuf {
+        self.dir.path().join("builds").join(name)
+    }
+
+    /// `lib/libllama.so.0` (the file), `lib/libllama.so` (a link to it), `include/llama.h`,
+    /// `include/ggml.h`; `edit` may change the manifest before it is written.
+    fn build_with(&self, name: &str, edit: impl FnOnce(&mut Value)) -> PathBuf {
+        let base = self.base(name);
+        let out = base.join("out");
+        let arts: [(&str, &[u8], u32); 3] = [
+            ("lib/libllama.so.0", FAKE_LIB, 0o755),
+            ("include/llama.h", FAKE_HEADER, 0o644),
+            ("include/ggml.h", FAKE_GGML, 0o644),
+        ];
+        let mut subjects = Vec::new();
+        for (n, bytes, mode) in arts {
+            let p = out.join(n);
+            std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+            std::fs::write(&p, bytes).expect("write");
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).expect("chmod");
+            subjects.push(json!({"name": n, "digest": {"sha256": sha_hex(bytes)},
+                "annotations": {"size": bytes.len()}}));
+        }
+        std::os::unix::fs::symlink("libllama.so.0", out.join("lib/libllama.so")).expect("link");
+        let mut m = json!({
+            "_type": "https://in-toto.io/Statement/v1",
+            "predicateType": "https://slsa.dev/provenance/v1",
+            "subject": subjects,
+            "predicate": {
+                "buildDefinition": {
+                    "buildType": "https://pinforge.invalid/cmake-variant/v1",
+                    "externalParameters": {"recipe": "synthetic", "variant": name,
+                        "build_type": "Release", "targets": [], "cmake_args": [], "patches": []},
+                    "internalParameters": {"artifact_root": "out", "inputs": {},
+                        "input_digest": "0000000000000000000000000000000000000000000000000000000000000000"},
+                    "resolvedDependencies": []
+                },
+                "runDetails": {"builder": {"id": "test"}, "metadata": {"invocationId": "x",
+                    "startedOn": "", "finishedOn": ""}, "byproducts": [
+                        {"name": "lib/libllama.so", "annotations": {"link_target": "libllama.so.0"}},
+                        {"name": "build.log", "digest": {"sha256": sha_hex(b"")}}
+                    ]}
+            }
+        });
+        edit(&mut m);
+        let path = base.join("manifest.json");
+        std::fs::write(&path, serde_json::to_vec_pretty(&m).expect("json")).expect("write");
+        path
+    }
+
+    fn build(&self, name: &str) -> PathBuf {
+        self.build_with(name, |_| {})
+    }
+
+    fn root(&self) -> PathBuf {
+        self.ws.join("rollback")
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let mut c = crate::pinforge_cmd(&self.ws);
+        c.args(args);
+        run_timeout(c, HANG).unwrap_or_else(|| panic!("pinforge {args:?} hung (> {HANG:?})"))
+    }
+
+    fn smoke(&self, manifest: &Path) -> Output {
+        self.run(&["smoke", manifest.to_str().expect("utf8"), "--arch", "qwen2"])
+    }
+
+    /// Whatever smoke left in its cache: a compiled shim or a shim source means something
+    /// was compiled (or about to be).
+    fn compiled_anything(&self) -> Vec<String> {
+        let cache = self.ws.join("build").join(".smoke");
+        let Ok(rd) = std::fs::read_dir(&cache) else {
+            return Vec::new();
+        };
+        rd.filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("pinforge-smoke-") || n.starts_with("shim-"))
+            .collect()
+    }
+}
+
+fn run_timeout(mut c: std::process::Command, limit: Duration) -> Option<Output> {
+    let mut child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let start = Instant::now();
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return Some(child.wait_with_output().expect("output"));
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn mkfifo(p: &Path) {
+    let c = std::ffi::CString::new(p.to_str().expect("utf8")).expect("cstring");
+    // SAFETY: a valid NUL-terminated path.
+    let rc = unsafe { libc::mkfifo(c.as_ptr(), 0o644) };
+    assert_eq!(rc, 0, "mkfifo {}", p.display());
+}
+
+fn report(o: &Output) -> String {
+    format!("{}{}", crate::stdout(o), crate::stderr(o))
+}
+
+// issue: smokefix item 1 (smoke decodes bytes nobody verified)
+#[test]
+fn a_fifo_in_place_of_libllama_is_refused_with_exit_2_and_never_opened() {
+    let fx = Fx::new();
+    let m = fx.build("fifo");
+    let lib = fx.base("fifo").join("out/lib/libllama.so.0");
+    std::fs::remove_file(&lib).expect("rm");
+    mkfifo(&lib);
+    let started = Instant::now();
+    let o = fx.smoke(&m);
+    assert_eq!(crate::code(&o), 2, "{}", report(&o));
+    assert!(crate::stderr(&o).contains("FIFO"), "{}", report(&o));
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(fx.compiled_anything().is_empty());
+}
+
+// issue: smokefix item 1
+#[test]
+fn a_libllama_whose_bytes_differ_from_the_manifest_fails_the_check_naming_it_and_compiles_nothing()
+{
+    let fx = Fx::new();
+    let m = fx.build("swapped");
+    let lib = fx.base("swapped").join("out/lib/libllama.so.0");
+    std::fs::write(&lib, b"\x7fELF other bytes\0libasan.so.8\0").expect("write");
+    let o = fx.smoke(&m);
+    assert_eq!(crate::code(&o), 1, "{}", report(&o));
+    let e = crate::stderr(&o);
+    assert!(e.contains("lib/libllama.so.0"), "{e}");
+    assert!(e.contains("nothing was compiled or loaded"), "{e}");
+    assert!(
+        fx.compiled_anything().is_empty(),
+        "{:?}",
+        fx.compiled_anything()
+    );
+}
+
+// issue: smokefix item 1 (every header the shim compiles against, not only llama.h)
+#[test]
+fn a_header_whose_bytes_differ_from_the_manifest_fails_the_check_naming_it() {
+    for header in ["include/llama.h", "include/ggml.h"] {
+        let fx = Fx::new();
+        let m = fx.build("hdr");
+        std::fs::write(fx.base("hdr").join("out").join(header), b"#error swapped\n")
+            .expect("write");
+        let o = fx.smoke(&m);
+        assert_eq!(crate::code(&o), 1, "{header}: {}", report(&o));
+        assert!(crate::stderr(&o).contains(header), "{}", report(&o));
+        assert!(fx.compiled_anything().is_empty());
+    }
+}
+
+// issue: smokefix item 1
+#[test]
+fn a_header_that_is_a_fifo_or_a_link_out_of_the_build_is_refused_with_exit_2() {
+    let fx = Fx::new();
+    let m = fx.build("hfifo");
+    let h = fx.base("hfifo").join("out/include/ggml.h");
+    std::fs::remove_file(&h).expect("rm");
+    mkfifo(&h);
+    let o = fx.smoke(&m);
+    assert_eq!(crate::code(&o), 2, "{}", report(&o));
+
+    let fx = Fx::new();
+    let m = fx.build("hlink");
+    let outside = fx.dir.path().join("outside.h");
+    std::fs::write(&outside, FAKE_HEADER).expect("write");
+    let h = fx.base("hlink").join("out/include/llama.h");
+    std::fs::remove_file(&h).expect("rm");
+    std::os::unix::fs::symlink(&outside, &h).expect("link");
+    let o = fx.smoke(&m);
+    assert_eq!(crate::code(&o), 2, "{}", report(&o));
+    assert!(crate::stderr(&o).contains("symlink"), "{}", report(&o));
+}
+
+// issue: smokefix item 1 (checked artifact root; no folder on the way through a link)
+#[test]
+fn an_artifact_root_or_a_library_folder_reached_through_a_link_is_refused_with_exit_2() {
+    let fx = Fx::new();
+    let m = fx.build("rootlink");
+    let base = fx.base("rootlink");
+    let elsewhere = fx.dir.path().join("elsewhere");
+    std::fs::rename(base.join("out"), &elsewhere).expect("mv");
+    std::os::unix::fs::symlink(&elsewhere, base.join("out")).expect("link");
+    let o = fx.smoke(&m);
+    assert_eq!(crate::code(&o), 2, "{}", report(&o));
+    assert!(
+        crate::stderr(&o).contains("artifact root"),
+        "{}",
+        report(&o)
+    );
+
+    let fx = Fx::new();
+    let m = fx.build("liblink");
+    let out = fx.base("liblink").join("out");
+    let elsewhere = fx.dir.path().join("elsewhere-lib");
+    std::fs::rename(out.join("lib"), &elsewhere).expect("mv");
+    std::os::unix::fs::symlink(&elsewhere, out.join("lib")).expect("link");
+    let o = fx.smoke(&m);
+    assert_eq!(crate::code(&o), 2, "{}", report(&o));
+    assert!(crate::stderr(&o).contains("not a folder"), "{}", report(&o));
+    assert!(fx.compiled_anything().is_empty());
+}
+
+// issue: smokefix item 6 (builds stage lib/; the old bin/ layout is not smoked)
+#[test]
+fn a_manifest_naming_libllama_under_bin_is_refused_with_a_rebuild_hint() {
+    let fx = Fx::new();
+    let m = fx.build_with("oldlayout", |m| {
+        m["subject"][0]["name"] = json!("bin/libllama.so.0");
+        m["predicate"]["runDetails"]["byproducts"] =
+            json!([{"name": "build.log", "digest": {"sha256": sha_hex(b"")}}]);
+    });
+    let out = fx.base("oldlayout").join("out");
+    std::fs::create_dir_all(out.join("bin")).expect("mkdir");
+    std::fs::copy(out.join("lib/libllama.so.0"), out.join("bin/libllama.so.0")).expect("cp");
+    let o = fx.smoke(&m);
+    assert_eq!(crate::code(&o), 2, "{}", report(&o));
+    let e = crate::stderr(&o);
+    assert!(
+        e.contains("lib/libllama.so") && e.contains("rebuild"),
+        "{e}"
+    );
+}
+
+// issue: smokefix items 1, 3 (the real path still runs once the checks pass)
+#[test]
+fn a_verified_fake_build_gets_past_the_checks_to_a_clean_shim_compile_failure() {
+    let fx = Fx::new();
+    let m = fx.build("fake");
+    let o = fx.smoke(&m);
+    // The files match the manifest, so smoke goes on to compile the shim against the copies
+    // of the verified headers; the fake llama.h declares nothing, so that compile fails and
+    // is reported as an input error naming the build, with the compiler's output.
+    assert_eq!(crate::code(&o), 2, "{}", report(&o));
+    let e = crate::stderr(&o);
+    assert!(e.contains("smoke shim for synthetic/fake"), "{e}");
+    assert!(
+        e.contains("does not compile against this build's llama.h"),
+        "{e}"
+    );
+    // The compiler saw the verified copy, in a folder of smoke's own, removed afterwards.
+    let cache = fx.ws.join("build").join(".smoke");
+    let left: Vec<String> = std::fs::read_dir(&cache)
+        .expect("cache")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(left.iter().all(|n| !n.starts_with(".inc-")), "{left:?}");
+    assert!(
+        left.iter().all(|n| !n.starts_with("pinforge-smoke-")),
+        "{left:?}"
+    );
+
+    // The install gate stops at the same point, and nothing is installed.
+    let root = fx.root();
+    let o = fx.run(&[
+        "install",
+        m.to_str().expect("utf8"),
+        "--layer",
+        "live",
+        "--smoke",
+        "--json",
+        "--root",
+        root.to_str().expect("utf8"),
+    ]);
+    assert_eq!(crate::code(&o), 2, "{}", report(&o));
+    assert!(!root.join("state").exists());
+}
+
+// issue: smokefix item 1 (the install gate runs the same checks before anything is staged)
+#[test]
+fn the_install_gate_refuses_a_swapped_libllama_before_staging() {
+    let fx = Fx::new();
+    let m = fx.build("gate");
+    std::fs::write(
+        fx.base("gate").join("out/lib/libllama.so.0"),
+        b"other bytes",
+    )
+    .expect("write");
+    let root = fx.root();
+    let o = fx.run(&[
+        "install",
+        m.to_str().expect("utf8"),
+        "--layer",
+        "live",
+        "--smoke",
+        "--root",
+        root.to_str().expect("utf8"),
+    ]);
+    assert_eq!(crate::code(&o), 1, "{}", report(&o));
+    assert!(
+        crate::stderr(&o).contains("lib/libllama.so.0"),
+        "{}",
+        report(&o)
+    );
+    assert!(!root.join("state").exists());
+}
+
+/// Install `m` into `live` (no gate) and return the store entry it made.
+fn install(fx: &Fx, m: &Path) -> PathBuf {
+    let root = fx.root();
+    let o = fx.run(&[
+        "install",
+        m.to_str().expect("utf8"),
+        "--layer",
+        "live",
+        "--json",
+        "--root",
+        root.to_str().expect("utf8"),
+    ]);
+    assert_eq!(crate::code(&o), 0, "{}", report(&o));
+    PathBuf::from(crate::json(&o)["entry"].as_str().expect("entry"))
+}
+
+/// Replace a sealed entry's manifest.json with `edit` applied to it.
+fn edit_entry_manifest(entry: &Path, edit: impl FnOnce(&mut Value)) {
+    let p = entry.join("manifest.json");
+    let mut m: Value = serde_json::from_slice(&std::fs::read(&p).expect("read")).expect("json");
+    edit(&mut m);
+    std::fs::set_permissions(entry, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::remove_file(&p).expect("rm");
+    std::fs::write(&p, serde_json::to_vec_pretty(&m).expect("json")).expect("write");
+    // Sealed as install seals it, so the entry still passes the install root's own check
+    // (manifest.json is not part of the identity it re-hashes).
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o444)).expect("chmod");
+    std::fs::set_permissions(entry, std::fs::Permissions::from_mode(0o555)).expect("chmod");
+}
+
+fn smoke_installed(fx: &Fx) -> Output {
+    let root = fx.root();
+    fx.run(&[
+        "smoke",
+        "--installed",
+        "--arch",
+        "qwen2",
+        "--root",
+        root.to_str().expect("utf8"),
+    ])
+}
+
+// issue: smokefix item 2 (manifest.json is not part of an entry's identity)
+#[test]
+fn an_installed_entry_whose_manifest_names_another_file_as_libllama_is_refused() {
+    let fx = Fx::new();
+    let m = fx.build("inst");
+    let entry = install(&fx, &m);
+    // Unedited, the installed entry passes the checks and reaches the shim compile.
+    let o = smoke_installed(&fx);
+    assert_eq!(crate::code(&o), 2, "{}", report(&o));
+    assert!(
+        crate::stderr(&o).contains("does not compile against"),
+        "{}",
+        report(&o)
+    );
+    // The manifest now says libllama is ggml.h's bytes under another name.
+    edit_entry_manifest(&entry, |m| {
+        let ggml = m["subject"]
+            .as_array()
+            .expect("subjects")
+            .iter()
+            .find(|s| s["name"] == "include/ggml.h")
+            .cloned()
+            .expect("ggml");
+        let mut evil = ggml.clone();
+        evil["name"] = json!("lib/libllama.so.1");
+        let subjects = m["subject"].as_array_mut().expect("subjects");
+        subjects.retain(|s| s["name"] != "lib/libllama.so.0");
+        subjects.insert(0, evil);
+    });
+    let o = smoke_installed(&fx);
+    assert_eq!(crate::code(&o), 1, "{}", report(&o));
+    let e = crate::stderr(&o);
+    assert!(e.contains("disagrees with its record"), "{e}");
+    assert!(e.contains("lib/libllama.so.1"), "{e}");
+}
+
+// issue: smokefix item 2
+#[test]
+fn an_installed_entry_whose_manifest_digests_were_edited_is_refused() {
+    let fx = Fx::new();
+    let m = fx.build("digest");
+    let entry = install(&fx, &m);
+    edit_entry_manifest(&entry, |m| {
+        for s in m["subject"].as_array_mut().expect("subjects") {
+            if s["name"] == "include/llama.h" {
+                s["digest"]["sha256"] = json!(sha_hex(b"some other header"));
+            }
+        }
+    });
+    let o = smoke_installed(&fx);
+    assert_eq!(crate::code(&o), 1, "{}", report(&o));
+    let e = crate::stderr(&o);
+    assert!(
+        e.contains("include/llama.h") && e.contains("disagrees with its record"),
+        "{e}"
+    );
+}
+
+// issue: smokefix item 2 (the entry's manifest is read as a regular file, never followed)
+#[test]
+fn an_installed_entry_whose_manifest_is_a_fifo_is_refused_without_hanging() {
+    let fx = Fx::new();
+    let m = fx.build("mfifo");
+    let entry = install(&fx, &m);
+    let p = entry.join("manifest.json");
+    std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::remove_file(&p).expect("rm");
+    mkfifo(&p);
+    let o = smoke_installed(&fx);
+    assert_ne!(crate::code(&o), 0, "{}", report(&o));
+    assert!(
+        crate::stderr(&o).contains("manifest.json"),
+        "{}",
+        report(&o)
+    );
+}
+
+// issue: smokefix item 5 (install stores the very bytes it parsed)
+#[test]
+fn install_refuses_a_fifo_manifest_without_hanging_and_stores_the_bytes_it_parsed() {
+    let fx = Fx::new();
+    let fifo = fx.dir.path().join("fifo.json");
+    mkfifo(&fifo);
+    let root = fx.root();
+    let o = fx.run(&[
+        "install",
+        fifo.to_str().expect("utf8"),
+        "--layer",
+        "live",
+        "--root",
+        root.to_str().expect("utf8"),
+    ]);
+    assert_eq!(crate::code(&o), 2, "{}", report(&o));
+    assert!(crate::stderr(&o).contains("FIFO"), "{}", report(&o));
+
+    let m = fx.build("bytes");
+    let entry = install(&fx, &m);
+    assert_eq!(
+        std::fs::read(entry.join("manifest.json")).expect("read"),
+        std::fs::read(&m).expect("read")
+    );
+}
