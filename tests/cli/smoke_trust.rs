@@ -45,13 +45,25 @@ impl Fx {
     /// `lib/libllama.so.0` (the file), `lib/libllama.so` (a link to it), `include/llama.h`,
     /// `include/ggml.h`; `edit` may change the manifest before it is written.
     fn build_with(&self, name: &str, edit: impl FnOnce(&mut Value)) -> PathBuf {
+        self.build_of(
+            name,
+            [
+                ("lib/libllama.so.0", FAKE_LIB, 0o755),
+                ("include/llama.h", FAKE_HEADER, 0o644),
+                ("include/ggml.h", FAKE_GGML, 0o644),
+            ],
+            edit,
+        )
+    }
+
+    fn build_of(
+        &self,
+        name: &str,
+        arts: [(&str, &[u8], u32); 3],
+        edit: impl FnOnce(&mut Value),
+    ) -> PathBuf {
         let base = self.base(name);
         let out = base.join("out");
-        let arts: [(&str, &[u8], u32); 3] = [
-            ("lib/libllama.so.0", FAKE_LIB, 0o755),
-            ("include/llama.h", FAKE_HEADER, 0o644),
-            ("include/ggml.h", FAKE_GGML, 0o644),
-        ];
         let mut subjects = Vec::new();
         for (n, bytes, mode) in arts {
             let p = out.join(n);
@@ -61,6 +73,7 @@ impl Fx {
             subjects.push(json!({"name": n, "digest": {"sha256": sha_hex(bytes)},
                 "annotations": {"size": bytes.len()}}));
         }
+        let _ = std::fs::remove_file(out.join("lib/libllama.so"));
         std::os::unix::fs::symlink("libllama.so.0", out.join("lib/libllama.so")).expect("link");
         let mut m = json!({
             "_type": "https://in-toto.io/Statement/v1",
@@ -496,5 +509,173 @@ fn install_refuses_a_fifo_manifest_without_hanging_and_stores_the_bytes_it_parse
     assert_eq!(
         std::fs::read(entry.join("manifest.json")).expect("read"),
         std::fs::read(&m).expect("read")
+    );
+}
+
+/// Just enough of llama.h for the shim to compile: the types and functions it uses, with the
+/// fields it sets. It includes ggml.h, so the shim compiles against two verified headers.
+const STUB_LLAMA_H: &str = r#"#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "ggml.h"
+typedef int32_t llama_token;
+typedef int32_t llama_pos;
+typedef int32_t llama_seq_id;
+struct llama_model;
+struct llama_context;
+struct llama_vocab;
+typedef struct llama_memory_i *llama_memory_t;
+struct llama_model_params { int32_t n_gpu_layers; };
+struct llama_context_params {
+    uint32_t n_ctx, n_batch, n_ubatch, n_seq_max;
+    int32_t n_threads, n_threads_batch;
+};
+typedef struct llama_batch {
+    int32_t n_tokens;
+    llama_token *token;
+    float *embd;
+    llama_pos *pos;
+    int32_t *n_seq_id;
+    llama_seq_id **seq_id;
+    int8_t *logits;
+} llama_batch;
+const char *llama_print_system_info(void);
+void llama_log_set(ggml_log_callback cb, void *user_data);
+void llama_backend_init(void);
+struct llama_model_params llama_model_default_params(void);
+struct llama_context_params llama_context_default_params(void);
+struct llama_model *llama_model_load_from_file(const char *path, struct llama_model_params p);
+struct llama_context *llama_init_from_model(struct llama_model *m, struct llama_context_params p);
+void llama_model_free(struct llama_model *m);
+void llama_free(struct llama_context *c);
+const struct llama_vocab *llama_model_get_vocab(const struct llama_model *m);
+int32_t llama_vocab_n_tokens(const struct llama_vocab *v);
+int32_t llama_tokenize(const struct llama_vocab *v, const char *text, int32_t len,
+                       llama_token *out, int32_t max, bool add_special, bool parse_special);
+struct llama_batch llama_batch_init(int32_t n, int32_t embd, int32_t n_seq_max);
+void llama_batch_free(struct llama_batch b);
+int32_t llama_decode(struct llama_context *c, struct llama_batch b);
+float *llama_get_logits_ith(struct llama_context *c, int32_t i);
+size_t llama_state_seq_get_size(struct llama_context *c, llama_seq_id s);
+size_t llama_state_seq_get_data(struct llama_context *c, uint8_t *dst, size_t size, llama_seq_id s);
+size_t llama_state_seq_set_data(struct llama_context *c, const uint8_t *src, size_t size, llama_seq_id s);
+llama_memory_t llama_get_memory(const struct llama_context *c);
+void llama_memory_clear(llama_memory_t m, bool data);
+"#;
+
+const STUB_GGML_H: &str = r#"#pragma once
+enum ggml_log_level { GGML_LOG_LEVEL_NONE, GGML_LOG_LEVEL_DEBUG, GGML_LOG_LEVEL_INFO,
+                      GGML_LOG_LEVEL_WARN, GGML_LOG_LEVEL_ERROR, GGML_LOG_LEVEL_CONT };
+typedef void (*ggml_log_callback)(enum ggml_log_level level, const char *text, void *user_data);
+"#;
+
+/// A libllama that loads no model: every smoke against it ends in the error verdict the
+/// engine's own refusal gets.
+const STUB_LLAMA_C: &str = r#"#include "llama.h"
+#include <string.h>
+const char *llama_print_system_info(void) { return "stub"; }
+void llama_log_set(ggml_log_callback cb, void *u) { (void) cb; (void) u; }
+void llama_backend_init(void) {}
+struct llama_model_params llama_model_default_params(void) { struct llama_model_params p = {0}; return p; }
+struct llama_context_params llama_context_default_params(void) { struct llama_context_params p; memset(&p, 0, sizeof p); return p; }
+struct llama_model *llama_model_load_from_file(const char *path, struct llama_model_params p) { (void) path; (void) p; return NULL; }
+struct llama_context *llama_init_from_model(struct llama_model *m, struct llama_context_params p) { (void) m; (void) p; return NULL; }
+void llama_model_free(struct llama_model *m) { (void) m; }
+void llama_free(struct llama_context *c) { (void) c; }
+const struct llama_vocab *llama_model_get_vocab(const struct llama_model *m) { (void) m; return NULL; }
+int32_t llama_vocab_n_tokens(const struct llama_vocab *v) { (void) v; return 0; }
+int32_t llama_tokenize(const struct llama_vocab *v, const char *t, int32_t l, llama_token *o, int32_t m, bool a, bool p) { (void) v; (void) t; (void) l; (void) o; (void) m; (void) a; (void) p; return -1; }
+struct llama_batch llama_batch_init(int32_t n, int32_t e, int32_t s) { (void) n; (void) e; (void) s; struct llama_batch b; memset(&b, 0, sizeof b); return b; }
+void llama_batch_free(struct llama_batch b) { (void) b; }
+int32_t llama_decode(struct llama_context *c, struct llama_batch b) { (void) c; (void) b; return -1; }
+float *llama_get_logits_ith(struct llama_context *c, int32_t i) { (void) c; (void) i; return NULL; }
+size_t llama_state_seq_get_size(struct llama_context *c, llama_seq_id s) { (void) c; (void) s; return 0; }
+size_t llama_state_seq_get_data(struct llama_context *c, uint8_t *d, size_t n, llama_seq_id s) { (void) c; (void) d; (void) n; (void) s; return 0; }
+size_t llama_state_seq_set_data(struct llama_context *c, const uint8_t *d, size_t n, llama_seq_id s) { (void) c; (void) d; (void) n; (void) s; return 0; }
+llama_memory_t llama_get_memory(const struct llama_context *c) { (void) c; return NULL; }
+void llama_memory_clear(llama_memory_t m, bool d) { (void) m; (void) d; }
+"#;
+
+// issue: smokefix items 1, 3 (the verified bytes are the ones compiled, linked and loaded)
+#[test]
+fn a_verified_stub_libllama_is_compiled_against_loaded_and_gets_the_error_verdict() {
+    let fx = Fx::new();
+    let src = fx.dir.path().join("stub");
+    std::fs::create_dir_all(&src).expect("mkdir");
+    std::fs::write(src.join("llama.h"), STUB_LLAMA_H).expect("write");
+    std::fs::write(src.join("ggml.h"), STUB_GGML_H).expect("write");
+    std::fs::write(src.join("stub.c"), STUB_LLAMA_C).expect("write");
+    let so = src.join("libllama.so.0");
+    let st = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-Wl,-soname,libllama.so.0", "-o"])
+        .arg(&so)
+        .arg(src.join("stub.c"))
+        .arg(format!("-I{}", src.display()))
+        .status()
+        .expect("run cc");
+    assert!(st.success(), "the stub libllama compiles");
+    let lib = std::fs::read(&so).expect("read");
+    let m = fx.build_of(
+        "stub",
+        [
+            ("lib/libllama.so.0", &lib, 0o755),
+            ("include/llama.h", STUB_LLAMA_H.as_bytes(), 0o644),
+            ("include/ggml.h", STUB_GGML_H.as_bytes(), 0o644),
+        ],
+        |_| {},
+    );
+    let o = fx.run(&[
+        "smoke",
+        m.to_str().expect("utf8"),
+        "--arch",
+        "qwen2",
+        "--json",
+    ]);
+    assert_eq!(crate::code(&o), 2, "{}", report(&o));
+    let r = crate::json(&o);
+    assert_eq!(r["verdict"], "error", "{r}");
+    assert!(
+        r["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("llama_model_load_from_file failed"),
+        "{r}"
+    );
+    assert_eq!(r["target"], "synthetic/stub");
+    // One shim, cached under a key of the recomputed digests: a second run reuses it.
+    let shims = fx.compiled_anything();
+    assert_eq!(
+        shims
+            .iter()
+            .filter(|n| n.starts_with("pinforge-smoke-"))
+            .count(),
+        1,
+        "{shims:?}"
+    );
+    let o = fx.run(&["smoke", m.to_str().expect("utf8"), "--arch", "qwen2"]);
+    assert_eq!(crate::code(&o), 2, "{}", report(&o));
+    assert_eq!(fx.compiled_anything(), shims);
+
+    // A header changed (and the manifest with it, so the check passes): a new key, a new
+    // shim, never the old one reused.
+    let ggml2 = format!("{STUB_GGML_H}/* changed */\n");
+    let m2 = fx.build_of(
+        "stub",
+        [
+            ("lib/libllama.so.0", &lib, 0o755),
+            ("include/llama.h", STUB_LLAMA_H.as_bytes(), 0o644),
+            ("include/ggml.h", ggml2.as_bytes(), 0o644),
+        ],
+        |_| {},
+    );
+    let o = fx.run(&["smoke", m2.to_str().expect("utf8"), "--arch", "qwen2"]);
+    assert_eq!(crate::code(&o), 2, "{}", report(&o));
+    assert_eq!(
+        fx.compiled_anything()
+            .iter()
+            .filter(|n| n.starts_with("pinforge-smoke-"))
+            .count(),
+        2
     );
 }
