@@ -601,30 +601,7 @@ void llama_memory_clear(llama_memory_t m, bool d) { (void) m; (void) d; }
 #[test]
 fn a_verified_stub_libllama_is_compiled_against_loaded_and_gets_the_error_verdict() {
     let fx = Fx::new();
-    let src = fx.dir.path().join("stub");
-    std::fs::create_dir_all(&src).expect("mkdir");
-    std::fs::write(src.join("llama.h"), STUB_LLAMA_H).expect("write");
-    std::fs::write(src.join("ggml.h"), STUB_GGML_H).expect("write");
-    std::fs::write(src.join("stub.c"), STUB_LLAMA_C).expect("write");
-    let so = src.join("libllama.so.0");
-    let st = std::process::Command::new("cc")
-        .args(["-shared", "-fPIC", "-Wl,-soname,libllama.so.0", "-o"])
-        .arg(&so)
-        .arg(src.join("stub.c"))
-        .arg(format!("-I{}", src.display()))
-        .status()
-        .expect("run cc");
-    assert!(st.success(), "the stub libllama compiles");
-    let lib = std::fs::read(&so).expect("read");
-    let m = fx.build_of(
-        "stub",
-        [
-            ("lib/libllama.so.0", &lib, 0o755),
-            ("include/llama.h", STUB_LLAMA_H.as_bytes(), 0o644),
-            ("include/ggml.h", STUB_GGML_H.as_bytes(), 0o644),
-        ],
-        |_| {},
-    );
+    let (m, lib) = stub_build(&fx, "stub", STUB_LLAMA_C);
     let o = fx.run(&[
         "smoke",
         m.to_str().expect("utf8"),
@@ -678,4 +655,161 @@ fn a_verified_stub_libllama_is_compiled_against_loaded_and_gets_the_error_verdic
             .count(),
         2
     );
+}
+
+/// Compile `engine` (C, against the stub headers) into a real libllama.so.0 and write a
+/// synthetic build of it with the stub headers; returns the manifest and the library's bytes.
+fn stub_build(fx: &Fx, name: &str, engine: &str) -> (PathBuf, Vec<u8>) {
+    let src = fx.dir.path().join(format!("stub-src-{name}"));
+    std::fs::create_dir_all(&src).expect("mkdir");
+    std::fs::write(src.join("llama.h"), STUB_LLAMA_H).expect("write");
+    std::fs::write(src.join("ggml.h"), STUB_GGML_H).expect("write");
+    std::fs::write(src.join("stub.c"), engine).expect("write");
+    let so = src.join("libllama.so.0");
+    let st = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-Wl,-soname,libllama.so.0", "-o"])
+        .arg(&so)
+        .arg(src.join("stub.c"))
+        .arg(format!("-I{}", src.display()))
+        .status()
+        .expect("run cc");
+    assert!(st.success(), "the stub libllama compiles");
+    let lib = std::fs::read(&so).expect("read");
+    let m = fx.build_of(
+        name,
+        [
+            ("lib/libllama.so.0", &lib, 0o755),
+            ("include/llama.h", STUB_LLAMA_H.as_bytes(), 0o644),
+            ("include/ggml.h", STUB_GGML_H.as_bytes(), 0o644),
+        ],
+        |_| {},
+    );
+    (m, lib)
+}
+
+/// A deterministic engine: the logits depend only on the last token and its position, and
+/// the state round-trips, so a save/clear/restore decode equals the reference (verdict ok).
+const STUB_ENGINE_OK_C: &str = r#"#include "llama.h"
+#include <stdlib.h>
+#include <string.h>
+static int model_, ctx_, mem_;
+static float logits_[8];
+const char *llama_print_system_info(void) { return "stub engine"; }
+void llama_log_set(ggml_log_callback cb, void *u) { (void) cb; (void) u; }
+void llama_backend_init(void) {}
+struct llama_model_params llama_model_default_params(void) { struct llama_model_params p = {0}; return p; }
+struct llama_context_params llama_context_default_params(void) { struct llama_context_params p; memset(&p, 0, sizeof p); return p; }
+struct llama_model *llama_model_load_from_file(const char *path, struct llama_model_params p) { (void) path; (void) p; return (struct llama_model *) &model_; }
+struct llama_context *llama_init_from_model(struct llama_model *m, struct llama_context_params p) { (void) m; (void) p; return (struct llama_context *) &ctx_; }
+void llama_model_free(struct llama_model *m) { (void) m; }
+void llama_free(struct llama_context *c) { (void) c; }
+const struct llama_vocab *llama_model_get_vocab(const struct llama_model *m) { (void) m; return (const struct llama_vocab *) &model_; }
+int32_t llama_vocab_n_tokens(const struct llama_vocab *v) { (void) v; return 8; }
+int32_t llama_tokenize(const struct llama_vocab *v, const char *t, int32_t l, llama_token *o, int32_t m, bool a, bool p) {
+    (void) v; (void) t; (void) l; (void) a; (void) p;
+    if (m < 3) return -3;
+    o[0] = 1; o[1] = 2; o[2] = 3;
+    return 3;
+}
+struct llama_batch llama_batch_init(int32_t n, int32_t e, int32_t s) {
+    (void) e; (void) s;
+    struct llama_batch b;
+    memset(&b, 0, sizeof b);
+    b.token = calloc((size_t) n, sizeof(llama_token));
+    b.pos = calloc((size_t) n, sizeof(llama_pos));
+    b.n_seq_id = calloc((size_t) n, sizeof(int32_t));
+    b.seq_id = calloc((size_t) n, sizeof(llama_seq_id *));
+    for (int32_t i = 0; i < n; i++) b.seq_id[i] = calloc(1, sizeof(llama_seq_id));
+    b.logits = calloc((size_t) n, sizeof(int8_t));
+    return b;
+}
+void llama_batch_free(struct llama_batch b) {
+    for (int32_t i = 0; i < b.n_tokens; i++) free(b.seq_id[i]);
+    free(b.token); free(b.pos); free(b.n_seq_id); free(b.seq_id); free(b.logits);
+}
+int32_t llama_decode(struct llama_context *c, struct llama_batch b) {
+    (void) c;
+    int32_t last = b.n_tokens - 1;
+    int hot = (int) ((b.token[last] * 3 + b.pos[last]) % 8);
+    for (int i = 0; i < 8; i++) logits_[i] = i == hot ? 1.0f : 0.0f;
+    return 0;
+}
+float *llama_get_logits_ith(struct llama_context *c, int32_t i) { (void) c; (void) i; return logits_; }
+size_t llama_state_seq_get_size(struct llama_context *c, llama_seq_id s) { (void) c; (void) s; return 4; }
+size_t llama_state_seq_get_data(struct llama_context *c, uint8_t *d, size_t n, llama_seq_id s) { (void) c; (void) s; if (n < 4) return 0; memset(d, 7, 4); return 4; }
+size_t llama_state_seq_set_data(struct llama_context *c, const uint8_t *d, size_t n, llama_seq_id s) { (void) c; (void) d; (void) s; return n; }
+llama_memory_t llama_get_memory(const struct llama_context *c) { (void) c; return (llama_memory_t) &mem_; }
+void llama_memory_clear(llama_memory_t m, bool d) { (void) m; (void) d; }
+"#;
+
+// issue: smokefix item 4 (install --smoke --json carries the gate's report)
+#[test]
+fn install_smoke_json_carries_the_gate_report_beside_the_install_outcome() {
+    let fx = Fx::new();
+    let (m, _) = stub_build(&fx, "engine", STUB_ENGINE_OK_C);
+    let root = fx.root();
+    let o = fx.run(&[
+        "install",
+        m.to_str().expect("utf8"),
+        "--layer",
+        "live",
+        "--smoke",
+        "--smoke-arch",
+        "qwen2",
+        "--json",
+        "--root",
+        root.to_str().expect("utf8"),
+    ]);
+    assert_eq!(crate::code(&o), 0, "{}", report(&o));
+    let j = crate::json(&o);
+    assert_eq!(j["schema"], "pinforge.install/v1", "{j}");
+    assert!(j["entry"].is_string() && j["gen"] == 1, "{j}");
+    assert_eq!(j["smoke"]["verdict"], "ok", "{j}");
+    assert_eq!(j["smoke"]["target"], "synthetic/engine", "{j}");
+    // The installed entry smokes ok too, from the digests of its own record.
+    let o = fx.run(&[
+        "smoke",
+        "--installed",
+        "--arch",
+        "qwen2",
+        "--json",
+        "--root",
+        root.to_str().expect("utf8"),
+    ]);
+    assert_eq!(crate::code(&o), 0, "{}", report(&o));
+    assert_eq!(crate::json(&o)["verdict"], "ok");
+
+    // Without --smoke the document has no `smoke` field (the schema is otherwise unchanged).
+    let (m2, _) = stub_build(&fx, "engine2", STUB_ENGINE_OK_C);
+    let o = fx.run(&[
+        "install",
+        m2.to_str().expect("utf8"),
+        "--layer",
+        "control",
+        "--json",
+        "--root",
+        root.to_str().expect("utf8"),
+    ]);
+    assert_eq!(crate::code(&o), 0, "{}", report(&o));
+    assert!(crate::json(&o).get("smoke").is_none());
+
+    // A refused gate: the report is the smoke document on stdout, the refusal on stderr.
+    let (m3, _) = stub_build(&fx, "noload", STUB_LLAMA_C);
+    let o = fx.run(&[
+        "install",
+        m3.to_str().expect("utf8"),
+        "--layer",
+        "original",
+        "--smoke",
+        "--smoke-arch",
+        "qwen2",
+        "--json",
+        "--root",
+        root.to_str().expect("utf8"),
+    ]);
+    assert_eq!(crate::code(&o), 1, "{}", report(&o));
+    let j = crate::json(&o);
+    assert_eq!(j["schema"], "pinforge.smoke/v1", "{j}");
+    assert_eq!(j["verdict"], "error", "{j}");
+    assert!(crate::stderr(&o).contains("smoke gate"), "{}", report(&o));
 }
