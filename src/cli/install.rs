@@ -121,12 +121,13 @@ fn cmd_install(ws_root: &std::path::Path, a: InstallArgs) -> Result<i32> {
     let json = a.json;
     let mut gate = None;
     if let Some(arch) = &a.smoke {
-        // The gate smokes the build folder's files only after re-hashing each one it compiles
+        // The gate smokes the build folder, but only after re-hashing every file it compiles
         // against or loads (libllama, the other lib/ shared libraries, every include/*.h)
         // against the digests this manifest names, refusing any difference (exit 1); the
-        // shim is compiled against copies of the verified headers. Staging below re-hashes
-        // every subject against the same digests, so a verdict of ok is about the bytes that
-        // are installed (a file swapped between the two checks fails the second).
+        // shim compiles against copies of the verified headers. `Root::install` then checks
+        // the staged (or reused) entry against the same digests before it commits, so an ok
+        // verdict is for the bytes that are installed: a file changed between the two checks
+        // fails the second, and nothing is committed.
         let target = smoke::target_from_manifest(&manifest)?;
         let report = smoke::run(
             &target,

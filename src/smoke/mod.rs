@@ -71,10 +71,26 @@ pub fn target_from_manifest(path: &Path) -> Result<SmokeTarget> {
         })?;
         recorded.insert(s.name.clone(), sha);
     }
+    let mut links = BTreeMap::new();
+    for b in &st.predicate.run_details.byproducts {
+        if let Some(t) = b.annotations.get("link_target") {
+            let t = t.as_str().ok_or_else(|| {
+                Error::input(
+                    path.display(),
+                    format!(
+                        "link `{}`: link_target is not a string",
+                        b.name.escape_debug()
+                    ),
+                )
+            })?;
+            links.insert(b.name.clone(), t.to_string());
+        }
+    }
     target_from(
         &st,
         root,
         &recorded,
+        &links,
         &format!("the manifest {}", path.display()),
     )
 }
@@ -151,6 +167,7 @@ pub fn target_from_installed(
         &st,
         entry.clone(),
         &recorded,
+        &info.links,
         &format!("the record of store entry {}", entry.display()),
     )
 }
@@ -239,6 +256,7 @@ fn target_from(
     st: &Statement,
     root: PathBuf,
     recorded: &BTreeMap<String, Sha256>,
+    links: &BTreeMap<String, String>,
     source: &str,
 ) -> Result<SmokeTarget> {
     let params = &st.predicate.build_definition.external_parameters;
@@ -296,6 +314,46 @@ fn target_from(
                 got,
                 want(&s.name)?,
                 source,
+            ));
+        }
+    }
+
+    // The loader reaches libllama by its soname through the links in lib/ (libllama.so.0 ->
+    // libllama.so.0.0.1): each must be what the record says, a name beside it, never a way
+    // out of the build.
+    for (name, target) in links.iter().filter(|(n, _)| is_shared_library(n)) {
+        let p = root.join(name);
+        let found = std::fs::read_link(&p).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::input(p.display(), "recorded link not found")
+                .with_hint("the build folder changed since the build; rebuild the variant"),
+            std::io::ErrorKind::InvalidInput => Error::check(
+                p.display(),
+                format!(
+                    "`{}` is recorded as a link but is not one",
+                    name.escape_debug()
+                ),
+            ),
+            _ => Error::io("read link", &p, e),
+        })?;
+        if found.as_os_str().as_encoded_bytes() != target.as_bytes() {
+            return Err(Error::check(
+                p.display(),
+                format!(
+                    "link `{}` points at `{}`, but {source} records `{}`; nothing was compiled or loaded",
+                    name.escape_debug(),
+                    found.display(),
+                    target.escape_debug()
+                ),
+            ));
+        }
+        if target.contains('/') || target == ".." || target == "." {
+            return Err(Error::input(
+                p.display(),
+                format!(
+                    "link `{}` -> `{}` leaves lib/; smoke loads libraries only from beside libllama",
+                    name.escape_debug(),
+                    target.escape_debug()
+                ),
             ));
         }
     }

@@ -813,3 +813,20 @@ fn install_smoke_json_carries_the_gate_report_beside_the_install_outcome() {
     assert_eq!(j["verdict"], "error", "{j}");
     assert!(crate::stderr(&o).contains("smoke gate"), "{}", report(&o));
 }
+
+// issue: smokefix item 1 (the loader reaches libllama through the links in lib/)
+#[test]
+fn a_libllama_link_redirected_out_of_the_build_fails_the_check() {
+    let fx = Fx::new();
+    let m = fx.build("redirect");
+    let outside = fx.dir.path().join("evil.so");
+    std::fs::write(&outside, FAKE_LIB).expect("write");
+    let link = fx.base("redirect").join("out/lib/libllama.so");
+    std::fs::remove_file(&link).expect("rm");
+    std::os::unix::fs::symlink(&outside, &link).expect("link");
+    let o = fx.smoke(&m);
+    assert_eq!(crate::code(&o), 1, "{}", report(&o));
+    let e = crate::stderr(&o);
+    assert!(e.contains("link `lib/libllama.so`"), "{e}");
+    assert!(fx.compiled_anything().is_empty());
+}
