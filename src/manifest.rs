@@ -283,17 +283,6 @@ impl Statement {
         }
         Ok(cur)
     }
-
-    /// The folder artifacts are relative to.
-    pub fn artifact_root(&self, manifest_path: &Path) -> PathBuf {
-        fsx::parent_of(manifest_path).join(
-            &self
-                .predicate
-                .build_definition
-                .internal_parameters
-                .artifact_root,
-        )
-    }
 }
 
 /// The largest manifest read (a manifest of a large build is a few hundred kilobytes).

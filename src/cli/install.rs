@@ -4,7 +4,7 @@ use super::smoke::{render_smoke, smoke_options};
 use super::verify::render_verification;
 use super::{print_json, JsonArg, RootArg};
 use crate::error::{exit, Error, Result};
-use crate::install::{Layer, Root, StageMode};
+use crate::install::{InstallOutcome, Layer, Root, StageMode};
 use crate::outln;
 use crate::recipe::Recipe;
 use crate::smoke::{self, Verdict};
@@ -95,6 +95,16 @@ fn manifest_for(
     Ok(m)
 }
 
+/// The `install --json` document: the outcome, plus the gate's smoke report under `smoke`
+/// when `--smoke` was given (absent otherwise, so the document is unchanged without it).
+#[derive(serde::Serialize)]
+struct InstallJson<'a> {
+    #[serde(flatten)]
+    outcome: &'a InstallOutcome,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    smoke: Option<&'a smoke::SmokeReport>,
+}
+
 struct InstallArgs {
     target: Option<PathBuf>,
     variant: Option<String>,
@@ -109,17 +119,28 @@ fn cmd_install(ws_root: &std::path::Path, a: InstallArgs) -> Result<i32> {
     let layer = Layer::parse(&a.layer)?;
     let manifest = manifest_for(ws_root, a.target, a.variant)?;
     let json = a.json;
+    let mut gate = None;
     if let Some(arch) = &a.smoke {
-        // The gate smokes the very bytes install will stage (install re-verifies them).
+        // The gate smokes the build folder, but only after re-hashing every file it compiles
+        // against or loads (libllama, the other lib/ shared libraries, every include/*.h)
+        // against the digests this manifest names, refusing any difference (exit 1); the
+        // shim compiles against copies of the verified headers. `Root::install` then checks
+        // the staged (or reused) entry against the same digests before it commits, so an ok
+        // verdict is for the bytes that are installed: a file changed between the two checks
+        // fails the second, and nothing is committed.
         let target = smoke::target_from_manifest(&manifest)?;
         let report = smoke::run(
             &target,
             &smoke_options(ws_root, None, Some(arch.clone()), 16, false)?,
         )?;
-        if !json {
-            render_smoke(&report);
-        }
         if report.verdict != Verdict::Ok {
+            if json {
+                // The swap is refused, but the report is the evidence: it goes to stdout as
+                // the smoke document, the refusal to stderr (exit 1).
+                print_json("pinforge.smoke/v1", &report)?;
+            } else {
+                render_smoke(&report);
+            }
             return Err(Error::check(
                 manifest.display(),
                 format!(
@@ -128,11 +149,21 @@ fn cmd_install(ws_root: &std::path::Path, a: InstallArgs) -> Result<i32> {
                 ),
             ));
         }
+        if !json {
+            render_smoke(&report);
+        }
+        gate = Some(report);
     }
     let root = Root::open(&a.root)?;
     let out = root.install(&manifest, layer, a.copy.then_some(StageMode::Copy))?;
     if json {
-        print_json("pinforge.install/v1", &out)?;
+        print_json(
+            "pinforge.install/v1",
+            &InstallJson {
+                outcome: &out,
+                smoke: gate.as_ref(),
+            },
+        )?;
     } else {
         if let Some(r) = &out.recovered {
             outln!("recovered an interrupted transaction: {}", r.display());

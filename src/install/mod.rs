@@ -2097,29 +2097,28 @@ struct Plan {
 impl Plan {
     fn read(manifest_path: &Path) -> Result<Plan> {
         // The manifest itself is the user's own path (links followed), but never a FIFO or
-        // device: checked before anything opens it.
-        if let Ok(m) = std::fs::metadata(manifest_path) {
-            match safe::kind_of(&m) {
-                Kind::File => {}
-                Kind::Special(what) => return Err(safe::special_error(manifest_path, what)),
-                _ => {
-                    return Err(Error::input(
-                        manifest_path.display(),
-                        "is not a manifest file",
-                    ))
-                }
+        // device: refused before it is opened. Its bytes are read once: the statement parsed
+        // is the one whose bytes the entry stores, so the two cannot differ.
+        let file = fsx::open_regular(manifest_path, "manifest", true).map_err(|e| match e {
+            Error::Input { .. } if !manifest_path.exists() => {
+                e.with_hint("`pinforge build` prints the path of the manifest it writes")
             }
-        }
-        let statement = Statement::read(manifest_path)?;
-        let manifest_bytes = {
-            let f = std::fs::File::open(manifest_path).at("open", manifest_path)?;
-            let mut out = Vec::new();
+            other => other,
+        })?;
+        let mut manifest_bytes = Vec::new();
+        {
             use std::io::Read;
-            f.take(RECORD_LIMIT + 1)
-                .read_to_end(&mut out)
+            file.take(RECORD_LIMIT + 1)
+                .read_to_end(&mut manifest_bytes)
                 .at("read", manifest_path)?;
-            out
-        };
+        }
+        if manifest_bytes.len() as u64 > RECORD_LIMIT {
+            return Err(Error::input(
+                manifest_path.display(),
+                format!("larger than {RECORD_LIMIT} bytes: not a pinforge manifest"),
+            ));
+        }
+        let statement = Statement::parse(&manifest_bytes, manifest_path)?;
         let subject =
             |name: &str| format!("{}: `{}`", manifest_path.display(), name.escape_debug());
         let ar = &statement

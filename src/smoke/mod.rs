@@ -14,6 +14,7 @@ use crate::install::Root;
 use crate::manifest::Statement;
 use crate::model::{self, Arch};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -25,7 +26,9 @@ pub const SHIM_SOURCE: &str = include_str!("shim.c");
 /// The target triple pinforge was built for (the shim is built for the same).
 const TARGET: &str = env!("PINFORGE_TARGET");
 
-/// A build to smoke: where its libraries and headers are, and what it is.
+/// A build to smoke: where its libraries and headers are, and what it is. Built only by
+/// [`target_from_manifest`] and [`target_from_installed`], which recompute every digest below
+/// from the files themselves and refuse a file that differs from the record.
 #[derive(Debug, Clone, Serialize)]
 pub struct SmokeTarget {
     /// Human name: `recipe/variant`.
@@ -35,10 +38,16 @@ pub struct SmokeTarget {
     pub root: PathBuf,
     /// libllama file (relative to root).
     pub libllama: String,
-    /// SHA-256 of libllama (keys the shim cache).
+    /// SHA-256 of libllama, recomputed (equal to the recorded one; keys the shim cache).
     pub libllama_sha256: Sha256,
-    /// SHA-256 of include/llama.h.
-    pub header_sha256: Sha256,
+    /// The headers the shim compiles against (`include/…`), with their recomputed SHA-256.
+    pub headers: BTreeMap<String, Sha256>,
+    /// The verified bytes of those headers: the shim is compiled against these copies, never
+    /// against the build folder, so a header swapped after the check is not what is compiled.
+    #[serde(skip)]
+    header_bytes: BTreeMap<String, Vec<u8>>,
+    /// The ASan runtime the (verified) libllama needs, if it is instrumented.
+    pub sanitizer: Option<String>,
     /// Whether the build has a CUDA backend (libggml-cuda).
     pub cuda: bool,
     /// nvcc version the build used, if any.
@@ -47,12 +56,50 @@ pub struct SmokeTarget {
     pub cuda_architectures: Option<String>,
 }
 
-/// Smoke a build described by a manifest.
+/// Smoke a build described by a manifest: its artifact root is reached through real folders
+/// only, and every file smoke compiles against or loads is checked against the manifest.
 pub fn target_from_manifest(path: &Path) -> Result<SmokeTarget> {
     let st = Statement::read(path)?;
-    let root = st.artifact_root(path);
-    target_from(&st, root)
+    let root = st.checked_artifact_root(path)?;
+    let mut recorded = BTreeMap::new();
+    for s in &st.subject {
+        let sha = s.sha256().ok_or_else(|| {
+            Error::input(
+                path.display(),
+                format!("subject `{}` has no sha256", s.name.escape_debug()),
+            )
+        })?;
+        recorded.insert(s.name.clone(), sha);
+    }
+    let mut links = BTreeMap::new();
+    for b in &st.predicate.run_details.byproducts {
+        if let Some(t) = b.annotations.get("link_target") {
+            let t = t.as_str().ok_or_else(|| {
+                Error::input(
+                    path.display(),
+                    format!(
+                        "link `{}`: link_target is not a string",
+                        b.name.escape_debug()
+                    ),
+                )
+            })?;
+            links.insert(b.name.clone(), t.to_string());
+        }
+    }
+    target_from(
+        &st,
+        root,
+        &recorded,
+        &links,
+        &format!("the manifest {}", path.display()),
+    )
 }
+
+/// The largest manifest read from a store entry (the install root bounds its records alike).
+const MAX_ENTRY_MANIFEST: u64 = 16 << 20;
+
+/// The largest header read (llama.h is about 70 KiB).
+const MAX_HEADER: u64 = 16 << 20;
 
 /// Smoke an installed layer (`None`: what `current` shows), through its store entry.
 pub fn target_from_installed(
@@ -62,30 +109,275 @@ pub fn target_from_installed(
     // Never canonicalize a link chain someone else may have edited: the install root resolves
     // the layer from its own committed record and re-hashes the entry before we read it.
     let entry = root.layer_entry(layer)?;
-    let manifest = entry.join("manifest.json");
-    let st = Statement::read(&manifest)?;
-    target_from(&st, entry)
+    let digest: Sha256 = entry
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| {
+            Error::Internal(format!(
+                "invariant: store entry {} is named by its digest",
+                entry.display()
+            ))
+        })?;
+    // The record is the entry's identity (its listing hashes to the entry's name, and
+    // layer_entry re-hashed the files against it); manifest.json sits beside the content and
+    // is not part of that identity, so it is believed only where it agrees with the record.
+    let info = root.read_entry(&digest)?;
+    let mpath = entry.join("manifest.json");
+    let bytes = read_regular(&mpath, "the entry's manifest", MAX_ENTRY_MANIFEST)?;
+    let st = Statement::parse(&bytes, &mpath)?;
+    let disagree = |what: String| {
+        Error::check(
+            mpath.display(),
+            format!(
+                "{what}; the entry's manifest disagrees with its record and was not used \
+                 (manifest.json is not part of an entry's identity: reinstall the build)"
+            ),
+        )
+    };
+    let params = &st.predicate.build_definition.external_parameters;
+    if params.recipe != info.recipe || params.variant != info.variant {
+        return Err(disagree(format!(
+            "it names {}/{}, the record {}/{}",
+            params.recipe, params.variant, info.recipe, info.variant
+        )));
+    }
+    for s in &st.subject {
+        let rec = info.files.get(&s.name).map(|f| f.sha256);
+        if rec.is_none() || rec != s.sha256() {
+            return Err(disagree(format!(
+                "it lists `{}`, which the record does not hold with that sha256",
+                s.name.escape_debug()
+            )));
+        }
+    }
+    if st.subject.len() != info.files.len() {
+        return Err(disagree(format!(
+            "it lists {} files, the record {}",
+            st.subject.len(),
+            info.files.len()
+        )));
+    }
+    let recorded = info
+        .files
+        .iter()
+        .map(|(p, f)| (p.clone(), f.sha256))
+        .collect();
+    target_from(
+        &st,
+        entry.clone(),
+        &recorded,
+        &info.links,
+        &format!("the record of store entry {}", entry.display()),
+    )
 }
 
-fn target_from(st: &Statement, root: PathBuf) -> Result<SmokeTarget> {
+/// Open `root/rel` for reading: every folder on the way a real folder (no link), the file
+/// itself a regular file (a FIFO, device, socket or link is refused before it is opened).
+fn open_inside(root: &Path, rel: &str, what: &str) -> Result<(PathBuf, std::fs::File)> {
+    let comps: Vec<&str> = rel.split('/').collect();
+    let mut p = root.to_path_buf();
+    for c in &comps[..comps.len().saturating_sub(1)] {
+        p.push(c);
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(Error::input(
+                    p.display(),
+                    format!(
+                        "the way to {what} `{}` passes through something that is not a folder (a link?); it was not read",
+                        rel.escape_debug()
+                    ),
+                ))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::input(p.display(), format!("{what} not found"))
+                    .with_hint("the build folder changed since the build; rebuild the variant"))
+            }
+            Err(e) => return Err(Error::io("stat", &p, e)),
+        }
+    }
+    if let Some(last) = comps.last() {
+        p.push(last);
+    }
+    let f = fsx::open_regular(&p, what, false)?;
+    Ok((p, f))
+}
+
+/// Read a regular file (never a FIFO or device, links followed not at all), at most `limit`
+/// bytes.
+fn read_regular(path: &Path, what: &str, limit: u64) -> Result<Vec<u8>> {
+    let f = fsx::open_regular(path, what, false)?;
+    read_limited(f, path, what, limit)
+}
+
+fn read_limited(f: std::fs::File, path: &Path, what: &str, limit: u64) -> Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    f.take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .at("read", path)?;
+    if bytes.len() as u64 > limit {
+        return Err(Error::input(
+            path.display(),
+            format!("{what} is larger than {limit} bytes; refused"),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// A file whose bytes differ from the record: a check failure, before anything is compiled
+/// or loaded.
+fn differs(path: &Path, what: &str, rel: &str, got: Sha256, want: Sha256, source: &str) -> Error {
+    Error::check(
+        path.display(),
+        format!(
+            "{what} `{}` has sha256 {got}, but {source} records {want}; nothing was compiled or \
+             loaded (the files changed since they were recorded: rebuild or reinstall the \
+             variant; `pinforge verify` lists every differing file)",
+            rel.escape_debug()
+        ),
+    )
+}
+
+/// Whether a subject is a header the shim may include: the shim compiles with only these on
+/// its include path.
+fn is_header(name: &str) -> bool {
+    name.starts_with("include/") && name.ends_with(".h")
+}
+
+/// Whether a subject is a shared library the decode loads (libllama and the ggml backends
+/// beside it).
+fn is_shared_library(name: &str) -> bool {
+    name.strip_prefix("lib/")
+        .is_some_and(|f| !f.contains('/') && f.contains(".so"))
+}
+
+fn target_from(
+    st: &Statement,
+    root: PathBuf,
+    recorded: &BTreeMap<String, Sha256>,
+    links: &BTreeMap<String, String>,
+    source: &str,
+) -> Result<SmokeTarget> {
     let params = &st.predicate.build_definition.external_parameters;
     let name = format!("{}/{}", params.recipe, params.variant);
     let lib = st
         .subject
         .iter()
-        .find(|s| s.name.starts_with("bin/libllama.so") || s.name.starts_with("lib/libllama.so"))
+        .find(|s| s.name.starts_with("lib/libllama.so"))
         .ok_or_else(|| {
-            Error::input(&name, "the build has no libllama shared library")
-                .with_hint("smoke needs a BUILD_SHARED_LIBS build of the `llama` target")
+            Error::input(&name, "the build has no libllama shared library (lib/libllama.so*)")
+                .with_hint("smoke needs a BUILD_SHARED_LIBS build of the `llama` target, staged in lib/: rebuild the variant with this pinforge")
         })?;
-    let header = st
+    if !st.subject.iter().any(|s| s.name == "include/llama.h") {
+        return Err(Error::input(&name, "the build has no include/llama.h")
+            .with_hint("rebuild with this pinforge: builds now keep the public headers"));
+    }
+    let want = |rel: &str| {
+        recorded
+            .get(rel)
+            .copied()
+            .ok_or_else(|| Error::Internal(format!("invariant: `{rel}` is a recorded subject")))
+    };
+
+    // libllama: read once; the digest and the sanitizer probe see the same bytes.
+    let (path, mut f) = open_inside(&root, &lib.name, "libllama")?;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes).at("read", &path)?;
+    let lib_sha = Sha256::of_bytes(&bytes);
+    if lib_sha != want(&lib.name)? {
+        return Err(differs(
+            &path,
+            "libllama",
+            &lib.name,
+            lib_sha,
+            want(&lib.name)?,
+            source,
+        ));
+    }
+    let sanitizer = asan_soname(&bytes);
+    drop(bytes);
+
+    // The other libraries the decode loads through libllama.
+    for s in st
         .subject
         .iter()
-        .find(|s| s.name == "include/llama.h")
-        .ok_or_else(|| {
-            Error::input(&name, "the build has no include/llama.h")
-                .with_hint("rebuild with this pinforge: builds now keep the public headers")
+        .filter(|s| s.name != lib.name && is_shared_library(&s.name))
+    {
+        let (path, f) = open_inside(&root, &s.name, "shared library")?;
+        let (got, _) = Sha256::of_reader(f, &path)?;
+        if got != want(&s.name)? {
+            return Err(differs(
+                &path,
+                "shared library",
+                &s.name,
+                got,
+                want(&s.name)?,
+                source,
+            ));
+        }
+    }
+
+    // The loader reaches libllama by its soname through the links in lib/ (libllama.so.0 ->
+    // libllama.so.0.0.1): each must be what the record says, a name beside it, never a way
+    // out of the build.
+    for (name, target) in links.iter().filter(|(n, _)| is_shared_library(n)) {
+        let p = root.join(name);
+        let found = std::fs::read_link(&p).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::input(p.display(), "recorded link not found")
+                .with_hint("the build folder changed since the build; rebuild the variant"),
+            std::io::ErrorKind::InvalidInput => Error::check(
+                p.display(),
+                format!(
+                    "`{}` is recorded as a link but is not one",
+                    name.escape_debug()
+                ),
+            ),
+            _ => Error::io("read link", &p, e),
         })?;
+        if found.as_os_str().as_encoded_bytes() != target.as_bytes() {
+            return Err(Error::check(
+                p.display(),
+                format!(
+                    "link `{}` points at `{}`, but {source} records `{}`; nothing was compiled or loaded",
+                    name.escape_debug(),
+                    found.display(),
+                    target.escape_debug()
+                ),
+            ));
+        }
+        if target.contains('/') || target == ".." || target == "." {
+            return Err(Error::input(
+                p.display(),
+                format!(
+                    "link `{}` -> `{}` leaves lib/; smoke loads libraries only from beside libllama",
+                    name.escape_debug(),
+                    target.escape_debug()
+                ),
+            ));
+        }
+    }
+
+    let mut headers = BTreeMap::new();
+    let mut header_bytes = BTreeMap::new();
+    for s in st.subject.iter().filter(|s| is_header(&s.name)) {
+        let (path, f) = open_inside(&root, &s.name, "header")?;
+        let bytes = read_limited(f, &path, "header", MAX_HEADER)?;
+        let got = Sha256::of_bytes(&bytes);
+        if got != want(&s.name)? {
+            return Err(differs(
+                &path,
+                "header",
+                &s.name,
+                got,
+                want(&s.name)?,
+                source,
+            ));
+        }
+        headers.insert(s.name.clone(), got);
+        header_bytes.insert(s.name.clone(), bytes);
+    }
+
     let cuda = st.subject.iter().any(|s| s.name.contains("libggml-cuda"));
     let arg = |prefix: &str| {
         params
@@ -106,20 +398,20 @@ fn target_from(st: &Statement, root: PathBuf) -> Result<SmokeTarget> {
         name,
         root,
         libllama: lib.name.clone(),
-        libllama_sha256: lib
-            .sha256()
-            .ok_or_else(|| Error::Internal("libllama digest".into()))?,
-        header_sha256: header
-            .sha256()
-            .ok_or_else(|| Error::Internal("header digest".into()))?,
+        libllama_sha256: lib_sha,
+        headers,
+        header_bytes,
+        sanitizer,
         cuda,
         cuda_toolkit: toolkit,
         cuda_architectures: arg("-DCMAKE_CUDA_ARCHITECTURES="),
     })
 }
 
-/// Compile (or reuse) the shim for `target` into `cache`; the cache key covers the shim
-/// source, the build's libllama and llama.h, and the compiler.
+/// Compile (or reuse) the shim for `target` into `cache`. The cache key covers the shim
+/// source, the recomputed digests of libllama and of every header the shim may include, the
+/// compiler, and the build's folder (the shim's rpath points there, so a shim built for one
+/// folder must not be reused for another holding the same bytes).
 pub fn shim_for(target: &SmokeTarget, cache: &Path) -> Result<PathBuf> {
     let mut b = cc::Build::new();
     b.cargo_metadata(false)
@@ -135,17 +427,20 @@ pub fn shim_for(target: &SmokeTarget, cache: &Path) -> Result<PathBuf> {
         Error::input("smoke shim", format!("no C compiler: {e}"))
             .with_hint("install gcc (or set CC)")
     })?;
-    let key = Sha256::of_bytes(
-        format!(
-            "{}\n{}\n{}\n{}\n{}",
-            Sha256::of_bytes(SHIM_SOURCE.as_bytes()),
-            target.libllama_sha256,
-            target.header_sha256,
-            compiler.path().display(),
-            target.root.display()
-        )
-        .as_bytes(),
+    let mut key_text = format!(
+        "shim {}\nlibllama {}\n",
+        Sha256::of_bytes(SHIM_SOURCE.as_bytes()),
+        target.libllama_sha256
     );
+    for (name, sha) in &target.headers {
+        key_text.push_str(&format!("header {} {sha}\n", name.escape_debug()));
+    }
+    key_text.push_str(&format!(
+        "cc {}\nroot {}\n",
+        compiler.path().display(),
+        target.root.display()
+    ));
+    let key = Sha256::of_bytes(key_text.as_bytes());
     let out = cache.join(format!("pinforge-smoke-{}.so", key.short(16)));
     if out.is_file() {
         return Ok(out);
@@ -153,15 +448,41 @@ pub fn shim_for(target: &SmokeTarget, cache: &Path) -> Result<PathBuf> {
     fsx::create_dir_all(cache)?;
     let src = cache.join(format!("shim-{}.c", key.short(16)));
     fsx::write_atomic(&src, SHIM_SOURCE.as_bytes())?;
+    // The verified header bytes, in a folder of this process's own: the compiler sees those
+    // and nothing else from the build (no header the manifest does not name, none swapped
+    // after the check).
+    let inc = cache.join(format!(".inc-{}-{}", key.short(16), std::process::id()));
+    let _ = std::fs::remove_dir_all(&inc);
+    let compiled = compile_shim(target, &compiler, &src, &inc, &out, &key);
+    let _ = std::fs::remove_dir_all(&inc);
+    compiled?;
+    Ok(out)
+}
+
+fn compile_shim(
+    target: &SmokeTarget,
+    compiler: &cc::Tool,
+    src: &Path,
+    inc: &Path,
+    out: &Path,
+    key: &Sha256,
+) -> Result<()> {
+    for (name, bytes) in &target.header_bytes {
+        let rel = name.strip_prefix("include/").unwrap_or(name);
+        let p = inc.join(rel);
+        fsx::create_dir_all(&fsx::parent_of(&p))?;
+        fsx::write_atomic(&p, bytes)?;
+    }
     let lib_path = target.root.join(&target.libllama);
     let lib_dir = fsx::parent_of(&lib_path);
+    let cache = fsx::parent_of(out);
     let tmp = cache.join(format!(".tmp-{}-{}.so", key.short(16), std::process::id()));
     let mut cmd = compiler.to_command();
     cmd.arg("-shared")
         .arg("-o")
         .arg(&tmp)
-        .arg(&src)
-        .arg(format!("-I{}", target.root.join("include").display()))
+        .arg(src)
+        .arg(format!("-I{}", inc.display()))
         .arg(&lib_path)
         // Bound to this build's libraries, not to whatever a layer link shows later.
         .arg(format!("-Wl,-rpath,{}", lib_dir.display()));
@@ -176,8 +497,8 @@ pub fn shim_for(target: &SmokeTarget, cache: &Path) -> Result<PathBuf> {
         .with_hint("the build's C API changed in a way the shim does not cover"),
         other => other,
     })?;
-    std::fs::rename(&tmp, &out).at("rename into", &out)?;
-    Ok(out)
+    std::fs::rename(&tmp, out).at("rename into", out)?;
+    Ok(())
 }
 
 /// What the smoke found.
@@ -266,8 +587,7 @@ pub fn run(target: &SmokeTarget, opts: &SmokeOptions) -> Result<SmokeReport> {
         ));
     }
     let probe = cuda::probe();
-    let lib = target.root.join(&target.libllama);
-    let sanitizer = asan_soname(&lib)?;
+    let sanitizer = target.sanitizer.clone();
     let mut report = SmokeReport {
         verdict: Verdict::Error,
         arch: opts.arch.name().to_string(),
@@ -437,19 +757,17 @@ pub fn run(target: &SmokeTarget, opts: &SmokeOptions) -> Result<SmokeReport> {
 /// The exit code the sanitizer is told to use, so its stops are told apart from errors.
 pub const ASAN_EXIT: i32 = 86;
 
-/// The ASan runtime a library needs (`libasan.so.8`), read from its dynamic section strings.
-fn asan_soname(lib: &Path) -> Result<Option<String>> {
-    let bytes = std::fs::read(lib).at("read", lib)?;
+/// The ASan runtime a library needs (`libasan.so.8`), read from its dynamic section strings
+/// (the bytes already checked against the record).
+fn asan_soname(bytes: &[u8]) -> Option<String> {
     let needle = b"libasan.so.";
-    let Some(at) = bytes.windows(needle.len()).position(|w| w == needle) else {
-        return Ok(None);
-    };
+    let at = bytes.windows(needle.len()).position(|w| w == needle)?;
     let end = bytes[at..]
         .iter()
         .position(|&b| b == 0)
         .map(|e| at + e)
         .unwrap_or(at + needle.len());
-    Ok(Some(String::from_utf8_lossy(&bytes[at..end]).into_owned()))
+    Some(String::from_utf8_lossy(&bytes[at..end]).into_owned())
 }
 
 /// `heap-buffer-overflow in llama_kv_cache::apply_ubatch (allocated in ...)` from an ASan
@@ -633,14 +951,10 @@ SUMMARY: AddressSanitizer: heap-buffer-overflow (/b/bin/libllama.so.0+0x1f) in l
 
     #[test]
     fn asan_runtime_is_found_in_dynamic_strings() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let p = dir.path().join("lib.so");
-        std::fs::write(&p, b"\x7fELF....libstdc++.so.6\0libasan.so.8\0libm.so.6\0").expect("write");
         assert_eq!(
-            asan_soname(&p).expect("read").as_deref(),
+            asan_soname(b"\x7fELF....libstdc++.so.6\0libasan.so.8\0libm.so.6\0").as_deref(),
             Some("libasan.so.8")
         );
-        std::fs::write(&p, b"\x7fELF....libm.so.6\0").expect("write");
-        assert_eq!(asan_soname(&p).expect("read"), None);
+        assert_eq!(asan_soname(b"\x7fELF....libm.so.6\0"), None);
     }
 }

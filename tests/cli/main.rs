@@ -13,6 +13,7 @@ mod history;
 mod inputs;
 mod output;
 mod patch_apply;
+mod smoke_trust;
 mod snapshots_cli;
 mod trust_install;
 mod ux;

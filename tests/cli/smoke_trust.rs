@@ -1,0 +1,832 @@
+//! Smoke (and the `install --smoke` gate) against files nobody verified: a FIFO or a swapped
+//! file in place of libllama or a header, an artifact root through a link, an installed
+//! entry whose manifest.json was edited. Synthetic builds (files written by the test, a
+//! manifest naming them), so no CMake build is needed.
+
+use serde_json::{json, Value};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A command that runs longer than this is a hang.
+const HANG: Duration = Duration::from_secs(30);
+
+fn sha_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+const FAKE_LIB: &[u8] = b"\x7fELF not really a library\0libm.so.6\0";
+const FAKE_HEADER: &[u8] = b"/* not llama.h: declares nothing the shim needs */\n";
+const FAKE_GGML: &[u8] = b"/* ggml.h */\n";
+
+/// A workspace and a synthetic build of a fake llama.cpp under `builds/<name>/out`.
+struct Fx {
+    dir: tempfile::TempDir,
+    ws: PathBuf,
+}
+
+impl Fx {
+    fn new() -> Fx {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(&ws).expect("mkdir");
+        Fx { dir, ws }
+    }
+
+    fn base(&self, name: &str) -> PathBuf {
+        self.dir.path().join("builds").join(name)
+    }
+
+    /// `lib/libllama.so.0` (the file), `lib/libllama.so` (a link to it), `include/llama.h`,
+    /// `include/ggml.h`; `edit` may change the manifest before it is written.
+    fn build_with(&self, name: &str, edit: impl FnOnce(&mut Value)) -> PathBuf {
+        self.build_of(
+            name,
+            [
+                ("lib/libllama.so.0", FAKE_LIB, 0o755),
+                ("include/llama.h", FAKE_HEADER, 0o644),
+                ("include/ggml.h", FAKE_GGML, 0o644),
+            ],
+            edit,
+        )
+    }
+
+    fn build_of(
+        &self,
+        name: &str,
+        arts: [(&str, &[u8], u32); 3],
+        edit: impl FnOnce(&mut Value),
+    ) -> PathBuf {
+        let base = self.base(name);
+        let out = base.join("out");
+        let mut subjects = Vec::new();
+        for (n, bytes, mode) in arts {
+            let p = out.join(n);
+            std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+            std::fs::write(&p, bytes).expect("write");
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).expect("chmod");
+            subjects.push(json!({"name": n, "digest": {"sha256": sha_hex(bytes)},
+                "annotations": {"size": bytes.len()}}));
+        }
+        let _ = std::fs::remove_file(out.join("lib/libllama.so"));
+        std::os::unix::fs::symlink("libllama.so.0", out.join("lib/libllama.so")).expect("link");
+        let mut m = json!({
+            "_type": "https://in-toto.io/Statement/v1",
+            "predicateType": "https://slsa.dev/provenance/v1",
+            "subject": subjects,
+            "predicate": {
+                "buildDefinition": {
+                    "buildType": "https://pinforge.invalid/cmake-variant/v1",
+                    "externalParameters": {"recipe": "synthetic", "variant": name,
+                        "build_type": "Release", "targets": [], "cmake_args": [], "patches": []},
+                    "internalParameters": {"artifact_root": "out", "inputs": {},
+                        "input_digest": "0000000000000000000000000000000000000000000000000000000000000000"},
+                    "resolvedDependencies": []
+                },
+                "runDetails": {"builder": {"id": "test"}, "metadata": {"invocationId": "x",
+                    "startedOn": "", "finishedOn": ""}, "byproducts": [
+                        {"name": "lib/libllama.so", "annotations": {"link_target": "libllama.so.0"}},
+                        {"name": "build.log", "digest": {"sha256": sha_hex(b"")}}
+                    ]}
+            }
+        });
+        edit(&mut m);
+        let path = base.join("manifest.json");
+        std::fs::write(&path, serde_json::to_vec_pretty(&m).expect("json")).expect("write");
+        path
+    }
+
+    fn build(&self, name: &str) -> PathBuf {
+        self.build_with(name, |_| {})
+    }
+
+    fn root(&self) -> PathBuf {
+        self.ws.join("rollback")
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let mut c = crate::pinforge_cmd(&self.ws);
+        c.args(args);
+        run_timeout(c, HANG).unwrap_or_else(|| panic!("pinforge {args:?} hung (> {HANG:?})"))
+    }
+
+    fn smoke(&self, manifest: &Path) -> Output {
+        self.run(&["smoke", manifest.to_str().expect("utf8"), "--arch", "qwen2"])
+    }
+
+    /// Whatever smoke left in its cache: a compiled shim or a shim source means something
+    /// was compiled (or about to be).
+    fn compiled_anything(&self) -> Vec<String> {
+        let cache = self.ws.join("build").join(".smoke");
+        let Ok(rd) = std::fs::read_dir(&cache) else {
+            return Vec::new();
+        };
+        rd.filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("pinforge-smoke-") || n.starts_with("shim-"))
+            .collect()
+    }
+}
+
+fn run_timeout(mut c: std::process::Command, limit: Duration) -> Option<Output> {
+    let mut child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let start = Instant::now();
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return Some(child.wait_with_output().expect("output"));
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn mkfifo(p: &Path) {
+    let c = std::ffi::CString::new(p.to_str().expect("utf8")).expect("cstring");
+    // SAFETY: a valid NUL-terminated path.
+    let rc = unsafe { libc::mkfifo(c.as_ptr(), 0o644) };
+    assert_eq!(rc, 0, "mkfifo {}", p.display());
+}
+
+fn report(o: &Output) -> String {
+    format!("{}{}", crate::stdout(o), crate::stderr(o))
+}
+
+// issue: smokefix item 1 (smoke decodes bytes nobody verified)
+#[test]
+fn a_fifo_in_place_of_libllama_is_refused_with_exit_2_and_never_opened() {
+    let fx = Fx::new();
+    let m = fx.build("fifo");
+    let lib = fx.base("fifo").join("out/lib/libllama.so.0");
+    std::fs::remove_file(&lib).expect("rm");
+    mkfifo(&lib);
+    let started = Instant::now();
+    let o = fx.smoke(&m);
+    assert_eq!(crate::code(&o), 2, "{}", report(&o));
+    assert!(crate::stderr(&o).contains("FIFO"), "{}", report(&o));
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(fx.compiled_anything().is_empty());
+}
+
+// issue: smokefix item 1
+#[test]
+fn a_libllama_whose_bytes_differ_from_the_manifest_fails_the_check_naming_it_and_compiles_nothing()
+{
+    let fx = Fx::new();
+    let m = fx.build("swapped");
+    let lib = fx.base("swapped").join("out/lib/libllama.so.0");
+    std::fs::write(&lib, b"\x7fELF other bytes\0libasan.so.8\0").expect("write");
+    let o = fx.smoke(&m);
+    assert_eq!(crate::code(&o), 1, "{}", report(&o));
+    let e = crate::stderr(&o);
+    assert!(e.contains("lib/libllama.so.0"), "{e}");
+    assert!(e.contains("nothing was compiled or loaded"), "{e}");
+    assert!(
+        fx.compiled_anything().is_empty(),
+        "{:?}",
+        fx.compiled_anything()
+    );
+}
+
+// issue: smokefix item 1 (every header the shim compiles against, not only llama.h)
+#[test]
+fn a_header_whose_bytes_differ_from_the_manifest_fails_the_check_naming_it() {
+    for header in ["include/llama.h", "include/ggml.h"] {
+        let fx = Fx::new();
+        let m = fx.build("hdr");
+        std::fs::write(fx.base("hdr").join("out").join(header), b"#error swapped\n")
+            .expect("write");
+        let o = fx.smoke(&m);
+        assert_eq!(crate::code(&o), 1, "{header}: {}", report(&o));
+        assert!(crate::stderr(&o).contains(header), "{}", report(&o));
+        assert!(fx.compiled_anything().is_empty());
+    }
+}
+
+// issue: smokefix item 1
+#[test]
+fn a_header_that_is_a_fifo_or_a_link_out_of_the_build_is_refused_with_exit_2() {
+    let fx = Fx::new();
+    let m = fx.build("hfifo");
+    let h = fx.base("hfifo").join("out/include/ggml.h");
+    std::fs::remove_file(&h).expect("rm");
+    mkfifo(&h);
+    let o = fx.smoke(&m);
+    assert_eq!(crate::code(&o), 2, "{}", report(&o));
+
+    let fx = Fx::new();
+    let m = fx.build("hlink");
+    let outside = fx.dir.path().join("outside.h");
+    std::fs::write(&outside, FAKE_HEADER).expect("write");
+    let h = fx.base("hlink").join("out/include/llama.h");
+    std::fs::remove_file(&h).expect("rm");
+    std::os::unix::fs::symlink(&outside, &h).expect("link");
+    let o = fx.smoke(&m);
+    assert_eq!(crate::code(&o), 2, "{}", report(&o));
+    assert!(crate::stderr(&o).contains("symlink"), "{}", report(&o));
+}
+
+// issue: smokefix item 1 (checked artifact root; no folder on the way through a link)
+#[test]
+fn an_artifact_root_or_a_library_folder_reached_through_a_link_is_refused_with_exit_2() {
+    let fx = Fx::new();
+    let m = fx.build("rootlink");
+    let base = fx.base("rootlink");
+    let elsewhere = fx.dir.path().join("elsewhere");
+    std::fs::rename(base.join("out"), &elsewhere).expect("mv");
+    std::os::unix::fs::symlink(&elsewhere, base.join("out")).expect("link");
+    let o = fx.smoke(&m);
+    assert_eq!(crate::code(&o), 2, "{}", report(&o));
+    assert!(
+        crate::stderr(&o).contains("artifact root"),
+        "{}",
+        report(&o)
+    );
+
+    let fx = Fx::new();
+    let m = fx.build("liblink");
+    let out = fx.base("liblink").join("out");
+    let elsewhere = fx.dir.path().join("elsewhere-lib");
+    std::fs::rename(out.join("lib"), &elsewhere).expect("mv");
+    std::os::unix::fs::symlink(&elsewhere, out.join("lib")).expect("link");
+    let o = fx.smoke(&m);
+    assert_eq!(crate::code(&o), 2, "{}", report(&o));
+    assert!(crate::stderr(&o).contains("not a folder"), "{}", report(&o));
+    assert!(fx.compiled_anything().is_empty());
+}
+
+// issue: smokefix item 6 (builds stage lib/; the old bin/ layout is not smoked)
+#[test]
+fn a_manifest_naming_libllama_under_bin_is_refused_with_a_rebuild_hint() {
+    let fx = Fx::new();
+    let m = fx.build_with("oldlayout", |m| {
+        m["subject"][0]["name"] = json!("bin/libllama.so.0");
+        m["predicate"]["runDetails"]["byproducts"] =
+            json!([{"name": "build.log", "digest": {"sha256": sha_hex(b"")}}]);
+    });
+    let out = fx.base("oldlayout").join("out");
+    std::fs::create_dir_all(out.join("bin")).expect("mkdir");
+    std::fs::copy(out.join("lib/libllama.so.0"), out.join("bin/libllama.so.0")).expect("cp");
+    let o = fx.smoke(&m);
+    assert_eq!(crate::code(&o), 2, "{}", report(&o));
+    let e = crate::stderr(&o);
+    assert!(
+        e.contains("lib/libllama.so") && e.contains("rebuild"),
+        "{e}"
+    );
+}
+
+// issue: smokefix items 1, 3 (the real path still runs once the checks pass)
+#[test]
+fn a_verified_fake_build_gets_past_the_checks_to_a_clean_shim_compile_failure() {
+    let fx = Fx::new();
+    let m = fx.build("fake");
+    let o = fx.smoke(&m);
+    // The files match the manifest, so smoke goes on to compile the shim against the copies
+    // of the verified headers; the fake llama.h declares nothing, so that compile fails and
+    // is reported as an input error naming the build, with the compiler's output.
+    assert_eq!(crate::code(&o), 2, "{}", report(&o));
+    let e = crate::stderr(&o);
+    assert!(e.contains("smoke shim for synthetic/fake"), "{e}");
+    assert!(
+        e.contains("does not compile against this build's llama.h"),
+        "{e}"
+    );
+    // The compiler saw the verified copy, in a folder of smoke's own, removed afterwards.
+    let cache = fx.ws.join("build").join(".smoke");
+    let left: Vec<String> = std::fs::read_dir(&cache)
+        .expect("cache")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(left.iter().all(|n| !n.starts_with(".inc-")), "{left:?}");
+    assert!(
+        left.iter().all(|n| !n.starts_with("pinforge-smoke-")),
+        "{left:?}"
+    );
+
+    // The install gate stops at the same point, and nothing is installed.
+    let root = fx.root();
+    let o = fx.run(&[
+        "install",
+        m.to_str().expect("utf8"),
+        "--layer",
+        "live",
+        "--smoke",
+        "--json",
+        "--root",
+        root.to_str().expect("utf8"),
+    ]);
+    assert_eq!(crate::code(&o), 2, "{}", report(&o));
+    assert!(!root.join("state").exists());
+}
+
+// issue: smokefix item 1 (the install gate runs the same checks before anything is staged)
+#[test]
+fn the_install_gate_refuses_a_swapped_libllama_before_staging() {
+    let fx = Fx::new();
+    let m = fx.build("gate");
+    std::fs::write(
+        fx.base("gate").join("out/lib/libllama.so.0"),
+        b"other bytes",
+    )
+    .expect("write");
+    let root = fx.root();
+    let o = fx.run(&[
+        "install",
+        m.to_str().expect("utf8"),
+        "--layer",
+        "live",
+        "--smoke",
+        "--root",
+        root.to_str().expect("utf8"),
+    ]);
+    assert_eq!(crate::code(&o), 1, "{}", report(&o));
+    assert!(
+        crate::stderr(&o).contains("lib/libllama.so.0"),
+        "{}",
+        report(&o)
+    );
+    assert!(!root.join("state").exists());
+}
+
+/// Install `m` into `live` (no gate) and return the store entry it made.
+fn install(fx: &Fx, m: &Path) -> PathBuf {
+    let root = fx.root();
+    let o = fx.run(&[
+        "install",
+        m.to_str().expect("utf8"),
+        "--layer",
+        "live",
+        "--json",
+        "--root",
+        root.to_str().expect("utf8"),
+    ]);
+    assert_eq!(crate::code(&o), 0, "{}", report(&o));
+    PathBuf::from(crate::json(&o)["entry"].as_str().expect("entry"))
+}
+
+/// Replace a sealed entry's manifest.json with `edit` applied to it.
+fn edit_entry_manifest(entry: &Path, edit: impl FnOnce(&mut Value)) {
+    let p = entry.join("manifest.json");
+    let mut m: Value = serde_json::from_slice(&std::fs::read(&p).expect("read")).expect("json");
+    edit(&mut m);
+    std::fs::set_permissions(entry, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::remove_file(&p).expect("rm");
+    std::fs::write(&p, serde_json::to_vec_pretty(&m).expect("json")).expect("write");
+    // Sealed as install seals it, so the entry still passes the install root's own check
+    // (manifest.json is not part of the identity it re-hashes).
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o444)).expect("chmod");
+    std::fs::set_permissions(entry, std::fs::Permissions::from_mode(0o555)).expect("chmod");
+}
+
+fn smoke_installed(fx: &Fx) -> Output {
+    let root = fx.root();
+    fx.run(&[
+        "smoke",
+        "--installed",
+        "--arch",
+        "qwen2",
+        "--root",
+        root.to_str().expect("utf8"),
+    ])
+}
+
+// issue: smokefix item 2 (manifest.json is not part of an entry's identity)
+#[test]
+fn an_installed_entry_whose_manifest_names_another_file_as_libllama_is_refused() {
+    let fx = Fx::new();
+    let m = fx.build("inst");
+    let entry = install(&fx, &m);
+    // Unedited, the installed entry passes the checks and reaches the shim compile.
+    let o = smoke_installed(&fx);
+    assert_eq!(crate::code(&o), 2, "{}", report(&o));
+    assert!(
+        crate::stderr(&o).contains("does not compile against"),
+        "{}",
+        report(&o)
+    );
+    // The manifest now says libllama is ggml.h's bytes under another name.
+    edit_entry_manifest(&entry, |m| {
+        let ggml = m["subject"]
+            .as_array()
+            .expect("subjects")
+            .iter()
+            .find(|s| s["name"] == "include/ggml.h")
+            .cloned()
+            .expect("ggml");
+        let mut evil = ggml.clone();
+        evil["name"] = json!("lib/libllama.so.1");
+        let subjects = m["subject"].as_array_mut().expect("subjects");
+        subjects.retain(|s| s["name"] != "lib/libllama.so.0");
+        subjects.insert(0, evil);
+    });
+    let o = smoke_installed(&fx);
+    assert_eq!(crate::code(&o), 1, "{}", report(&o));
+    let e = crate::stderr(&o);
+    assert!(e.contains("disagrees with its record"), "{e}");
+    assert!(e.contains("lib/libllama.so.1"), "{e}");
+}
+
+// issue: smokefix item 2
+#[test]
+fn an_installed_entry_whose_manifest_digests_were_edited_is_refused() {
+    let fx = Fx::new();
+    let m = fx.build("digest");
+    let entry = install(&fx, &m);
+    edit_entry_manifest(&entry, |m| {
+        for s in m["subject"].as_array_mut().expect("subjects") {
+            if s["name"] == "include/llama.h" {
+                s["digest"]["sha256"] = json!(sha_hex(b"some other header"));
+            }
+        }
+    });
+    let o = smoke_installed(&fx);
+    assert_eq!(crate::code(&o), 1, "{}", report(&o));
+    let e = crate::stderr(&o);
+    assert!(
+        e.contains("include/llama.h") && e.contains("disagrees with its record"),
+        "{e}"
+    );
+}
+
+// issue: smokefix item 2 (the entry's manifest is read as a regular file, never followed)
+#[test]
+fn an_installed_entry_whose_manifest_is_a_fifo_is_refused_without_hanging() {
+    let fx = Fx::new();
+    let m = fx.build("mfifo");
+    let entry = install(&fx, &m);
+    let p = entry.join("manifest.json");
+    std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::remove_file(&p).expect("rm");
+    mkfifo(&p);
+    let o = smoke_installed(&fx);
+    assert_ne!(crate::code(&o), 0, "{}", report(&o));
+    assert!(
+        crate::stderr(&o).contains("manifest.json"),
+        "{}",
+        report(&o)
+    );
+}
+
+// issue: smokefix item 5 (install stores the very bytes it parsed)
+#[test]
+fn install_refuses_a_fifo_manifest_without_hanging_and_stores_the_bytes_it_parsed() {
+    let fx = Fx::new();
+    let fifo = fx.dir.path().join("fifo.json");
+    mkfifo(&fifo);
+    let root = fx.root();
+    let o = fx.run(&[
+        "install",
+        fifo.to_str().expect("utf8"),
+        "--layer",
+        "live",
+        "--root",
+        root.to_str().expect("utf8"),
+    ]);
+    assert_eq!(crate::code(&o), 2, "{}", report(&o));
+    assert!(crate::stderr(&o).contains("FIFO"), "{}", report(&o));
+
+    let m = fx.build("bytes");
+    let entry = install(&fx, &m);
+    assert_eq!(
+        std::fs::read(entry.join("manifest.json")).expect("read"),
+        std::fs::read(&m).expect("read")
+    );
+}
+
+/// Just enough of llama.h for the shim to compile: the types and functions it uses, with the
+/// fields it sets. It includes ggml.h, so the shim compiles against two verified headers.
+const STUB_LLAMA_H: &str = r#"#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "ggml.h"
+typedef int32_t llama_token;
+typedef int32_t llama_pos;
+typedef int32_t llama_seq_id;
+struct llama_model;
+struct llama_context;
+struct llama_vocab;
+typedef struct llama_memory_i *llama_memory_t;
+struct llama_model_params { int32_t n_gpu_layers; };
+struct llama_context_params {
+    uint32_t n_ctx, n_batch, n_ubatch, n_seq_max;
+    int32_t n_threads, n_threads_batch;
+};
+typedef struct llama_batch {
+    int32_t n_tokens;
+    llama_token *token;
+    float *embd;
+    llama_pos *pos;
+    int32_t *n_seq_id;
+    llama_seq_id **seq_id;
+    int8_t *logits;
+} llama_batch;
+const char *llama_print_system_info(void);
+void llama_log_set(ggml_log_callback cb, void *user_data);
+void llama_backend_init(void);
+struct llama_model_params llama_model_default_params(void);
+struct llama_context_params llama_context_default_params(void);
+struct llama_model *llama_model_load_from_file(const char *path, struct llama_model_params p);
+struct llama_context *llama_init_from_model(struct llama_model *m, struct llama_context_params p);
+void llama_model_free(struct llama_model *m);
+void llama_free(struct llama_context *c);
+const struct llama_vocab *llama_model_get_vocab(const struct llama_model *m);
+int32_t llama_vocab_n_tokens(const struct llama_vocab *v);
+int32_t llama_tokenize(const struct llama_vocab *v, const char *text, int32_t len,
+                       llama_token *out, int32_t max, bool add_special, bool parse_special);
+struct llama_batch llama_batch_init(int32_t n, int32_t embd, int32_t n_seq_max);
+void llama_batch_free(struct llama_batch b);
+int32_t llama_decode(struct llama_context *c, struct llama_batch b);
+float *llama_get_logits_ith(struct llama_context *c, int32_t i);
+size_t llama_state_seq_get_size(struct llama_context *c, llama_seq_id s);
+size_t llama_state_seq_get_data(struct llama_context *c, uint8_t *dst, size_t size, llama_seq_id s);
+size_t llama_state_seq_set_data(struct llama_context *c, const uint8_t *src, size_t size, llama_seq_id s);
+llama_memory_t llama_get_memory(const struct llama_context *c);
+void llama_memory_clear(llama_memory_t m, bool data);
+"#;
+
+const STUB_GGML_H: &str = r#"#pragma once
+enum ggml_log_level { GGML_LOG_LEVEL_NONE, GGML_LOG_LEVEL_DEBUG, GGML_LOG_LEVEL_INFO,
+                      GGML_LOG_LEVEL_WARN, GGML_LOG_LEVEL_ERROR, GGML_LOG_LEVEL_CONT };
+typedef void (*ggml_log_callback)(enum ggml_log_level level, const char *text, void *user_data);
+"#;
+
+/// A libllama that loads no model: every smoke against it ends in the error verdict the
+/// engine's own refusal gets.
+const STUB_LLAMA_C: &str = r#"#include "llama.h"
+#include <string.h>
+const char *llama_print_system_info(void) { return "stub"; }
+void llama_log_set(ggml_log_callback cb, void *u) { (void) cb; (void) u; }
+void llama_backend_init(void) {}
+struct llama_model_params llama_model_default_params(void) { struct llama_model_params p = {0}; return p; }
+struct llama_context_params llama_context_default_params(void) { struct llama_context_params p; memset(&p, 0, sizeof p); return p; }
+struct llama_model *llama_model_load_from_file(const char *path, struct llama_model_params p) { (void) path; (void) p; return NULL; }
+struct llama_context *llama_init_from_model(struct llama_model *m, struct llama_context_params p) { (void) m; (void) p; return NULL; }
+void llama_model_free(struct llama_model *m) { (void) m; }
+void llama_free(struct llama_context *c) { (void) c; }
+const struct llama_vocab *llama_model_get_vocab(const struct llama_model *m) { (void) m; return NULL; }
+int32_t llama_vocab_n_tokens(const struct llama_vocab *v) { (void) v; return 0; }
+int32_t llama_tokenize(const struct llama_vocab *v, const char *t, int32_t l, llama_token *o, int32_t m, bool a, bool p) { (void) v; (void) t; (void) l; (void) o; (void) m; (void) a; (void) p; return -1; }
+struct llama_batch llama_batch_init(int32_t n, int32_t e, int32_t s) { (void) n; (void) e; (void) s; struct llama_batch b; memset(&b, 0, sizeof b); return b; }
+void llama_batch_free(struct llama_batch b) { (void) b; }
+int32_t llama_decode(struct llama_context *c, struct llama_batch b) { (void) c; (void) b; return -1; }
+float *llama_get_logits_ith(struct llama_context *c, int32_t i) { (void) c; (void) i; return NULL; }
+size_t llama_state_seq_get_size(struct llama_context *c, llama_seq_id s) { (void) c; (void) s; return 0; }
+size_t llama_state_seq_get_data(struct llama_context *c, uint8_t *d, size_t n, llama_seq_id s) { (void) c; (void) d; (void) n; (void) s; return 0; }
+size_t llama_state_seq_set_data(struct llama_context *c, const uint8_t *d, size_t n, llama_seq_id s) { (void) c; (void) d; (void) n; (void) s; return 0; }
+llama_memory_t llama_get_memory(const struct llama_context *c) { (void) c; return NULL; }
+void llama_memory_clear(llama_memory_t m, bool d) { (void) m; (void) d; }
+"#;
+
+// issue: smokefix items 1, 3 (the verified bytes are the ones compiled, linked and loaded)
+#[test]
+fn a_verified_stub_libllama_is_compiled_against_loaded_and_gets_the_error_verdict() {
+    let fx = Fx::new();
+    let (m, lib) = stub_build(&fx, "stub", STUB_LLAMA_C);
+    let o = fx.run(&[
+        "smoke",
+        m.to_str().expect("utf8"),
+        "--arch",
+        "qwen2",
+        "--json",
+    ]);
+    assert_eq!(crate::code(&o), 2, "{}", report(&o));
+    let r = crate::json(&o);
+    assert_eq!(r["verdict"], "error", "{r}");
+    assert!(
+        r["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("llama_model_load_from_file failed"),
+        "{r}"
+    );
+    assert_eq!(r["target"], "synthetic/stub");
+    // One shim, cached under a key of the recomputed digests: a second run reuses it.
+    let shims = fx.compiled_anything();
+    assert_eq!(
+        shims
+            .iter()
+            .filter(|n| n.starts_with("pinforge-smoke-"))
+            .count(),
+        1,
+        "{shims:?}"
+    );
+    let o = fx.run(&["smoke", m.to_str().expect("utf8"), "--arch", "qwen2"]);
+    assert_eq!(crate::code(&o), 2, "{}", report(&o));
+    assert_eq!(fx.compiled_anything(), shims);
+
+    // A header changed (and the manifest with it, so the check passes): a new key, a new
+    // shim, never the old one reused.
+    let ggml2 = format!("{STUB_GGML_H}/* changed */\n");
+    let m2 = fx.build_of(
+        "stub",
+        [
+            ("lib/libllama.so.0", &lib, 0o755),
+            ("include/llama.h", STUB_LLAMA_H.as_bytes(), 0o644),
+            ("include/ggml.h", ggml2.as_bytes(), 0o644),
+        ],
+        |_| {},
+    );
+    let o = fx.run(&["smoke", m2.to_str().expect("utf8"), "--arch", "qwen2"]);
+    assert_eq!(crate::code(&o), 2, "{}", report(&o));
+    assert_eq!(
+        fx.compiled_anything()
+            .iter()
+            .filter(|n| n.starts_with("pinforge-smoke-"))
+            .count(),
+        2
+    );
+}
+
+/// Compile `engine` (C, against the stub headers) into a real libllama.so.0 and write a
+/// synthetic build of it with the stub headers; returns the manifest and the library's bytes.
+fn stub_build(fx: &Fx, name: &str, engine: &str) -> (PathBuf, Vec<u8>) {
+    let src = fx.dir.path().join(format!("stub-src-{name}"));
+    std::fs::create_dir_all(&src).expect("mkdir");
+    std::fs::write(src.join("llama.h"), STUB_LLAMA_H).expect("write");
+    std::fs::write(src.join("ggml.h"), STUB_GGML_H).expect("write");
+    std::fs::write(src.join("stub.c"), engine).expect("write");
+    let so = src.join("libllama.so.0");
+    let st = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-Wl,-soname,libllama.so.0", "-o"])
+        .arg(&so)
+        .arg(src.join("stub.c"))
+        .arg(format!("-I{}", src.display()))
+        .status()
+        .expect("run cc");
+    assert!(st.success(), "the stub libllama compiles");
+    let lib = std::fs::read(&so).expect("read");
+    let m = fx.build_of(
+        name,
+        [
+            ("lib/libllama.so.0", &lib, 0o755),
+            ("include/llama.h", STUB_LLAMA_H.as_bytes(), 0o644),
+            ("include/ggml.h", STUB_GGML_H.as_bytes(), 0o644),
+        ],
+        |_| {},
+    );
+    (m, lib)
+}
+
+/// A deterministic engine: the logits depend only on the last token and its position, and
+/// the state round-trips, so a save/clear/restore decode equals the reference (verdict ok).
+const STUB_ENGINE_OK_C: &str = r#"#include "llama.h"
+#include <stdlib.h>
+#include <string.h>
+static int model_, ctx_, mem_;
+static float logits_[8];
+const char *llama_print_system_info(void) { return "stub engine"; }
+void llama_log_set(ggml_log_callback cb, void *u) { (void) cb; (void) u; }
+void llama_backend_init(void) {}
+struct llama_model_params llama_model_default_params(void) { struct llama_model_params p = {0}; return p; }
+struct llama_context_params llama_context_default_params(void) { struct llama_context_params p; memset(&p, 0, sizeof p); return p; }
+struct llama_model *llama_model_load_from_file(const char *path, struct llama_model_params p) { (void) path; (void) p; return (struct llama_model *) &model_; }
+struct llama_context *llama_init_from_model(struct llama_model *m, struct llama_context_params p) { (void) m; (void) p; return (struct llama_context *) &ctx_; }
+void llama_model_free(struct llama_model *m) { (void) m; }
+void llama_free(struct llama_context *c) { (void) c; }
+const struct llama_vocab *llama_model_get_vocab(const struct llama_model *m) { (void) m; return (const struct llama_vocab *) &model_; }
+int32_t llama_vocab_n_tokens(const struct llama_vocab *v) { (void) v; return 8; }
+int32_t llama_tokenize(const struct llama_vocab *v, const char *t, int32_t l, llama_token *o, int32_t m, bool a, bool p) {
+    (void) v; (void) t; (void) l; (void) a; (void) p;
+    if (m < 3) return -3;
+    o[0] = 1; o[1] = 2; o[2] = 3;
+    return 3;
+}
+struct llama_batch llama_batch_init(int32_t n, int32_t e, int32_t s) {
+    (void) e; (void) s;
+    struct llama_batch b;
+    memset(&b, 0, sizeof b);
+    b.token = calloc((size_t) n, sizeof(llama_token));
+    b.pos = calloc((size_t) n, sizeof(llama_pos));
+    b.n_seq_id = calloc((size_t) n, sizeof(int32_t));
+    b.seq_id = calloc((size_t) n, sizeof(llama_seq_id *));
+    for (int32_t i = 0; i < n; i++) b.seq_id[i] = calloc(1, sizeof(llama_seq_id));
+    b.logits = calloc((size_t) n, sizeof(int8_t));
+    return b;
+}
+void llama_batch_free(struct llama_batch b) {
+    for (int32_t i = 0; i < b.n_tokens; i++) free(b.seq_id[i]);
+    free(b.token); free(b.pos); free(b.n_seq_id); free(b.seq_id); free(b.logits);
+}
+int32_t llama_decode(struct llama_context *c, struct llama_batch b) {
+    (void) c;
+    int32_t last = b.n_tokens - 1;
+    int hot = (int) ((b.token[last] * 3 + b.pos[last]) % 8);
+    for (int i = 0; i < 8; i++) logits_[i] = i == hot ? 1.0f : 0.0f;
+    return 0;
+}
+float *llama_get_logits_ith(struct llama_context *c, int32_t i) { (void) c; (void) i; return logits_; }
+size_t llama_state_seq_get_size(struct llama_context *c, llama_seq_id s) { (void) c; (void) s; return 4; }
+size_t llama_state_seq_get_data(struct llama_context *c, uint8_t *d, size_t n, llama_seq_id s) { (void) c; (void) s; if (n < 4) return 0; memset(d, 7, 4); return 4; }
+size_t llama_state_seq_set_data(struct llama_context *c, const uint8_t *d, size_t n, llama_seq_id s) { (void) c; (void) d; (void) s; return n; }
+llama_memory_t llama_get_memory(const struct llama_context *c) { (void) c; return (llama_memory_t) &mem_; }
+void llama_memory_clear(llama_memory_t m, bool d) { (void) m; (void) d; }
+"#;
+
+// issue: smokefix item 4 (install --smoke --json carries the gate's report)
+#[test]
+fn install_smoke_json_carries_the_gate_report_beside_the_install_outcome() {
+    let fx = Fx::new();
+    let (m, _) = stub_build(&fx, "engine", STUB_ENGINE_OK_C);
+    let root = fx.root();
+    let o = fx.run(&[
+        "install",
+        m.to_str().expect("utf8"),
+        "--layer",
+        "live",
+        "--smoke",
+        "--smoke-arch",
+        "qwen2",
+        "--json",
+        "--root",
+        root.to_str().expect("utf8"),
+    ]);
+    assert_eq!(crate::code(&o), 0, "{}", report(&o));
+    let j = crate::json(&o);
+    assert_eq!(j["schema"], "pinforge.install/v1", "{j}");
+    assert!(j["entry"].is_string() && j["gen"] == 1, "{j}");
+    assert_eq!(j["smoke"]["verdict"], "ok", "{j}");
+    assert_eq!(j["smoke"]["target"], "synthetic/engine", "{j}");
+    // The installed entry smokes ok too, from the digests of its own record.
+    let o = fx.run(&[
+        "smoke",
+        "--installed",
+        "--arch",
+        "qwen2",
+        "--json",
+        "--root",
+        root.to_str().expect("utf8"),
+    ]);
+    assert_eq!(crate::code(&o), 0, "{}", report(&o));
+    assert_eq!(crate::json(&o)["verdict"], "ok");
+
+    // Without --smoke the document has no `smoke` field (the schema is otherwise unchanged).
+    let (m2, _) = stub_build(&fx, "engine2", STUB_ENGINE_OK_C);
+    let o = fx.run(&[
+        "install",
+        m2.to_str().expect("utf8"),
+        "--layer",
+        "control",
+        "--json",
+        "--root",
+        root.to_str().expect("utf8"),
+    ]);
+    assert_eq!(crate::code(&o), 0, "{}", report(&o));
+    assert!(crate::json(&o).get("smoke").is_none());
+
+    // A refused gate: the report is the smoke document on stdout, the refusal on stderr.
+    let (m3, _) = stub_build(&fx, "noload", STUB_LLAMA_C);
+    let o = fx.run(&[
+        "install",
+        m3.to_str().expect("utf8"),
+        "--layer",
+        "original",
+        "--smoke",
+        "--smoke-arch",
+        "qwen2",
+        "--json",
+        "--root",
+        root.to_str().expect("utf8"),
+    ]);
+    assert_eq!(crate::code(&o), 1, "{}", report(&o));
+    let j = crate::json(&o);
+    assert_eq!(j["schema"], "pinforge.smoke/v1", "{j}");
+    assert_eq!(j["verdict"], "error", "{j}");
+    assert!(crate::stderr(&o).contains("smoke gate"), "{}", report(&o));
+}
+
+// issue: smokefix item 1 (the loader reaches libllama through the links in lib/)
+#[test]
+fn a_libllama_link_redirected_out_of_the_build_fails_the_check() {
+    let fx = Fx::new();
+    let m = fx.build("redirect");
+    let outside = fx.dir.path().join("evil.so");
+    std::fs::write(&outside, FAKE_LIB).expect("write");
+    let link = fx.base("redirect").join("out/lib/libllama.so");
+    std::fs::remove_file(&link).expect("rm");
+    std::os::unix::fs::symlink(&outside, &link).expect("link");
+    let o = fx.smoke(&m);
+    assert_eq!(crate::code(&o), 1, "{}", report(&o));
+    let e = crate::stderr(&o);
+    assert!(e.contains("link `lib/libllama.so`"), "{e}");
+    assert!(fx.compiled_anything().is_empty());
+}
