@@ -791,8 +791,8 @@ fn llama_cpp_end_to_end() {
     );
     assert_eq!(pa["input_digest"], pb["input_digest"]);
     for (path, _) in artifacts(&pb) {
-        let bytes = std::fs::read(b.path().join("build/mrope-cpu/patched/cmake").join(&path))
-            .expect("artifact");
+        let root = PathBuf::from(pb["artifact_root"].as_str().expect("artifact_root"));
+        let bytes = std::fs::read(root.join(&path)).expect("artifact");
         let text = String::from_utf8_lossy(&bytes);
         assert!(
             !text.contains(&b.path().display().to_string()),
@@ -807,7 +807,7 @@ fn llama_cpp_end_to_end() {
     );
 
     // Tamper with libllama: verify exits 1 naming it.
-    let lib = a.path().join("build/mrope-cpu/patched/cmake").join(
+    let lib = PathBuf::from(pa["artifact_root"].as_str().expect("artifact_root")).join(
         names
             .iter()
             .find(|n| n.starts_with("lib/libllama.so"))
