@@ -61,6 +61,11 @@ impl TreeModel {
                 Ok(())
             }
             (Some(Node::Dir), Node::Dir) => Ok(()),
+            // Entries below it made it a folder: this entry would put them through a link
+            // (or a file), in whichever order the source listed them.
+            (Some(Node::Dir), _) => {
+                Err("the path appears twice: other entries sit below it as a folder".into())
+            }
             (Some(_), _) => Err("the path appears twice".into()),
         }
     }
@@ -175,5 +180,49 @@ impl TreeModel {
             Node::Link(t) => Some((p, t)),
             _ => None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // issue #7 class 1: a path below a link is refused whichever of the two comes first, so
+    // callers that list files before links (the install root's records) get the same answer
+    // as callers that walk in path order.
+    #[test]
+    fn a_path_below_a_link_is_refused_in_either_order() {
+        let mut m = TreeModel::default();
+        m.add_link(Path::new("zz"), Path::new("sub")).expect("link");
+        assert!(m.add_file(Path::new("zz/file")).is_err());
+        let mut m = TreeModel::default();
+        m.add_file(Path::new("zz/file")).expect("file");
+        assert!(m.add_link(Path::new("zz"), Path::new("sub")).is_err());
+        assert!(m.add_file(Path::new("zz/file/x")).is_err(), "below a file");
+    }
+
+    #[test]
+    fn links_resolve_through_earlier_links_with_raw_names() {
+        let mut m = TreeModel::default();
+        m.add_link(Path::new("l"), Path::new(".")).expect("link");
+        m.add_link(Path::new("x"), Path::new("l/l/../../etc"))
+            .expect("link");
+        let bad = OsStr::from_bytes(b"n\xff");
+        m.add_link(Path::new(bad), Path::new("l/l/lib"))
+            .expect("link");
+        assert!(m.resolve(Path::new("x")).is_err(), "escapes through l");
+        assert_eq!(
+            m.resolve(Path::new(bad)).expect("inside"),
+            PathBuf::from("lib")
+        );
+        let mut cycle = TreeModel::default();
+        cycle
+            .add_link(Path::new("a"), Path::new("b"))
+            .expect("link");
+        cycle
+            .add_link(Path::new("b"), Path::new("a"))
+            .expect("link");
+        assert!(cycle.resolve(Path::new("a")).is_err(), "a loop");
+        assert!(cycle.check_links().is_err());
     }
 }

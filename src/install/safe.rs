@@ -274,6 +274,26 @@ mod tests {
         assert!(check_tree(files.iter(), &dup).is_err());
     }
 
+    // Review finding 1: the install root's files are opened by the shared open, which
+    // inspects the path first, so a device or a link where state, an entry record or a
+    // receipt belongs is refused (exit 2) without being opened.
+    #[test]
+    fn devices_and_links_in_place_of_a_record_are_refused() {
+        let e = read_limited(Path::new("/dev/null"), 100).expect_err("device");
+        assert_eq!(e.exit_code(), 2, "{e}");
+        assert!(e.to_string().contains("a character device"), "{e}");
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("real.json"), b"{}").expect("write");
+        std::os::unix::fs::symlink("real.json", dir.path().join("state.json")).expect("link");
+        let e = read_limited(&dir.path().join("state.json"), 100).expect_err("link");
+        assert_eq!(e.exit_code(), 2, "{e}");
+        assert!(e.to_string().contains("symlink"), "{e}");
+        assert_eq!(
+            read_limited(&dir.path().join("real.json"), 100).expect("file"),
+            b"{}"
+        );
+    }
+
     #[test]
     fn fifo_is_refused_without_blocking() {
         let dir = tempfile::tempdir().expect("tempdir");
