@@ -181,17 +181,32 @@ impl<'de> Deserialize<'de> for GitOid {
 /// are implied by their contents (like git), and `.git` folders are skipped: the digest names
 /// content, not a repository's bookkeeping.
 pub fn tree_digest(root: &Path) -> Result<Sha256> {
-    let mut records: Vec<String> = Vec::new();
+    let mut records: Vec<Vec<u8>> = Vec::new();
     walk(root, root, &mut records)?;
+    // Byte order, which is `str` order for UTF-8 records: digests of UTF-8 trees are unchanged.
     records.sort();
     let mut hasher = sha2::Sha256::new();
     for r in &records {
-        hasher.update(r.as_bytes());
+        hasher.update(r);
     }
     Ok(Sha256(hasher.finalize().into()))
 }
 
-fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<()> {
+/// One record: `head rel\0tail\n`, with the name and link target as their raw bytes (bytes
+/// are bytes: two names that differ only in invalid UTF-8 are two names).
+fn record(head: &str, rel: &Path, tail: &[u8]) -> Vec<u8> {
+    let rel = rel.as_os_str().as_encoded_bytes();
+    let mut r = Vec::with_capacity(head.len() + rel.len() + tail.len() + 3);
+    r.extend_from_slice(head.as_bytes());
+    r.push(b' ');
+    r.extend_from_slice(rel);
+    r.push(0);
+    r.extend_from_slice(tail);
+    r.push(b'\n');
+    r
+}
+
+fn walk(root: &Path, dir: &Path, out: &mut Vec<Vec<u8>>) -> Result<()> {
     for entry in std::fs::read_dir(dir).at("read directory", dir)? {
         let entry = entry.at("read directory", dir)?;
         let path = entry.path();
@@ -204,14 +219,12 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<()> {
             continue;
         }
         let meta = std::fs::symlink_metadata(&path).at("stat", &path)?;
-        let rel = path
-            .strip_prefix(root)
-            .map_err(|_| Error::Internal(format!("{} outside {}", path.display(), root.display())))?
-            .to_string_lossy()
-            .into_owned();
+        let rel = path.strip_prefix(root).map_err(|_| {
+            Error::Internal(format!("{} outside {}", path.display(), root.display()))
+        })?;
         if meta.file_type().is_symlink() {
             let target = std::fs::read_link(&path).at("read link", &path)?;
-            out.push(format!("link {rel}\0{}\n", target.display()));
+            out.push(record("link", rel, target.as_os_str().as_encoded_bytes()));
         } else if meta.is_dir() {
             walk(root, &path, out)?;
         } else if meta.is_file() {
@@ -223,7 +236,7 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<()> {
             };
             let file = crate::fsx::open_regular(&path, "file", false)?;
             let (digest, _) = Sha256::of_reader(file, &path)?;
-            out.push(format!("{mode} {rel}\0{digest}\n"));
+            out.push(record(mode, rel, digest.to_hex().as_bytes()));
         } else {
             // A FIFO would hang whatever copies the folder later; a digest that silently left
             // it out would pin a tree that cannot be materialized.
@@ -288,6 +301,38 @@ mod tests {
             tree_digest(root).expect("digest"),
             d2,
             "mode change is seen"
+        );
+    }
+
+    // DESIGN §5 "bytes are bytes": names (and link targets) that differ only in invalid UTF-8
+    // are different trees, never one lossily decoded name.
+    #[test]
+    fn tree_digest_hashes_raw_name_bytes() {
+        use std::ffi::OsStr;
+        use std::os::unix::ffi::OsStrExt;
+        let digest_with = |name: &[u8], target: &[u8]| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            std::fs::write(dir.path().join(OsStr::from_bytes(name)), b"1").expect("write");
+            std::os::unix::fs::symlink(OsStr::from_bytes(target), dir.path().join("l"))
+                .expect("link");
+            tree_digest(dir.path()).expect("digest")
+        };
+        let a = digest_with(b"f\xff", b"t");
+        let b = digest_with(b"f\xfe", b"t");
+        assert_ne!(a, b, "two invalid names are not one U+FFFD");
+        assert_ne!(digest_with(b"f", b"t\xff"), digest_with(b"f", b"t\xfe"));
+        // An all-UTF-8 tree's digest is the one of the textual records (pins stay valid).
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(dir.path().join("é")).expect("mkdir");
+        std::fs::write(dir.path().join("é/x"), b"1").expect("write");
+        std::os::unix::fs::symlink("é/x", dir.path().join("l")).expect("link");
+        let text = format!(
+            "644 é/x\0{}\nlink l\0é/x\n",
+            Sha256::of_bytes(b"1").to_hex()
+        );
+        assert_eq!(
+            tree_digest(dir.path()).expect("digest"),
+            Sha256::of_bytes(text.as_bytes())
         );
     }
 

@@ -109,7 +109,12 @@ pub fn special_kind(ft: &std::fs::FileType) -> Option<&'static str> {
 /// (a device is never even opened), then opened with `O_NONBLOCK` (opening a FIFO returns at
 /// once) and checked again with `fstat` on the opened file, since the path may have changed in
 /// between. Anything but a regular file is an input error naming the path. `follow` = false
-/// adds `O_NOFOLLOW`, for entries of a tree being copied.
+/// adds `O_NOFOLLOW`, for entries of a tree being copied and files of the install root.
+/// `O_NOCTTY` keeps a terminal swapped in after the check from becoming the controlling
+/// terminal, and `O_CLOEXEC` keeps the descriptor out of the tools pinforge runs.
+///
+/// This is the one way pinforge opens a file that data named: the install root, manifests,
+/// pins, folder pins and patch targets all come through here.
 pub fn open_regular(path: &Path, what: &str, follow: bool) -> Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     let refuse = |kind: &str| {
@@ -140,7 +145,7 @@ pub fn open_regular(path: &Path, what: &str, follow: bool) -> Result<std::fs::Fi
     if let Some(kind) = kind_of(&meta) {
         return Err(refuse(kind));
     }
-    let mut flags = libc::O_NONBLOCK;
+    let mut flags = libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
     if !follow {
         flags |= libc::O_NOFOLLOW;
     }

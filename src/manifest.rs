@@ -162,13 +162,11 @@ pub struct Metadata {
 impl Statement {
     /// Read and check a manifest file (a regular file; a FIFO or device is refused unopened).
     pub fn read(path: &Path) -> Result<Statement> {
-        let file = open_regular(path, true, "manifest").map_err(|e| match e {
-            Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
-                Error::input(path.display(), "manifest not found")
-                    .with_hint("`pinforge build` prints the path of the manifest it writes")
-            }
-            other => other,
-        })?;
+        if matches!(std::fs::metadata(path), Err(e) if e.kind() == std::io::ErrorKind::NotFound) {
+            return Err(Error::input(path.display(), "manifest not found")
+                .with_hint("`pinforge build` prints the path of the manifest it writes"));
+        }
+        let file = fsx::open_regular(path, "manifest", true)?;
         let mut bytes = Vec::new();
         use std::io::Read;
         (&file)
@@ -289,7 +287,9 @@ impl Statement {
 const MAX_MANIFEST_BYTES: u64 = 64 << 20;
 
 /// Why a relative path from data may not be used, if it may not: empty, absolute, `.`/`..`
-/// or an empty component, a NUL.
+/// or an empty component, a NUL or any other control character. The one rule for manifest
+/// names and install-root entry paths (the install root's identity lines are newline
+/// separated), so a manifest that parses names only paths that install accepts.
 pub fn check_relative(p: &str) -> std::result::Result<(), &'static str> {
     if p.is_empty() {
         return Err("is empty");
@@ -299,6 +299,9 @@ pub fn check_relative(p: &str) -> std::result::Result<(), &'static str> {
     }
     if p.contains('\0') {
         return Err("holds a NUL");
+    }
+    if p.chars().any(char::is_control) {
+        return Err("holds a control character (a line break?)");
     }
     for c in p.split('/') {
         match c {
@@ -310,84 +313,9 @@ pub fn check_relative(p: &str) -> std::result::Result<(), &'static str> {
     Ok(())
 }
 
-/// Open `path` for reading only if it is a regular file: opened non-blocking (a FIFO opens
-/// without waiting for a writer), then checked with fstat before a byte is read. With
-/// `follow` false a link at `path` is refused too.
-fn open_regular(path: &Path, follow: bool, what: &str) -> Result<std::fs::File> {
-    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-    let mut flags = libc::O_NONBLOCK | libc::O_NOCTTY;
-    if !follow {
-        flags |= libc::O_NOFOLLOW;
-    }
-    // Inspect first, so that a device is never opened at all.
-    let meta = if follow {
-        std::fs::metadata(path)
-    } else {
-        std::fs::symlink_metadata(path)
-    }
-    .map_err(|e| Error::io("stat", path, e))?;
-    let kind = |ft: std::fs::FileType| {
-        if ft.is_symlink() {
-            "a link"
-        } else if ft.is_dir() {
-            "a folder"
-        } else if ft.is_fifo() {
-            "a FIFO"
-        } else if ft.is_socket() {
-            "a socket"
-        } else if ft.is_block_device() || ft.is_char_device() {
-            "a device"
-        } else {
-            "not a regular file"
-        }
-    };
-    let refuse = |k: &str| {
-        Error::input(
-            path.display(),
-            format!("{what} is {k}, not a regular file; refused unread"),
-        )
-    };
-    if !meta.is_file() {
-        return Err(refuse(kind(meta.file_type())));
-    }
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(flags)
-        .open(path)
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::ELOOP) => refuse("a link"),
-            _ => Error::io("open", path, e),
-        })?;
-    let meta = file.metadata().map_err(|e| Error::io("stat", path, e))?;
-    if !meta.is_file() {
-        return Err(refuse(kind(meta.file_type())));
-    }
-    Ok(file)
-}
-
-/// SHA-256 of a regular file opened with [`open_regular`].
+/// SHA-256 of a regular file, opened with [`fsx::open_regular`] (nothing else is read).
 fn hash_regular(path: &Path, follow: bool, what: &str) -> Result<Sha256> {
-    use sha2::Digest;
-    use std::io::Read;
-    let mut file = open_regular(path, follow, what)?;
-    let mut hasher = sha2::Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = file
-            .read(&mut buf)
-            .map_err(|e| Error::io("read", path, e))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    let hex: String = hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    hex.parse()
-        .map_err(|e: crate::digest::ParseDigestError| Error::Internal(e.to_string()))
+    Ok(Sha256::of_reader(fsx::open_regular(path, what, follow)?, path)?.0)
 }
 
 /// `root/rel` when no component before the last is a link or a non-folder (`rel` was checked
@@ -730,7 +658,11 @@ mod tests {
 
     #[test]
     fn relative_paths_are_checked_component_by_component() {
-        for bad in ["", "/a", "a/../b", "..", "a//b", "a/", "./a", "a\0b"] {
+        // issue #7: a line break in a name breaks install's identity lines, so the manifest
+        // parser refuses what install would refuse.
+        for bad in [
+            "", "/a", "a/../b", "..", "a//b", "a/", "./a", "a\0b", "a\nb", "a\tb", "a\u{7f}",
+        ] {
             assert!(check_relative(bad).is_err(), "{bad:?}");
         }
         for good in ["a", "lib/liba.so", "a/b.c/d", "...", "..a"] {
@@ -757,7 +689,7 @@ mod tests {
         }
         std::os::unix::fs::symlink("f", d.path().join("l")).expect("link");
         let e = hash_regular(&d.path().join("l"), false, "artifact").expect_err("link");
-        assert!(e.to_string().contains("a link"), "{e}");
+        assert!(e.to_string().contains("a symlink"), "{e}");
         let e = Statement::read(&fifo).expect_err("manifest fifo");
         assert_eq!(e.exit_code(), 2);
         std::fs::write(d.path().join("r"), b"abc").expect("write");

@@ -15,6 +15,7 @@ use super::fileapi::CodeModel;
 use super::{Artifact, Links};
 use crate::digest::Sha256;
 use crate::error::{Error, IoContext, Result};
+use crate::tree::TreeModel;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Component, Path};
@@ -309,15 +310,37 @@ fn leads_to(dir: &Path, p: &Path, name: &std::ffi::OsStr) -> bool {
 pub fn collect(root: &Path) -> Result<(Vec<Artifact>, Links)> {
     let mut files = Vec::new();
     let mut links = Vec::new();
+    let mut model = TreeModel::default();
     if root.is_dir() {
-        walk(root, root, &mut files, &mut links)?;
+        walk(root, root, &mut files, &mut links, &mut model)?;
     }
+    // Every link resolved through the others, once all are known: `l -> .` then
+    // `x -> l/l/../../etc` leaves the stage although each text alone looks local, and install
+    // refuses such a tree, so the build must not write a manifest for it.
+    model.check_links().map_err(|(rel, why)| {
+        let target = links
+            .iter()
+            .find(|(l, _)| Path::new(l) == rel)
+            .map(|(_, t)| t.as_str())
+            .unwrap_or_default();
+        Error::check(
+            root.join(&rel).display(),
+            format!("installed link points outside the prefix: -> {target} ({why})"),
+        )
+        .with_hint("links the install rules create must resolve inside the installed prefix")
+    })?;
     files.sort_by(|a: &Artifact, b| a.path.cmp(&b.path));
     links.sort();
     Ok((files, links))
 }
 
-fn walk(root: &Path, dir: &Path, files: &mut Vec<Artifact>, links: &mut Links) -> Result<()> {
+fn walk(
+    root: &Path,
+    dir: &Path,
+    files: &mut Vec<Artifact>,
+    links: &mut Links,
+    model: &mut TreeModel,
+) -> Result<()> {
     let mut entries: Vec<_> = std::fs::read_dir(dir)
         .at("read directory", dir)?
         .collect::<std::io::Result<Vec<_>>>()
@@ -332,16 +355,22 @@ fn walk(root: &Path, dir: &Path, files: &mut Vec<Artifact>, links: &mut Links) -
             let Some(target_str) = target.to_str().map(str::to_string) else {
                 return Err(Error::check(path.display(), "link target is not UTF-8"));
             };
-            if !stays_inside(Path::new(&rel), &target) {
-                return Err(Error::check(
+            model.add_link(Path::new(&rel), &target).map_err(|why| {
+                Error::check(
                     path.display(),
-                    format!("installed link points outside the prefix: -> {target_str}"),
-                ));
-            }
+                    format!("installed link points outside the prefix: -> {target_str} ({why})"),
+                )
+            })?;
             links.push((rel, target_str));
         } else if meta.is_dir() {
-            walk(root, &path, files, links)?;
+            model
+                .add_dir(Path::new(&rel))
+                .map_err(|why| Error::check(path.display(), why))?;
+            walk(root, &path, files, links, model)?;
         } else if meta.is_file() {
+            model
+                .add_file(Path::new(&rel))
+                .map_err(|why| Error::check(path.display(), why))?;
             let (sha256, size) = Sha256::of_file(&path)?;
             files.push(Artifact {
                 path: rel,
@@ -356,27 +385,6 @@ fn walk(root: &Path, dir: &Path, files: &mut Vec<Artifact>, links: &mut Links) -
         }
     }
     Ok(())
-}
-
-/// Whether a relative link at `link` (relative to the root) with `target` resolves inside the
-/// root, lexically.
-fn stays_inside(link: &Path, target: &Path) -> bool {
-    if target.is_absolute() {
-        return false;
-    }
-    let mut depth: i64 = link.components().count() as i64 - 1;
-    for c in target.components() {
-        match c {
-            Component::Normal(_) => depth += 1,
-            Component::ParentDir => depth -= 1,
-            Component::CurDir => {}
-            _ => return false,
-        }
-        if depth < 0 {
-            return false;
-        }
-    }
-    true
 }
 
 /// Check that every library file the requested targets (and their in-project dependencies)
@@ -456,18 +464,46 @@ fn file_name(p: &str) -> &str {
 mod tests {
     use super::*;
 
+    fn staged(links: &[(&str, &str)]) -> (tempfile::TempDir, Result<(Vec<Artifact>, Links)>) {
+        let d = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(d.path().join("lib/a")).expect("mkdir");
+        std::fs::write(d.path().join("lib/libx.so.1"), b"x").expect("write");
+        for (l, t) in links {
+            std::os::unix::fs::symlink(t, d.path().join(l)).expect("link");
+        }
+        let r = collect(d.path());
+        (d, r)
+    }
+
     #[test]
     fn links_are_checked_lexically_against_the_root() {
-        assert!(stays_inside(
-            Path::new("lib/libx.so"),
-            Path::new("libx.so.1")
-        ));
-        assert!(stays_inside(Path::new("lib/a/x"), Path::new("../y")));
-        assert!(!stays_inside(
-            Path::new("lib/x"),
-            Path::new("../../etc/passwd")
-        ));
-        assert!(!stays_inside(Path::new("x"), Path::new("/etc/passwd")));
+        let (_d, r) = staged(&[("lib/libx.so", "libx.so.1"), ("lib/a/x", "../y")]);
+        let (files, links) = r.expect("inside");
+        assert_eq!(files.len(), 1);
+        assert_eq!(links.len(), 2);
+        for escaping in [("lib/x", "../../etc/passwd"), ("x", "/etc/passwd")] {
+            let (_d, r) = staged(&[escaping]);
+            let e = r.expect_err("outside");
+            assert_eq!(e.exit_code(), 1, "{e}");
+            assert!(e.to_string().contains("outside the prefix"), "{e}");
+        }
+    }
+
+    // issue #7 class 1: `l -> .` then `x -> l/l/../../etc` escapes through the earlier link
+    // although its depth count alone stays inside; install refuses such a tree, so the build
+    // must not stage it.
+    #[test]
+    fn a_link_escaping_through_an_earlier_link_is_refused() {
+        let (_d, r) = staged(&[("l", "."), ("x", "l/l/../../etc")]);
+        let e = r.expect_err("escapes through l");
+        assert_eq!(e.exit_code(), 1, "{e}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("x") && msg.contains("outside the prefix"),
+            "{msg}"
+        );
+        let (_d, r) = staged(&[("l", "."), ("x", "l/l/lib/libx.so.1")]);
+        r.expect("through the link, still inside");
     }
 
     #[test]

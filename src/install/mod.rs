@@ -2280,7 +2280,7 @@ fn stage(plan: &Plan, staging: &Path, mode: Option<StageMode>) -> Result<StageMo
             .ok_or_else(|| Error::Internal(format!("no source for {name}")))?;
         let to = staging.join(name);
         fsx::create_dir_all(&fsx::parent_of(&to))?;
-        let src = safe::open_regular(from)?;
+        let src = fsx::open_regular(from, "build output", false)?;
         let now = src.metadata().at("stat", from)?;
         if !safe::same_file(meta, &now) {
             return Err(Error::input(
@@ -2295,7 +2295,9 @@ fn stage(plan: &Plan, staging: &Path, mode: Option<StageMode>) -> Result<StageMo
             used = StageMode::Copy;
             copy_file(src, from, &to, rec.mode(), fail_after, &mut written)?;
         }
-        safe::open_regular(&to)?.sync_all().at("fsync", &to)?;
+        fsx::open_regular(&to, "staged file", false)?
+            .sync_all()
+            .at("fsync", &to)?;
     }
     for (name, target) in &plan.info.links {
         let to = staging.join(name);
@@ -2437,14 +2439,14 @@ fn observe(dir: &Path, rel: &str, depth: u32, o: &mut Observed) -> Result<()> {
                 }
             }
             Kind::File => {
-                let f = safe::open_regular(&p)?;
+                let f = fsx::open_regular(&p, "file", false)?;
                 let now = f.metadata().at("stat", &p)?;
                 if !safe::same_file(&m, &now) {
                     o.bad
                         .push((r, "a stable file".into(), "changed while read".into()));
                     continue;
                 }
-                let (sha256, size) = safe::hash_file(f, &p)?;
+                let (sha256, size) = Sha256::of_reader(f, &p)?;
                 let rec = FileRec {
                     sha256,
                     size,

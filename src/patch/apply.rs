@@ -456,9 +456,12 @@ fn read_tree_file(workdir: &Path, p: &PatchFile, rel: &[u8]) -> Result<Option<Ve
         )
         .with_hint("patches may change regular files only"));
     }
-    std::fs::read(&cur)
-        .map(Some)
-        .map_err(|e| Error::io("read", &cur, e))
+    // The lstat above names the refusal in the patch's terms; the shared open refuses again,
+    // without following, anything swapped in since, before a byte is read.
+    let mut f = crate::fsx::open_regular(&cur, "patch target", false)?;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut f, &mut bytes).map_err(|e| Error::io("read", &cur, e))?;
+    Ok(Some(bytes))
 }
 
 /// Place every hunk of `p` on the work tree, as `git apply` would, without writing anything.

@@ -13,16 +13,13 @@
 
 use crate::error::{Error, GitContext, IoContext, Result};
 use crate::fsx;
+pub use crate::tree::{is_git, TreeModel};
 use git2::Repository;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
-
-/// The kernel's limit on links followed in one lookup (MAXSYMLINKS): a chain longer than this
-/// is a loop as far as any reader of the tree is concerned.
-const MAX_LINK_HOPS: u32 = 40;
 
 /// `.git` entries left out of a materialized tree.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -56,12 +53,6 @@ pub struct Written {
     pub skipped_git: GitSkips,
 }
 
-/// Is this name a `.git` entry? Case-insensitively: git itself refuses `.GIT` in trees (it is
-/// the repository folder on case-insensitive filesystems), and so does libgit2's index.
-pub fn is_git(name: &OsStr) -> bool {
-    name.as_bytes().eq_ignore_ascii_case(b".git")
-}
-
 /// `path` as Normal components only (`.` dropped); None for `..`, absolute or empty paths.
 pub fn safe_rel(path: &Path) -> Option<PathBuf> {
     let mut out = PathBuf::new();
@@ -75,177 +66,16 @@ pub fn safe_rel(path: &Path) -> Option<PathBuf> {
     (!out.as_os_str().is_empty()).then_some(out)
 }
 
-// ---------------------------------------------------------------------------------------------
-// The model of a tree.
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Node {
-    Dir,
-    File,
-    Link(PathBuf),
-}
-
-/// Every path of a tree being written, with its kind: the ground truth the link checks use
-/// (never the filesystem, which a hostile entry may already have shaped).
-#[derive(Debug, Default)]
-pub struct TreeModel {
-    nodes: BTreeMap<PathBuf, Node>,
-}
-
-impl TreeModel {
-    fn add(&mut self, rel: &Path, node: Node) -> std::result::Result<(), String> {
-        let mut prefix = PathBuf::new();
-        let comps: Vec<Component> = rel.components().collect();
-        for c in &comps[..comps.len().saturating_sub(1)] {
-            prefix.push(c);
-            match self.nodes.get(&prefix) {
-                Some(Node::Link(_)) => {
-                    return Err(format!(
-                        "its path goes through the symlink `{}`; entries may not traverse links",
-                        prefix.display()
-                    ))
-                }
-                Some(Node::File) => {
-                    return Err(format!("its parent `{}` is a file", prefix.display()))
-                }
-                Some(Node::Dir) => {}
-                None => {
-                    self.nodes.insert(prefix.clone(), Node::Dir);
-                }
-            }
-        }
-        match (self.nodes.get(rel), &node) {
-            (None, _) => {
-                self.nodes.insert(rel.to_path_buf(), node);
-                Ok(())
-            }
-            (Some(Node::Dir), Node::Dir) => Ok(()),
-            (Some(_), _) => Err("the path appears twice".into()),
-        }
+/// Check every link of the model and create them under `dest`: the last step of writing a
+/// tree.
+fn finish(model: &TreeModel, dest: &Path, refuse: impl Fn(&Path, &str) -> Error) -> Result<()> {
+    model.check_links().map_err(|(p, why)| refuse(&p, &why))?;
+    for (rel, target) in model.links() {
+        let at = dest.join(rel);
+        fsx::create_dir_all(&fsx::parent_of(&at))?;
+        std::os::unix::fs::symlink(target, &at).at("create symlink", &at)?;
     }
-
-    /// Add a file or folder entry; the reason when it is refused.
-    pub fn add_file(&mut self, rel: &Path) -> std::result::Result<(), String> {
-        self.add(rel, Node::File)
-    }
-
-    /// See [`TreeModel::add_file`].
-    pub fn add_dir(&mut self, rel: &Path) -> std::result::Result<(), String> {
-        self.add(rel, Node::Dir)
-    }
-
-    /// Add a symlink; its target is resolved later, by [`TreeModel::check_links`].
-    pub fn add_link(&mut self, rel: &Path, target: &Path) -> std::result::Result<(), String> {
-        if target.as_os_str().is_empty() {
-            return Err("symlink with an empty target".into());
-        }
-        if target.is_absolute() {
-            return Err(format!(
-                "symlink to the absolute path `{}`; links must stay inside the tree",
-                target.display()
-            ));
-        }
-        self.add(rel, Node::Link(target.to_path_buf()))
-    }
-
-    /// Where the link at `link` leads, followed through every link of the tree the way the
-    /// kernel follows them, as a path relative to the root. Refused when it leaves the root,
-    /// is absolute, loops, or lands in a `.git` folder (the vendor tree's own repository).
-    pub fn resolve(&self, link: &Path) -> std::result::Result<PathBuf, String> {
-        let Some(Node::Link(first)) = self.nodes.get(link) else {
-            return Err("not a symlink".into());
-        };
-        let mut stack: Vec<OsString> = link
-            .parent()
-            .map(|p| p.components().map(|c| c.as_os_str().to_owned()).collect())
-            .unwrap_or_default();
-        let mut pending: VecDeque<OsString> = VecDeque::new();
-        let push_front = |pending: &mut VecDeque<OsString>, target: &Path| {
-            let comps: Vec<Component> = target.components().collect();
-            for c in comps.into_iter().rev() {
-                pending.push_front(c.as_os_str().to_owned());
-            }
-        };
-        push_front(&mut pending, first);
-        let mut hops = 0u32;
-        while let Some(c) = pending.pop_front() {
-            if c == "." {
-                continue;
-            }
-            if c == ".." {
-                if stack.pop().is_none() {
-                    return Err(format!(
-                        "symlink to `{}` resolves outside the tree",
-                        first.display()
-                    ));
-                }
-                continue;
-            }
-            if c == "/" {
-                return Err(format!(
-                    "symlink to `{}` resolves through an absolute path",
-                    first.display()
-                ));
-            }
-            stack.push(c);
-            let here: PathBuf = stack.iter().collect();
-            if let Some(Node::Link(next)) = self.nodes.get(&here) {
-                hops += 1;
-                if hops > MAX_LINK_HOPS {
-                    return Err(format!(
-                        "symlink to `{}` does not resolve (a loop of links)",
-                        first.display()
-                    ));
-                }
-                if next.is_absolute() {
-                    return Err(format!(
-                        "symlink to `{}` resolves through `{}`, a link to an absolute path",
-                        first.display(),
-                        here.display()
-                    ));
-                }
-                stack.pop();
-                push_front(&mut pending, next);
-            }
-        }
-        let out: PathBuf = stack.iter().collect();
-        if stack.iter().any(|c| is_git(c)) {
-            return Err(format!(
-                "symlink to `{}` resolves into a .git folder",
-                first.display()
-            ));
-        }
-        Ok(out)
-    }
-
-    /// Resolve every link; the first refused one (in path order) with its reason.
-    pub fn check_links(&self) -> std::result::Result<(), (PathBuf, String)> {
-        for (path, node) in &self.nodes {
-            if let Node::Link(_) = node {
-                self.resolve(path).map_err(|why| (path.clone(), why))?;
-            }
-        }
-        Ok(())
-    }
-
-    /// The links, in path order, with their targets.
-    fn links(&self) -> impl Iterator<Item = (&PathBuf, &PathBuf)> {
-        self.nodes.iter().filter_map(|(p, n)| match n {
-            Node::Link(t) => Some((p, t)),
-            _ => None,
-        })
-    }
-
-    /// Check every link and create them under `dest`: the last step of writing a tree.
-    fn finish(&self, dest: &Path, refuse: impl Fn(&Path, &str) -> Error) -> Result<()> {
-        self.check_links().map_err(|(p, why)| refuse(&p, &why))?;
-        for (rel, target) in self.links() {
-            let at = dest.join(rel);
-            fsx::create_dir_all(&fsx::parent_of(&at))?;
-            std::os::unix::fs::symlink(target, &at).at("create symlink", &at)?;
-        }
-        Ok(())
-    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -386,7 +216,7 @@ pub fn extract_archive(archive: &Path, dest: &Path, subdir: Option<&str>) -> Res
         )
         .with_hint("check the pin's `subdir`"));
     }
-    model.finish(dest, bad)?;
+    finish(&model, dest, bad)?;
     Ok(out)
 }
 
@@ -438,7 +268,7 @@ pub fn copy_dir(src: &Path, dest: &Path) -> Result<Written> {
     let mut model = TreeModel::default();
     let mut out = Written::default();
     copy_walk(src, dest, Path::new(""), &mut model, &mut out)?;
-    model.finish(dest, |rel, why| {
+    finish(&model, dest, |rel, why| {
         Error::input(
             src.join(rel).display(),
             format!("refused folder pin entry: {why}"),
@@ -554,7 +384,7 @@ pub fn export_commit(
         &mut out,
         commit,
     )?;
-    model.finish(dest, |rel, why| {
+    finish(&model, dest, |rel, why| {
         Error::input(
             format!("commit {commit}"),
             format!("refused tree entry `{}`: {why}", rel.display()),

@@ -421,6 +421,32 @@ fn install_rules_writing_outside_the_prefix_fail_the_build() {
     assert!(!Path::new("/etc/pinforge-test").exists());
 }
 
+// issue #7 class 1 (dedup review finding 3): the build resolves its staged links with the
+// resolver install uses, so `l -> .` plus `x -> l/l/../../etc` (each text alone looks local)
+// fails the build with exit 1 naming the link, and no manifest install would refuse is written.
+#[test]
+fn staged_links_escaping_through_an_earlier_link_fail_the_build_naming_the_link() {
+    let p = Proj::new(&[
+        (
+            "CMakeLists.txt",
+            concat!(
+                "cmake_minimum_required(VERSION 3.14)\nproject(esc C)\n",
+                "add_library(esc SHARED esc.c)\ninstall(TARGETS esc)\n",
+                "install(CODE \"set(p \\\"\\$ENV{DESTDIR}\\${CMAKE_INSTALL_PREFIX}\\\")\n",
+                "file(CREATE_LINK . \\${p}/l SYMBOLIC)\n",
+                "file(CREATE_LINK l/l/../../etc \\${p}/x SYMBOLIC)\")\n",
+            ),
+        ),
+        ("esc.c", "int esc(void) { return 1; }\n"),
+    ]);
+    let o = p.build(&p.recipe("esc.toml", r#"["esc"]"#, ""));
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("outside the prefix"), "{e}");
+    assert!(e.contains("l/l/../../etc"), "{e}");
+    assert!(!p.ws.join("build/esc/v/manifest.json").exists());
+}
+
 // ---------------------------------------------------------------------------------------------
 // A second real CMake project: whisper.cpp vendored by whisper-rs-sys (issue #13 item 3).
 

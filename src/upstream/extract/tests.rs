@@ -3,6 +3,7 @@
 
 use super::*;
 use proptest::prelude::*;
+use std::collections::VecDeque;
 
 /// One tar entry; names and link targets are written raw so that hostile archives can be built
 /// (`tar::Builder` refuses `..`).
