@@ -263,7 +263,19 @@ pub fn build(
     stage::relocate(&stage_dir)?;
     // The source tree and the variant folder are long, unique paths; the workspace root alone
     // (say `/srv`) could occur in any binary by chance.
-    stage::check_no_machine_paths(&stage_dir, &[&tree.path, &vdir])?;
+    let machine_paths = stage::find_machine_paths(&stage_dir, &[&tree.path, &vdir])?;
+    if !machine_paths.is_empty() {
+        let files: Vec<&str> = machine_paths.iter().map(|(f, _)| f.as_str()).collect();
+        reporter.stage(
+            "note",
+            &format!(
+                "{} staged file(s) embed this machine's build paths and will differ in another \
+                 workspace (marked `embeds_machine_path` in the manifest): {}",
+                files.len(),
+                files.join(", ")
+            ),
+        );
+    }
     let (artifacts, links) = stage::collect(&stage_dir)?;
     if artifacts.is_empty() {
         return Err(Error::check(
@@ -292,7 +304,13 @@ pub fn build(
             name: a.path.clone(),
             uri: None,
             digest: BTreeMap::from([("sha256".to_string(), a.sha256.to_string())]),
-            annotations: BTreeMap::from([("size".to_string(), Value::from(a.size))]),
+            annotations: {
+                let mut ann = BTreeMap::from([("size".to_string(), Value::from(a.size))]);
+                if machine_paths.iter().any(|(f, _)| f == &a.path) {
+                    ann.insert("embeds_machine_path".into(), Value::from(true));
+                }
+                ann
+            },
         })
         .collect();
     let cached = steps_run == 0

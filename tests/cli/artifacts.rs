@@ -984,3 +984,34 @@ fn a_project_without_install_rules_is_staged_from_the_code_model_and_says_so() {
     );
     assert_eq!(j["coverage"][0]["built"], "bin/libtiny.so.1.0.0");
 }
+
+// A staged file that embeds this machine's source path (GCC's AddressSanitizer does this with
+// every object's source name, and no flag remaps it) builds, is named in a note, and is marked
+// in the manifest: the record says the artifact will differ in another workspace.
+#[test]
+fn a_staged_file_embedding_a_machine_path_is_noted_and_marked_in_the_manifest() {
+    let p = Proj::new(&[
+        (
+            "CMakeLists.txt",
+            "cmake_minimum_required(VERSION 3.14)\nproject(where C)\nadd_library(where SHARED where.c)\ninstall(TARGETS where)\nfile(WRITE ${CMAKE_BINARY_DIR}/where.txt \"${CMAKE_SOURCE_DIR}\\n\")\ninstall(FILES ${CMAKE_BINARY_DIR}/where.txt DESTINATION share)\n",
+        ),
+        ("where.c", "int where(void) { return 1; }\n"),
+    ]);
+    let o = p.build(&p.recipe("where.toml", r#"["where"]"#, ""));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("embed this machine's build paths")
+            && stderr(&o).contains("share/where.txt"),
+        "{}",
+        stderr(&o)
+    );
+    let (_, m) = manifest_of(&o);
+    let marked: Vec<&str> = m["subject"]
+        .as_array()
+        .expect("subjects")
+        .iter()
+        .filter(|s| s["annotations"]["embeds_machine_path"] == true)
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    assert_eq!(marked, vec!["share/where.txt"], "only that file is marked");
+}
