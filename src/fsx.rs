@@ -6,14 +6,30 @@ use crate::error::{Error, IoContext, Result};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// Read a whole file.
+/// Read a whole regular file. A FIFO, device or socket is refused before it is opened (a
+/// recipe or patch path that is a FIFO would otherwise hang the command, DESIGN §5); a missing
+/// file stays an I/O `NotFound`, so callers can word "recipe not found" with their own hint.
 pub fn read(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).at("read", path)
+    if let Err(e) = std::fs::metadata(path) {
+        return Err(Error::io("read", path, e));
+    }
+    let mut file = open_regular(path, "file", true)?;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut file, &mut bytes).at("read", path)?;
+    Ok(bytes)
 }
 
-/// Read a whole UTF-8 file.
+/// Read a whole UTF-8 regular file (see [`read`]).
 pub fn read_to_string(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path).at("read", path)
+    String::from_utf8(read(path)?).map_err(|e| {
+        Error::input(
+            path.display(),
+            format!(
+                "not UTF-8 text (first bad byte at offset {})",
+                e.utf8_error().valid_up_to()
+            ),
+        )
+    })
 }
 
 /// Create a directory and its parents.
@@ -183,6 +199,23 @@ mod tests {
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
         assert_eq!(names, vec!["f.json".to_string()]);
+    }
+
+    #[test]
+    fn read_refuses_a_fifo_without_opening_it_and_keeps_not_found_an_io_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("r.toml");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("cstr");
+        // SAFETY: mkfifo with a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+        let e = read(&fifo).expect_err("a FIFO is refused");
+        assert_eq!(e.exit_code(), 2, "{e}");
+        assert!(e.to_string().contains("FIFO"), "{e}");
+        let missing = read(&dir.path().join("none")).expect_err("missing");
+        assert!(
+            matches!(missing, Error::Io { ref source, .. } if source.kind() == std::io::ErrorKind::NotFound),
+            "{missing}"
+        );
     }
 
     #[test]

@@ -1519,11 +1519,19 @@ fn smoke_checks(ws: &Path, patched: &Path, unpatched: &Path) {
         "{}",
         stdout(&o)
     );
-    let st = json(&pinforge(
+    // The gate refused before the install root was even opened: nothing was created, and a
+    // read-only `status` says there is no root rather than making one.
+    assert!(!root.exists(), "the refused gate created nothing");
+    let st = pinforge(
         ws,
         &["status", "--json", "--root", root.to_str().expect("utf8")],
-    ));
-    assert!(st["current"].is_null(), "nothing installed: {st}");
+    );
+    assert_eq!(code(&st), 2, "{}", stderr(&st));
+    assert!(
+        stderr(&st).contains("no install root here"),
+        "{}",
+        stderr(&st)
+    );
     let o = pinforge(
         ws,
         &["install", &m("patched-asan"), "--layer", "live", "--smoke"],
