@@ -62,6 +62,41 @@ fn pinforge_cmd(ws: &Path) -> Command {
     c
 }
 
+/// The one llama.cpp workspace of a test run, shared by every test that needs real llama.cpp
+/// builds (the brief: real builds are shared between tests, not dropped). It lives under
+/// cargo's per-target temp folder, so a clean clone (CI) starts cold and a developer's rerun
+/// reuses what pinforge itself considers current. Rules for its users: build through
+/// [`llama_build`] or pinforge commands only (pinforge's workspace lock serializes concurrent
+/// builds); never tamper with its files (copy first); never install into its default
+/// `rollback/` (pass `--root` in a temp dir of the test's own).
+fn llama_ws() -> &'static Path {
+    static WS: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    WS.get_or_init(|| {
+        let p = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("llama-ws");
+        std::fs::create_dir_all(&p).expect("shared llama workspace");
+        p
+    })
+}
+
+/// `pinforge build --variant VARIANT --json` of the default recipe in [`llama_ws`], once per
+/// test run and variant; later calls return the first result. Panics with pinforge's stderr
+/// when the build fails.
+fn llama_build(variant: &str) -> serde_json::Value {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+    static DONE: Mutex<BTreeMap<String, serde_json::Value>> = Mutex::new(BTreeMap::new());
+    // Held across the build: two tests asking for the same variant wait for one build.
+    let mut done = DONE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(j) = done.get(variant) {
+        return j.clone();
+    }
+    let o = pinforge(llama_ws(), &["build", "--variant", variant, "--json"]);
+    assert_eq!(code(&o), 0, "shared build {variant}: {}", stderr(&o));
+    let j = json(&o);
+    done.insert(variant.to_string(), j.clone());
+    j
+}
+
 fn pinforge(ws: &Path, args: &[&str]) -> Output {
     pinforge_cmd(ws).args(args).output().expect("run pinforge")
 }
@@ -676,12 +711,12 @@ fn artifacts(j: &serde_json::Value) -> Vec<(String, String)> {
 /// issue asks to be shown on the real tree.
 #[test]
 fn llama_cpp_end_to_end() {
-    let a = tempfile::tempdir().expect("tempdir");
+    // Workspace A is the run's shared one (its builds serve the flip, ablation and validation
+    // tests too); B is this test's own, and only B's files are tampered with below.
+    let a = llama_ws();
     let b = tempfile::tempdir().expect("tempdir");
 
-    let o = pinforge(a.path(), &["build", "--json"]);
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let pa = json(&o);
+    let pa = llama_build("patched");
     assert_eq!(pa["variant"], "patched");
     let names: Vec<String> = artifacts(&pa).into_iter().map(|(p, _)| p).collect();
     assert!(
@@ -722,23 +757,20 @@ fn llama_cpp_end_to_end() {
     }
     // The CPU backend keeps its instruction sets (regression: SOURCE_DATE_EPOCH in the
     // environment used to drop them; the test environment may well have it set).
-    let log =
-        std::fs::read_to_string(a.path().join("build/mrope-cpu/patched/build.log")).expect("log");
+    let log = std::fs::read_to_string(a.join("build/mrope-cpu/patched/build.log")).expect("log");
     assert!(log.contains("GGML_AVX2"), "ggml-cpu built without AVX2");
 
-    let v = pinforge(a.path(), &["verify", mpath.to_str().expect("utf8")]);
+    let v = pinforge(a, &["verify", mpath.to_str().expect("utf8")]);
     assert_eq!(code(&v), 0, "{}", stdout(&v));
 
     // No-op rebuild.
-    let o = pinforge(a.path(), &["build", "--json"]);
+    let o = pinforge(a, &["build", "--json"]);
     let again = json(&o);
     assert_eq!(again["cached"], true, "{again}");
     assert_eq!(again["steps_run"], 0);
 
     // Unpatched differs in the patch list and in libllama only.
-    let o = pinforge(a.path(), &["build", "--variant", "unpatched", "--json"]);
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let ua = json(&o);
+    let ua = llama_build("unpatched");
     let (pa_art, ua_art) = (artifacts(&pa), artifacts(&ua));
     assert_eq!(
         pa_art.iter().map(|(p, _)| p).collect::<Vec<_>>(),
@@ -754,7 +786,7 @@ fn llama_cpp_end_to_end() {
     assert!(differing[0].starts_with("lib/libllama.so"), "{differing:?}");
 
     // The standard tools accept the shipped patches on the pristine tree.
-    let pristine = std::fs::read_dir(a.path().join("vendor"))
+    let pristine = std::fs::read_dir(a.join("vendor"))
         .expect("vendor")
         .flatten()
         .map(|e| e.path())
@@ -801,13 +833,14 @@ fn llama_cpp_end_to_end() {
     }
 
     smoke_checks(
-        a.path(),
+        a,
         &mpath,
-        &a.path().join("build/mrope-cpu/unpatched/manifest.json"),
+        &a.join("build/mrope-cpu/unpatched/manifest.json"),
     );
 
-    // Tamper with libllama: verify exits 1 naming it.
-    let lib = PathBuf::from(pa["artifact_root"].as_str().expect("artifact_root")).join(
+    // Tamper with libllama (in B: A is shared): verify exits 1 naming it.
+    let mpath_b = PathBuf::from(pb["manifest"].as_str().expect("manifest"));
+    let lib = PathBuf::from(pb["artifact_root"].as_str().expect("artifact_root")).join(
         names
             .iter()
             .find(|n| n.starts_with("lib/libllama.so"))
@@ -817,7 +850,7 @@ fn llama_cpp_end_to_end() {
     let mid = bytes.len() / 2;
     bytes[mid] ^= 1;
     std::fs::write(&lib, bytes).expect("tamper");
-    let v = pinforge(a.path(), &["verify", mpath.to_str().expect("utf8")]);
+    let v = pinforge(b.path(), &["verify", mpath_b.to_str().expect("utf8")]);
     assert_eq!(code(&v), 1);
     assert!(stdout(&v).contains("libllama.so"), "{}", stdout(&v));
 }
@@ -1437,8 +1470,7 @@ fn smoke(ws: &Path, args: &[&str]) -> (i32, serde_json::Value) {
 /// control, the silent Release over-read, crash containment, the install gate, installed smoke.
 fn smoke_checks(ws: &Path, patched: &Path, unpatched: &Path) {
     for variant in ["unpatched-asan", "patched-asan"] {
-        let o = pinforge(ws, &["build", "--variant", variant, "--json"]);
-        assert_eq!(code(&o), 0, "{variant}: {}", stderr(&o));
+        llama_build(variant);
     }
     let m = |v: &str| {
         ws.join(format!("build/mrope-cpu/{v}/manifest.json"))
@@ -1500,8 +1532,10 @@ fn smoke_checks(ws: &Path, patched: &Path, unpatched: &Path) {
         "{r}"
     );
 
-    // The install gate refuses a build whose smoke is not ok, and the swap never happens.
-    let root = ws.join("rollback");
+    // The install gate refuses a build whose smoke is not ok, and the swap never happens. The
+    // root is this test's own (the workspace is shared).
+    let root_dir = tempfile::tempdir().expect("tempdir");
+    let root = root_dir.path().join("rollback");
     let o = pinforge(
         ws,
         &[
@@ -1510,6 +1544,8 @@ fn smoke_checks(ws: &Path, patched: &Path, unpatched: &Path) {
             "--layer",
             "live",
             "--smoke",
+            "--root",
+            root.to_str().expect("utf8"),
         ],
     );
     assert_eq!(code(&o), 1, "{}", stderr(&o));
@@ -1534,12 +1570,29 @@ fn smoke_checks(ws: &Path, patched: &Path, unpatched: &Path) {
     );
     let o = pinforge(
         ws,
-        &["install", &m("patched-asan"), "--layer", "live", "--smoke"],
+        &[
+            "install",
+            &m("patched-asan"),
+            "--layer",
+            "live",
+            "--smoke",
+            "--root",
+            root.to_str().expect("utf8"),
+        ],
     );
     assert_eq!(code(&o), 0, "{}", stderr(&o));
 
     // Installed layers are smoked through the install root.
-    let (c, r) = smoke(ws, &["--installed", "--arch", "qwen2vl"]);
+    let (c, r) = smoke(
+        ws,
+        &[
+            "--installed",
+            "--arch",
+            "qwen2vl",
+            "--root",
+            root.to_str().expect("utf8"),
+        ],
+    );
     assert_eq!((c, r["verdict"].as_str()), (0, Some("ok")), "{r}");
     assert_eq!(r["target"], "mrope-cpu/patched-asan");
 }
