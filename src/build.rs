@@ -144,7 +144,11 @@ pub fn build(
 
     // Everything that can be refused is checked before vendor/ is touched.
     reporter.stage("toolchain", &variant.toolchain.name);
-    let tools = toolchain::resolve(&variant.toolchain, &ws.tool_dirs())?;
+    let (toolchain, toolkit) =
+        crate::cudakit::for_build(&variant.toolchain, &ws.tool_dirs(), &|stage, detail| {
+            reporter.stage(stage, detail)
+        })?;
+    let tools = toolchain::resolve(&toolchain, &ws.tool_dirs())?;
     // A variant that takes no patch needs no bundle: a recipe of plain upstream builds (a
     // control, a new project) must not require an empty patches/ folder.
     let bundle = match &variant.patches {
@@ -286,7 +290,10 @@ pub fn build(
     let coverage = stage::cover(&model, &variant.targets, &cmake_dir, &artifacts, &links)?;
 
     let manifest_path = vdir.join("manifest.json");
-    let (deps, inputs) = dependencies(recipe, &tree, &patches, &tools, &vdir)?;
+    let (mut deps, inputs) = dependencies(recipe, &tree, &patches, &tools, &vdir)?;
+    if let Some(k) = &toolkit {
+        deps.push(crate::cudakit::resource(k));
+    }
     let params = ExternalParameters {
         recipe: recipe.name.clone(),
         variant: variant.name.to_string(),
@@ -536,6 +543,16 @@ fn cmake_args(
             .replace("${SRC}", &src)
             .replace("${BUILD}", &build)
             .replace("${VARIANT}", &vd);
+        // A provisioned toolkit's root is in the user's cache: it enters the identity as
+        // `${TOOLKIT}` (the toolkit itself is identified by its tree digest), never by path.
+        if let Some(root) = tools
+            .tools
+            .get("nvcc")
+            .and_then(|t| t.path.parent())
+            .and_then(Path::parent)
+        {
+            s = s.replace(crate::cudakit::ROOT_TEMPLATE, &root.display().to_string());
+        }
         for (role, tool) in &tools.tools {
             s = s.replace(
                 &format!("${{TOOL:{role}}}"),

@@ -96,7 +96,11 @@ pub enum Error {
     },
     /// A verification found a difference.
     #[error("{subject}: {message}")]
-    Check { subject: String, message: String },
+    Check {
+        subject: String,
+        message: String,
+        hint: Option<String>,
+    },
     /// A filesystem operation failed on a named path.
     #[error("{path}: cannot {action}: {source}", path = .path.display())]
     Io {
@@ -145,6 +149,7 @@ impl Error {
         Error::Check {
             subject: subject.to_string(),
             message: message.to_string(),
+            hint: None,
         }
     }
 
@@ -179,7 +184,9 @@ impl Error {
     #[must_use]
     pub fn with_hint(mut self, text: impl fmt::Display) -> Self {
         match &mut self {
-            Error::Input { hint, .. } | Error::Tool { hint, .. } => *hint = Some(text.to_string()),
+            Error::Input { hint, .. } | Error::Tool { hint, .. } | Error::Check { hint, .. } => {
+                *hint = Some(text.to_string())
+            }
             _ => {}
         }
         self
@@ -200,7 +207,9 @@ impl Error {
     /// The hint, if any.
     pub fn hint(&self) -> Option<&str> {
         match self {
-            Error::Input { hint, .. } | Error::Tool { hint, .. } => hint.as_deref(),
+            Error::Input { hint, .. } | Error::Tool { hint, .. } | Error::Check { hint, .. } => {
+                hint.as_deref()
+            }
             Error::Io { source, .. } if source.kind() == std::io::ErrorKind::StorageFull => {
                 Some("free disk space and run the command again; nothing was committed")
             }

@@ -5,6 +5,7 @@
 pub mod build;
 pub mod cli;
 pub mod cuda;
+pub mod cudakit;
 pub mod diff;
 pub mod digest;
 pub mod error;

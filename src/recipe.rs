@@ -124,6 +124,7 @@ struct RawToolchain {
     nvcc_version: Option<Spanned<String>>,
     cuda_root: Option<String>,
     cuda_architectures: Option<String>,
+    cuda_toolkit: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -212,6 +213,9 @@ pub struct Toolchain {
     pub cuda_root: Option<String>,
     /// `CMAKE_CUDA_ARCHITECTURES`.
     pub cuda_architectures: Option<String>,
+    /// A toolkit pinforge provisions from a lock of pinned wheels (`cuda-toolkit = NAME` reads
+    /// `toolkits/NAME.toml` beside the recipe); nvcc and the toolkit root come from it.
+    pub cuda_toolkit: Option<PathBuf>,
 }
 
 /// Which patches a variant applies.
@@ -401,7 +405,7 @@ impl Recipe {
             }
             toolchains.insert(
                 tname.get_ref().clone(),
-                resolve_toolchain(tname.get_ref(), tc, &at)?,
+                resolve_toolchain(tname.get_ref(), tc, base_dir, &at)?,
             );
         }
 
@@ -684,8 +688,45 @@ fn parse_req(s: &Spanned<String>, at: &At) -> Result<semver::VersionReq> {
     })
 }
 
-fn resolve_toolchain(name: &str, tc: &Spanned<RawToolchain>, at: &At) -> Result<Toolchain> {
+fn resolve_toolchain(
+    name: &str,
+    tc: &Spanned<RawToolchain>,
+    base_dir: Option<&Path>,
+    at: &At,
+) -> Result<Toolchain> {
     let t = tc.get_ref();
+    let cuda_toolkit = match &t.cuda_toolkit {
+        None => None,
+        Some(k) => {
+            let n = k.get_ref();
+            if !crate::cudakit::is_plain_name(n) {
+                return Err(Error::input(
+                    at(Some(k.span())),
+                    format!("cuda-toolkit `{n}` is not a plain name"),
+                )
+                .with_hint("name a lock in toolkits/ beside the recipe, e.g. \"cuda-13.1.1\""));
+            }
+            if t.nvcc.is_some() || t.cuda_root.is_some() || t.nvcc_version.is_some() {
+                return Err(Error::input(
+                    at(Some(k.span())),
+                    format!(
+                        "toolchain `{name}` sets cuda-toolkit and also nvcc, nvcc-version or \
+                         cuda-root"
+                    ),
+                )
+                .with_hint(
+                    "a provisioned toolkit brings its own nvcc and root: remove those keys",
+                ));
+            }
+            let Some(dir) = base_dir else {
+                return Err(Error::input(
+                    at(Some(k.span())),
+                    "an embedded recipe cannot name a toolkit lock",
+                ));
+            };
+            Some(dir.join("toolkits").join(format!("{n}.toml")))
+        }
+    };
     let mut requirements = BTreeMap::new();
     for (tool, req) in [
         ("cc", &t.cc_version),
@@ -698,7 +739,10 @@ fn resolve_toolchain(name: &str, tc: &Spanned<RawToolchain>, at: &At) -> Result<
             requirements.insert(tool.to_string(), parse_req(r, at)?);
         }
     }
-    if t.nvcc.is_none() && (t.nvcc_version.is_some() || t.cuda_root.is_some()) {
+    if t.nvcc.is_none()
+        && cuda_toolkit.is_none()
+        && (t.nvcc_version.is_some() || t.cuda_root.is_some())
+    {
         return Err(Error::input(
             at(Some(tc.span())),
             format!("toolchain `{name}` sets CUDA options but no `nvcc`"),
@@ -713,6 +757,7 @@ fn resolve_toolchain(name: &str, tc: &Spanned<RawToolchain>, at: &At) -> Result<
         nvcc: t.nvcc.clone(),
         cuda_root: t.cuda_root.clone(),
         cuda_architectures: t.cuda_architectures.clone(),
+        cuda_toolkit,
     })
 }
 
@@ -983,6 +1028,51 @@ cmake = { X = "2", SAN = true }
     }
 
     #[test]
+    fn a_provisioned_toolkit_is_named_plainly_and_brings_its_own_nvcc() {
+        let with = |extra: &str| {
+            MINI.replace(
+                "[toolchain.cpu]\ncc = \"gcc\"\ncxx = \"g++\"\n",
+                &format!("[toolchain.cpu]\ncc = \"gcc\"\ncxx = \"g++\"\n{extra}\n"),
+            )
+        };
+        let r = parse(&with("cuda-toolkit = \"cuda-13.1.1\"")).expect("parses");
+        assert_eq!(
+            r.variant("a").expect("a").toolchain.cuda_toolkit.as_deref(),
+            Some(Path::new("/ws/recipes/toolkits/cuda-13.1.1.toml"))
+        );
+        for (extra, what) in [
+            ("cuda-toolkit = \"../../etc/x\"", "not a plain name"),
+            ("cuda-toolkit = \"a/b\"", "not a plain name"),
+            (
+                "cuda-toolkit = \"cuda-13.1.1\"\nnvcc = \"nvcc\"",
+                "also nvcc",
+            ),
+        ] {
+            let e = parse(&with(extra)).expect_err(extra);
+            assert_eq!(e.exit_code(), 2, "{extra}: {e}");
+            assert!(e.to_string().contains(what), "{extra}: {e}");
+            assert!(e.to_string().contains("r.toml:"), "{extra}: {e}");
+        }
+        let e = Recipe::parse(
+            &with("cuda-toolkit = \"cuda-13.1.1\""),
+            Path::new("e.toml"),
+            None,
+        )
+        .expect_err("embedded");
+        assert!(e.to_string().contains("embedded"), "{e}");
+    }
+
+    #[test]
+    fn shipped_toolkit_locks_parse() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes/toolkits");
+        for (name, nvcc) in [("cuda-13.1.1", "13.1.115"), ("cuda-13.0.2", "13.0.88")] {
+            let l = crate::cudakit::load_lock(&dir.join(format!("{name}.toml"))).expect(name);
+            assert_eq!((l.name.as_str(), l.nvcc_version.as_str()), (name, nvcc));
+            assert_eq!(l.wheels.len(), 6, "{name}");
+        }
+    }
+
+    #[test]
     fn shipped_recipes_parse_and_resolve_every_variant() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes");
         let r = Recipe::load(&dir.join("b7992-cuda.toml")).expect("b7992-cuda.toml");
@@ -997,6 +1087,19 @@ cmake = { X = "2", SAN = true }
         );
         assert_eq!(cuda12.patches, PatchSelection::List(vec![]));
         assert_eq!(cuda12.cmake["GGML_CUDA"], "ON");
+        let c13 = r.variant("cuda13-patched").expect("variant");
+        assert_eq!(
+            c13.toolchain.cuda_toolkit.as_deref(),
+            Some(dir.join("toolkits/cuda-13.1.1.toml").as_path())
+        );
+        assert!(c13.toolchain.nvcc.is_none());
+        assert_eq!(
+            r.variant("cuda130-unpatched")
+                .expect("variant")
+                .toolchain
+                .cuda_toolkit,
+            Some(dir.join("toolkits/cuda-13.0.2.toml"))
+        );
         assert_eq!(
             r.variant("cuda13-patched").expect("variant").toolchain.name,
             "cuda131"

@@ -219,6 +219,7 @@ mod tests {
             nvcc: None,
             cuda_root: None,
             cuda_architectures: None,
+            cuda_toolkit: None,
         };
         let e = resolve(&tc, &[]).expect_err("missing cc");
         assert_eq!(e.exit_code(), 2);

@@ -14,6 +14,7 @@ mod reporter;
 mod rollback;
 mod smoke;
 mod status;
+mod toolkit;
 mod vendor;
 mod verify;
 
@@ -187,6 +188,12 @@ build/mrope-cpu/patched/manifest.json"
         after_help = "Examples:\n  pinforge smoke build/mrope-cpu/unpatched-asan/manifest.json --arch qwen2vl\n  pinforge smoke --installed live --arch qwen2 --json"
     )]
     Smoke(smoke::SmokeCmd),
+    /// Provision (or re-verify) a CUDA toolkit from a lock of pinned PyPI wheels and print its
+    /// root; builds whose toolchain names `cuda-toolkit` do this themselves.
+    #[command(
+        after_help = "Examples:\n  pinforge toolkit recipes/toolkits/cuda-13.1.1.toml\n  pinforge toolkit recipes/toolkits/cuda-13.0.2.toml --json --cache-dir /srv/cache"
+    )]
+    Toolkit(toolkit::ToolkitArgs),
     /// Write a shell completion script to stdout.
     #[command(
         after_help = "Examples:\n  pinforge completions bash > ~/.local/share/bash-completion/completions/pinforge\n  pinforge completions zsh > ~/.zfunc/_pinforge"
@@ -280,6 +287,7 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Patch(c) => patch::run(ws, c),
         Command::Model(c) => model::run(c),
         Command::Vendor(c) => vendor::run(c),
+        Command::Toolkit(a) => toolkit::run(ws, a),
         Command::Smoke(a) => smoke::run(ws, a),
         Command::SmokeChild(a) => smoke::run_child(a),
         Command::Completions(a) => generate::completions(a),

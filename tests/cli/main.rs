@@ -8,6 +8,7 @@
 // fixture) live in this file and are reachable from every module as `crate::…`.
 mod artifacts;
 mod bundle;
+mod cuda;
 mod diff;
 mod history;
 mod inputs;
