@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The GPU path of `pinforge smoke`, as one prepared script for a machine with an NVIDIA GPU
 # (the device tool's machine: nvcc, CMake and Ninja in its image, no network). Builds the CUDA
-# variant of recipes/mrope-cuda.toml with the machine's nvcc for sm_90, smokes it with the
+# variant `cuda-path-patched` of recipes/mrope-cuda.toml with the machine's own nvcc for sm_90
+# (the provisioned 13.1.1 toolkit is 0.8 GB, over what a device run can carry, and the machine
+# cannot fetch its wheels), smokes it with the
 # qwen2vl model and the qwen2 control (probe, all layers offloaded, memory used), and checks
 # the preflight refusals against the real probe: compiled architectures that miss the device.
 #
@@ -14,10 +16,10 @@ out=${OUT:-/tmp/gpu-check}
 mkdir -p "$out"
 jobs=$(nproc)
 { nvidia-smi; nvcc --version; cmake --version | head -n1; ninja --version; gcc --version | head -n1; } > "$out/machine.txt" 2>&1
-echo "== build cuda-patched (sm_90, -j$jobs)"
-time "$pf" build recipes/mrope-cuda.toml --variant cuda-patched -j "$jobs" --json > "$out/build.json" 2> "$out/build.err"
+echo "== build cuda-path-patched (sm_90, -j$jobs)"
+time "$pf" build recipes/mrope-cuda.toml --variant cuda-path-patched -j "$jobs" --json > "$out/build.json" 2> "$out/build.err"
 echo "build exit $?"; tail -n 5 "$out/build.err"
-m=build/mrope-cuda/cuda-patched/manifest.json
+m=build/mrope-cuda/cuda-path-patched/manifest.json
 for arch in qwen2vl qwen2; do
   echo "== smoke $arch"
   "$pf" smoke "$m" --arch "$arch" --json > "$out/smoke-$arch.json" 2> "$out/smoke-$arch.err"
