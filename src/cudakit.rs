@@ -210,10 +210,10 @@ pub fn load_lock(path: &Path) -> Result<ToolkitLock> {
     })
 }
 
-/// The folder shared caches live in: `PINFORGE_CACHE_DIR`, else `$XDG_CACHE_HOME/pinforge`,
-/// else `~/.cache/pinforge` (the same places cargo, pip and sccache use for theirs).
+/// The folder provisioned toolkits live in (under `toolkits/`): `PINFORGE_TOOLKIT_CACHE`, else
+/// `$XDG_CACHE_HOME/pinforge`, else `~/.cache/pinforge` (where cargo, pip and sccache keep theirs).
 pub fn default_cache_dir() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("PINFORGE_CACHE_DIR").filter(|v| !v.is_empty()) {
+    if let Some(p) = std::env::var_os("PINFORGE_TOOLKIT_CACHE").filter(|v| !v.is_empty()) {
         return Ok(PathBuf::from(p));
     }
     if let Some(p) = std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
@@ -223,9 +223,9 @@ pub fn default_cache_dir() -> Result<PathBuf> {
         Some(h) => Ok(PathBuf::from(h).join(".cache").join("pinforge")),
         None => Err(Error::input(
             "cache folder",
-            "neither PINFORGE_CACHE_DIR, XDG_CACHE_HOME nor HOME is set",
+            "neither PINFORGE_TOOLKIT_CACHE, XDG_CACHE_HOME nor HOME is set",
         )
-        .with_hint("set PINFORGE_CACHE_DIR to a folder for downloaded toolkits")),
+        .with_hint("set PINFORGE_TOOLKIT_CACHE to a folder for downloaded toolkits")),
     }
 }
 

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 pub struct ToolkitArgs {
     /// A toolkit lock (`recipes/toolkits/NAME.toml`)
     pub lock: PathBuf,
-    /// Cache folder [default: PINFORGE_CACHE_DIR, else $XDG_CACHE_HOME/pinforge, else
+    /// Cache folder [default: PINFORGE_TOOLKIT_CACHE, else $XDG_CACHE_HOME/pinforge, else
     /// ~/.cache/pinforge]
     #[arg(long)]
     pub cache_dir: Option<PathBuf>,

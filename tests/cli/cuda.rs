@@ -211,7 +211,7 @@ fn a_build_with_a_provisioned_toolkit_records_it_and_never_its_cache_path() {
     let cache = fake_toolkit(&t.ws);
     cuda_recipe(&t, "cuda-toolkit = \"fake-13.1.1\"");
     let o = pinforge_cmd(&t.ws)
-        .env("PINFORGE_CACHE_DIR", &cache)
+        .env("PINFORGE_TOOLKIT_CACHE", &cache)
         .args(["build", "recipes/tinycuda.toml", "--json"])
         .output()
         .expect("run");

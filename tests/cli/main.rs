@@ -41,6 +41,7 @@ fn tool_path() -> PathBuf {
 /// into a test (a developer's `PINFORGE_ROOT` must never receive test installs).
 const LEAKY_VARS: &[&str] = &[
     "PINFORGE_WORKSPACE",
+    "PINFORGE_TOOLKIT_CACHE",
     "PINFORGE_ROOT",
     "PINFORGE_CRASH_AT",
     "PINFORGE_FAIL_WRITE_AFTER",
@@ -60,6 +61,11 @@ fn pinforge_cmd(ws: &Path) -> Command {
     for v in LEAKY_VARS {
         c.env_remove(v);
     }
+    // Provisioned CUDA toolkits go to the run's temp folder, never to the developer's cache.
+    c.env(
+        "PINFORGE_TOOLKIT_CACHE",
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join("toolkit-cache"),
+    );
     c
 }
 
