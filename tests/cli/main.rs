@@ -8,6 +8,7 @@
 // fixture) live in this file and are reachable from every module as `crate::…`.
 mod artifacts;
 mod bundle;
+mod compile_cache;
 mod diff;
 mod history;
 mod inputs;
@@ -46,6 +47,9 @@ const LEAKY_VARS: &[&str] = &[
     "PINFORGE_FS_PROBE",
     "PINFORGE_SMOKE_CRASH_TEST",
     "PINFORGE_SMOKE_VERBOSE",
+    "PINFORGE_CACHE",
+    "PINFORGE_CACHE_DIR",
+    "PINFORGE_CACHE_REMOTE",
     "SOURCE_DATE_EPOCH",
     "CFLAGS",
     "CXXFLAGS",
@@ -59,6 +63,11 @@ fn pinforge_cmd(ws: &Path) -> Command {
     for v in LEAKY_VARS {
         c.env_remove(v);
     }
+    // The compile cache of the test run: never the developer's own cache folder.
+    c.env(
+        "PINFORGE_CACHE_DIR",
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join("compile-cache"),
+    );
     c
 }
 
