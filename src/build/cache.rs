@@ -286,11 +286,10 @@ impl Stats {
             return format!("off ({} compiled)", self.misses);
         }
         let total = self.hits + self.misses;
-        let rate = if total == 0 {
-            String::new()
-        } else {
-            format!(" ({:.0}% hits)", 100.0 * self.hits as f64 / total as f64)
-        };
+        if total == 0 {
+            return "nothing compiled".into();
+        }
+        let rate = format!(" ({:.0}% hits)", 100.0 * self.hits as f64 / total as f64);
         let remote = if self.remote_hits > 0 {
             format!(", {} from remote", self.remote_hits)
         } else {
