@@ -178,14 +178,6 @@ impl CompileCache {
         let config = vdir.join("ccache.conf");
         let mut lines = vec![
             format!("cache_dir = {}", dir.display()),
-            format!(
-                "base_dir = {}",
-                base_dirs
-                    .iter()
-                    .map(|p| p.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            ),
             // The prefix maps put the build folder at /pinforge/build: the folder name never
             // reaches the object, so it must not split the cache either.
             "hash_dir = false".to_string(),
@@ -197,6 +189,11 @@ impl CompileCache {
             format!("stats_log = {}", stats_log.display()),
             "absolute_paths_in_stderr = true".to_string(),
         ];
+        // An empty value would make ccache read the next lines as its continuation.
+        if !base_dirs.is_empty() {
+            let list: Vec<String> = base_dirs.iter().map(|p| p.display().to_string()).collect();
+            lines.push(format!("base_dir = {}", list.join(" ")));
+        }
         if !settings.enabled {
             lines.push("recache = true".into());
             lines.push("read_only = true".into());

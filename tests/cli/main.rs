@@ -831,6 +831,11 @@ fn llama_cpp_end_to_end() {
         "artifacts differ between workspaces"
     );
     assert_eq!(pa["input_digest"], pb["input_digest"]);
+    // issue #10 compile cache: B (another folder, the run's compile cache) is served from
+    // A's objects, compiles nothing, and its artifacts are A's bytes (checked above).
+    let cc = &pb["compile_cache"];
+    assert!(cc["hits"].as_u64().unwrap_or(0) > 0, "B hit nothing: {cc}");
+    assert_eq!(cc["misses"], 0, "B recompiled units A had compiled: {cc}");
     for (path, _) in artifacts(&pb) {
         let root = PathBuf::from(pb["artifact_root"].as_str().expect("artifact_root"));
         let bytes = std::fs::read(root.join(&path)).expect("artifact");
