@@ -6,6 +6,7 @@
 //! Machine-specific paths are kept out of the binaries (prefix maps, `$ORIGIN` run paths, a
 //! fixed install prefix, build info from the pin).
 
+pub mod cache;
 pub mod fileapi;
 pub mod stage;
 
@@ -112,6 +113,8 @@ pub struct BuildOutcome {
     pub steps_run: u64,
     /// Wall time in seconds.
     pub seconds: f64,
+    /// What the compile cache did for this build.
+    pub compile_cache: cache::Stats,
 }
 
 /// Options for [`build`].
@@ -149,6 +152,7 @@ pub fn build(
             reporter.stage(stage, detail)
         })?;
     let tools = toolchain::resolve(&toolchain, &ws.tool_dirs())?;
+    ws.compile_cache().check()?;
     // A variant that takes no patch needs no bundle: a recipe of plain upstream builds (a
     // control, a new project) must not require an empty patches/ folder.
     let bundle = match &variant.patches {
@@ -185,7 +189,18 @@ pub fn build(
         std::fs::File::create(&log_path).at("create", &log_path)?,
     ));
 
-    let (template, actual) = cmake_args(variant, &tools, &tree, &cmake_dir, &vdir);
+    let cache = cache::CompileCache::prepare(ws.compile_cache(), &tools, ws.root(), &vdir)?;
+    let via_link = cache::source_link(&vdir, &tree.path, &cmake_dir)?;
+    let (template, actual) = cmake_args(
+        variant,
+        &tools,
+        &Tree {
+            path: via_link,
+            ..tree.clone()
+        },
+        &cmake_dir,
+        &vdir,
+    );
     write_git_shim(&vdir, &tree)?;
     fileapi::write_query(&cmake_dir)?;
 
@@ -196,6 +211,7 @@ pub fn build(
         "scheme": CONFIGURE_SCHEME,
         "scrubbed_env": SCRUBBED_ENV,
         "args": &actual,
+        "source": &tree.path,
     }))
     .map_err(|e| Error::Internal(e.to_string()))?;
     let configured = cmake_dir.join("CMakeCache.txt").exists()
@@ -207,6 +223,7 @@ pub fn build(
         // --fresh: CMake keeps option values in its cache, so an option the recipe no longer
         // sets (or a default that depends on the environment) would otherwise survive.
         cmd.arg("--fresh").args(&actual);
+        cache.apply(&mut cmd);
         run_logged(&mut cmd, &[], &log, &log_path, reporter)?;
         crate::fsx::write_atomic(&stamp, &stamp_body)?;
     }
@@ -230,7 +247,10 @@ pub fn build(
         cmd.arg(format!("-j{j}"));
     }
     cmd.args(&variant.targets).args(&install_targets);
+    cache.reset()?;
+    cache.apply(&mut cmd);
     let steps_run = run_logged(&mut cmd, &[], &log, &log_path, reporter)?;
+    let compile_cache = cache.stats()?;
     reporter.finish();
 
     reporter.stage("install", variant.name.as_str());
@@ -345,6 +365,8 @@ pub fn build(
             ("installed_as".to_string(), Value::from(c.artifact.clone())),
         ]),
     }));
+    // Run details, not inputs: a hit gives the bytes a compile would, so it names no build.
+    byproducts.push(compile_cache.byproduct(tools.tool(cache::ROLE)?));
     let (log_digest, _) = Sha256::of_file(&log_path)?;
     byproducts.push(Resource {
         name: "build.log".into(),
@@ -407,6 +429,7 @@ pub fn build(
         source_tree: tree.path.clone(),
         steps_run,
         seconds: started.elapsed().as_secs_f64(),
+        compile_cache,
     })
 }
 
@@ -459,6 +482,11 @@ fn cmake_args(
     let prefix_maps = |pre: &str| -> Vec<String> {
         vec![
             format!("{pre}-ffile-prefix-map=${{SRC}}={SRC_MAP}"),
+            // The compile cache hands the compiler the source as `../src/...` (see cache).
+            format!(
+                "{pre}-ffile-prefix-map={}={SRC_MAP}",
+                cache::SOURCE_FROM_BUILD
+            ),
             format!("{pre}-ffile-prefix-map=${{BUILD}}={BUILD_MAP}"),
         ]
     };
@@ -476,6 +504,13 @@ fn cmake_args(
     .iter()
     .map(|s| Arg::Plain(s.to_string()))
     .collect();
+    let launcher = tools.tools.contains_key(cache::ROLE);
+    for lang in ["C", "CXX"].iter().filter(|_| launcher) {
+        t.push(Arg::Plain(format!(
+            "-DCMAKE_{lang}_COMPILER_LAUNCHER=${{TOOL:{}}}",
+            cache::ROLE
+        )));
+    }
     t.push(Arg::Plain(format!(
         "-DCMAKE_BUILD_TYPE={}",
         variant.build_type
@@ -508,6 +543,12 @@ fn cmake_args(
     );
     if tools.tools.contains_key("nvcc") {
         t.push(Arg::Plain("-DCMAKE_CUDA_COMPILER=${TOOL:nvcc}".into()));
+        if launcher {
+            t.push(Arg::Plain(format!(
+                "-DCMAKE_CUDA_COMPILER_LAUNCHER=${{TOOL:{}}}",
+                cache::ROLE
+            )));
+        }
         t.push(Arg::Flags {
             var: "CMAKE_CUDA_FLAGS".into(),
             words: prefix_maps("-Xcompiler="),
@@ -941,15 +982,15 @@ cmake = { "CMAKE_CUDA_FLAGS:STRING" = "-lineinfo", CMAKE_CXX_FLAGS = "-g -O1", O
         };
         assert_eq!(
             find(&template, "CMAKE_CUDA_FLAGS"),
-            vec!["-DCMAKE_CUDA_FLAGS=-Xcompiler=-ffile-prefix-map=${SRC}=/pinforge/src -Xcompiler=-ffile-prefix-map=${BUILD}=/pinforge/build -lineinfo"]
+            vec!["-DCMAKE_CUDA_FLAGS=-Xcompiler=-ffile-prefix-map=${SRC}=/pinforge/src -Xcompiler=-ffile-prefix-map=../src=/pinforge/src -Xcompiler=-ffile-prefix-map=${BUILD}=/pinforge/build -lineinfo"]
         );
         assert_eq!(
             find(&template, "CMAKE_CXX_FLAGS"),
-            vec!["-DCMAKE_CXX_FLAGS=-ffile-prefix-map=${SRC}=/pinforge/src -ffile-prefix-map=${BUILD}=/pinforge/build -g -O1"]
+            vec!["-DCMAKE_CXX_FLAGS=-ffile-prefix-map=${SRC}=/pinforge/src -ffile-prefix-map=../src=/pinforge/src -ffile-prefix-map=${BUILD}=/pinforge/build -g -O1"]
         );
         assert_eq!(
             find(&actual, "CMAKE_CXX_FLAGS"),
-            vec!["-DCMAKE_CXX_FLAGS='-ffile-prefix-map=/my ws/vendor/src=/pinforge/src' '-ffile-prefix-map=/my ws/build/r/v/cmake=/pinforge/build' -g -O1"]
+            vec!["-DCMAKE_CXX_FLAGS='-ffile-prefix-map=/my ws/vendor/src=/pinforge/src' -ffile-prefix-map=../src=/pinforge/src '-ffile-prefix-map=/my ws/build/r/v/cmake=/pinforge/build' -g -O1"]
         );
         assert_eq!(find(&actual, "OTHER"), vec!["-DOTHER=a b"]);
         assert!(

@@ -120,6 +120,7 @@ struct RawToolchain {
     cxx_version: Option<Spanned<String>>,
     cmake_version: Option<Spanned<String>>,
     ninja_version: Option<Spanned<String>>,
+    ccache_version: Option<Spanned<String>>,
     nvcc: Option<String>,
     nvcc_version: Option<Spanned<String>>,
     cuda_root: Option<String>,
@@ -205,7 +206,7 @@ pub struct Toolchain {
     pub cc: String,
     /// C++ compiler.
     pub cxx: String,
-    /// Version requirements by tool (`cc`, `cxx`, `cmake`, `ninja`, `nvcc`).
+    /// Version requirements by tool (`cc`, `cxx`, `cmake`, `ninja`, `ccache`, `nvcc`).
     pub requirements: BTreeMap<String, semver::VersionReq>,
     /// CUDA compiler, for CUDA variants.
     pub nvcc: Option<String>,
@@ -733,6 +734,7 @@ fn resolve_toolchain(
         ("cxx", &t.cxx_version),
         ("cmake", &t.cmake_version),
         ("ninja", &t.ninja_version),
+        ("ccache", &t.ccache_version),
         ("nvcc", &t.nvcc_version),
     ] {
         if let Some(r) = req {
@@ -1025,6 +1027,30 @@ cmake = { X = "2", SAN = true }
             asan.cmake.get("GGML_NATIVE").map(String::as_str),
             Some("OFF")
         );
+    }
+
+    // issue #10 host-compiler axis: the clang variant differs from unpatched-asan in its
+    // toolchain only, and that toolchain pins Debian's clang exactly.
+    #[test]
+    fn the_clang_variant_flips_only_the_host_compiler() {
+        let r = Recipe::embedded_default().expect("embedded recipe");
+        let gcc = r.variant("unpatched-asan").expect("gcc");
+        let clang = r.variant("unpatched-asan-clang").expect("clang");
+        assert_eq!(clang.toolchain.cc, "clang");
+        assert_eq!(clang.toolchain.cxx, "clang++");
+        assert_eq!(
+            clang
+                .toolchain
+                .requirements
+                .get("cc")
+                .map(ToString::to_string),
+            Some("=14.0.6".to_string())
+        );
+        assert_eq!(clang.cmake, gcc.cmake);
+        assert_eq!(clang.patches, gcc.patches);
+        assert_eq!(clang.build_type, gcc.build_type);
+        assert_eq!(gcc.toolchain.cc, "gcc");
+        assert!(r.variant("patched-asan-clang").is_ok());
     }
 
     #[test]

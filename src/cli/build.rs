@@ -22,13 +22,49 @@ pub struct BuildArgs {
     #[arg(long, short = 'j')]
     pub jobs: Option<usize>,
     #[command(flatten)]
+    pub cache: CacheArgs,
+    #[command(flatten)]
     pub out: JsonArg,
+}
+
+/// The compile cache flags (shared by every command that builds).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct CacheArgs {
+    /// Compile every translation unit; read and store nothing in the compile cache
+    /// [env: PINFORGE_CACHE=off]
+    #[arg(long)]
+    pub no_cache: bool,
+    /// Compile cache folder [env: PINFORGE_CACHE_DIR] [default: $XDG_CACHE_HOME/pinforge/ccache]
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Shared compile cache backend, e.g. redis://127.0.0.1:6379 [env: PINFORGE_CACHE_REMOTE]
+    #[arg(long, value_name = "URL")]
+    pub cache_remote: Option<String>,
+}
+
+impl CacheArgs {
+    /// The environment's settings with these flags applied over them.
+    pub fn settings(&self) -> build::cache::Settings {
+        let mut s = build::cache::Settings::from_env();
+        if self.no_cache {
+            s.enabled = false;
+        }
+        if let Some(d) = &self.cache_dir {
+            s.dir = Some(d.clone());
+        }
+        if let Some(r) = &self.cache_remote {
+            s.remote = Some(r.clone());
+        }
+        s
+    }
 }
 
 /// Run `build`.
 pub(super) fn run(ctx: &super::Ctx, a: BuildArgs) -> Result<i32> {
     let ws_root = ctx.ws_root.as_path();
-    cmd_build(ctx, ws_root, a.recipe, a.variants, a.jobs, a.out.json)
+    cmd_build(
+        ctx, ws_root, a.recipe, a.variants, a.jobs, &a.cache, a.out.json,
+    )
 }
 
 fn cmd_build(
@@ -37,9 +73,11 @@ fn cmd_build(
     recipe_path: Option<PathBuf>,
     variants: Vec<String>,
     jobs: Option<usize>,
+    cache: &CacheArgs,
     json: bool,
 ) -> Result<i32> {
-    let ws = Workspace::new(ws_root)?;
+    let mut ws = Workspace::new(ws_root)?;
+    ws.set_compile_cache(cache.settings());
     let recipe = match &recipe_path {
         Some(p) => Recipe::load(p)?,
         None => Recipe::embedded_default()?,
@@ -125,5 +163,6 @@ fn render_build(o: &BuildOutcome, because: &[String], verbosity: Verbosity) {
             a.size
         );
     }
+    outln!("  cache      {}", o.compile_cache.summary());
     outln!("  log        {}", o.log.display());
 }

@@ -295,7 +295,10 @@ fn target_from(
             source,
         ));
     }
-    let sanitizer = asan_soname(&bytes);
+    let sanitizer = match asan_soname(&bytes) {
+        Some(so) => Some(so),
+        None => clang_asan_runtime(&bytes, &name)?,
+    };
     drop(bytes);
 
     // The other libraries the decode loads through libllama.
@@ -770,6 +773,66 @@ fn asan_soname(bytes: &[u8]) -> Option<String> {
     Some(String::from_utf8_lossy(&bytes[at..end]).into_owned())
 }
 
+/// clang links its AddressSanitizer runtime into executables only: an instrumented shared
+/// library built by clang names no runtime, it just calls `__asan_init`. The runtime that
+/// belongs to the compiler version the library records (`clang version X.Y.Z` in its
+/// `.comment`) is found in the distribution's LLVM folders, or else asked of the `clang` on
+/// PATH; nothing named by the record itself is run.
+fn clang_asan_runtime(bytes: &[u8], name: &str) -> Result<Option<String>> {
+    let has = |needle: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
+    if !has(b"__asan_init") {
+        return Ok(None);
+    }
+    let arch = std::env::consts::ARCH;
+    let file = format!("libclang_rt.asan-{arch}.so");
+    let mut candidates = Vec::new();
+    if let Some(v) = clang_version(bytes) {
+        let major = v.split('.').next().unwrap_or(&v).to_string();
+        for ver in [v.as_str(), major.as_str()] {
+            candidates.push(PathBuf::from(format!(
+                "/usr/lib/llvm-{major}/lib/clang/{ver}/lib/linux/{file}"
+            )));
+            candidates.push(PathBuf::from(format!(
+                "/usr/lib/llvm-{major}/lib/clang/{ver}/lib/{arch}-unknown-linux-gnu/libclang_rt.asan.so"
+            )));
+        }
+    }
+    if let Ok(o) = Command::new("clang")
+        .arg(format!("-print-file-name={file}"))
+        .stdin(Stdio::null())
+        .output()
+    {
+        let p = String::from_utf8_lossy(&o.stdout).trim().to_string();
+        if o.status.success() && p.starts_with('/') {
+            candidates.push(PathBuf::from(p));
+        }
+    }
+    match candidates.into_iter().find(|p| p.is_file()) {
+        Some(p) => Ok(Some(p.display().to_string())),
+        None => Err(Error::input(
+            name,
+            "libllama is instrumented by clang's AddressSanitizer, but no clang ASan runtime \
+             was found",
+        )
+        .with_hint(format!(
+            "install the clang that built it (Debian: apt-get install clang; the runtime is \
+             {file} in libclang-rt-*-dev)"
+        ))),
+    }
+}
+
+/// `14.0.6` from a `.comment` string `Debian clang version 14.0.6`.
+fn clang_version(bytes: &[u8]) -> Option<String> {
+    let needle = b"clang version ";
+    let at = bytes.windows(needle.len()).position(|w| w == needle)? + needle.len();
+    let v: String = bytes[at..]
+        .iter()
+        .take_while(|b| b.is_ascii_digit() || **b == b'.')
+        .map(|&b| b as char)
+        .collect();
+    (!v.is_empty()).then_some(v)
+}
+
 /// `heap-buffer-overflow in llama_kv_cache::apply_ubatch (allocated in ...)` from an ASan
 /// report, plus its SUMMARY line and first frames.
 pub fn asan_signature(stderr: &str) -> Option<String> {
@@ -924,6 +987,29 @@ allocated by thread T0 here:
 
 SUMMARY: AddressSanitizer: heap-buffer-overflow (/b/bin/libllama.so.0+0x1f) in llama_kv_cache::apply_ubatch(llama_kv_cache::slot_info const&, llama_ubatch const&)
 ";
+
+    #[test]
+    fn a_clang_instrumented_library_gets_clangs_runtime_and_others_get_none() {
+        assert_eq!(
+            clang_version(b"\0GCC: (Debian 12.2.0-14) 12.2.0\0Debian clang version 14.0.6\0")
+                .as_deref(),
+            Some("14.0.6")
+        );
+        assert_eq!(clang_version(b"GCC: 12.2.0"), None);
+        // Not instrumented: nothing to preload, nothing searched.
+        assert_eq!(
+            clang_asan_runtime(b"clang version 14.0.6", "x").expect("plain"),
+            None
+        );
+        // Instrumented by Debian's clang 14 (tools/bootstrap.sh installs it): its runtime.
+        if Path::new("/usr/lib/llvm-14").is_dir() {
+            let so = clang_asan_runtime(b"__asan_init\0Debian clang version 14.0.6\0", "x")
+                .expect("found")
+                .expect("instrumented");
+            assert!(so.contains("libclang_rt.asan"), "{so}");
+            assert!(Path::new(&so).is_file(), "{so}");
+        }
+    }
 
     #[test]
     fn asan_reports_become_signatures() {

@@ -646,7 +646,7 @@ fn recipe_c_flags_are_appended_to_the_prefix_maps_and_the_manifest_shows_both() 
             .collect();
         assert_eq!(
             c_flags,
-            vec!["-DCMAKE_C_FLAGS=-ffile-prefix-map=${SRC}=/pinforge/src -ffile-prefix-map=${BUILD}=/pinforge/build -DEXTRA_VALUE=7"],
+            vec!["-DCMAKE_C_FLAGS=-ffile-prefix-map=${SRC}=/pinforge/src -ffile-prefix-map=../src=/pinforge/src -ffile-prefix-map=${BUILD}=/pinforge/build -DEXTRA_VALUE=7"],
             "{key}: one CMAKE_C_FLAGS, reproducibility flags first: {args:?}"
         );
     }

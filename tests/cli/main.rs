@@ -8,6 +8,7 @@
 // fixture) live in this file and are reachable from every module as `crate::…`.
 mod artifacts;
 mod bundle;
+mod compile_cache;
 mod cuda;
 mod diff;
 mod history;
@@ -48,6 +49,9 @@ const LEAKY_VARS: &[&str] = &[
     "PINFORGE_FS_PROBE",
     "PINFORGE_SMOKE_CRASH_TEST",
     "PINFORGE_SMOKE_VERBOSE",
+    "PINFORGE_CACHE",
+    "PINFORGE_CACHE_DIR",
+    "PINFORGE_CACHE_REMOTE",
     "SOURCE_DATE_EPOCH",
     "CFLAGS",
     "CXXFLAGS",
@@ -65,6 +69,11 @@ fn pinforge_cmd(ws: &Path) -> Command {
     c.env(
         "PINFORGE_TOOLKIT_CACHE",
         Path::new(env!("CARGO_TARGET_TMPDIR")).join("toolkit-cache"),
+    );
+    // The compile cache of the test run: never the developer's own cache folder.
+    c.env(
+        "PINFORGE_CACHE_DIR",
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join("compile-cache"),
     );
     c
 }
@@ -829,6 +838,11 @@ fn llama_cpp_end_to_end() {
         "artifacts differ between workspaces"
     );
     assert_eq!(pa["input_digest"], pb["input_digest"]);
+    // issue #10 compile cache: B (another folder, the run's compile cache) is served from
+    // A's objects, compiles nothing, and its artifacts are A's bytes (checked above).
+    let cc = &pb["compile_cache"];
+    assert!(cc["hits"].as_u64().unwrap_or(0) > 0, "B hit nothing: {cc}");
+    assert_eq!(cc["misses"], 0, "B recompiled units A had compiled: {cc}");
     for (path, _) in artifacts(&pb) {
         let root = PathBuf::from(pb["artifact_root"].as_str().expect("artifact_root"));
         let bytes = std::fs::read(root.join(&path)).expect("artifact");
