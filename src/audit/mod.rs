@@ -188,6 +188,14 @@ impl Audit {
     }
 }
 
+/// The JSON word of a unit enum value (`strong`, `reverse-applies`), for human output.
+pub fn word<T: Serialize>(v: &T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
 /// A pin named on the command line, with where its digest came from.
 #[derive(Debug, Clone)]
 pub struct Onto {
@@ -327,13 +335,16 @@ pub struct Session {
     pub new_tree: Tree,
 }
 
-/// Audit `bundle` (the recipe's) against `onto`.
+/// Audit `bundle` (the recipe's) against `onto`. Patches named in `dropping` (the operator's
+/// decision in a rebase) are judged but not carried onto the scratch tree, so that the patches
+/// after them are judged against what the rebased series will really be.
 pub fn run(
     ws: &Workspace,
     recipe: &Recipe,
     bundle: &Bundle,
     onto: &Onto,
     today: &str,
+    dropping: &std::collections::BTreeSet<String>,
 ) -> Result<Session> {
     let patches = bundle.select(None)?;
     let old_tree = upstream::pristine(ws, recipe)?;
@@ -427,6 +438,7 @@ pub fn run(
             ev,
             &onto.spec,
             today,
+            !dropping.contains(p.id.as_str()),
         )?;
         rows.push(row);
     }
@@ -459,6 +471,7 @@ fn judge(
     mut ev: Vec<Evidence>,
     onto: &str,
     today: &str,
+    carry: bool,
 ) -> Result<PatchAudit> {
     let subject = p.origin.display().to_string();
     let head = repo
@@ -669,7 +682,7 @@ fn judge(
     ev.sort_by_key(|e| e.strength);
 
     // A carried patch goes onto the scratch tree, so the next patch sees what it would.
-    if let Outcome::Carried { bytes } = &outcome {
+    if let (Outcome::Carried { bytes }, true) = (&outcome, carry) {
         let carried = PatchFile::from_bytes(p.id.clone(), p.origin.clone(), bytes.clone());
         apply::apply_series(repo, &[&carried]).map_err(|e| {
             Error::Internal(format!(

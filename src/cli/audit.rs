@@ -28,7 +28,14 @@ pub(super) fn run(ctx: &super::Ctx, a: AuditArgs) -> Result<i32> {
     let recipe = Recipe::load(&a.recipe)?;
     let bundle = crate::build::bundle_for(&recipe)?;
     let onto = audit::parse_onto(&a.onto)?;
-    let session = audit::run(&ws, &recipe, &bundle, &onto, &audit::today())?;
+    let session = audit::run(
+        &ws,
+        &recipe,
+        &bundle,
+        &onto,
+        &audit::today(),
+        &Default::default(),
+    )?;
     let report = &session.audit;
     let code = if report.all_carry() {
         exit::OK
@@ -55,14 +62,8 @@ pub(super) fn render(report: &audit::Audit) {
             let first = lines.next().unwrap_or_default();
             outln!(
                 "  [{}] {}: {first}",
-                serde_json::to_value(e.strength)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default(),
-                serde_json::to_value(e.kind)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default(),
+                audit::word(&e.strength),
+                audit::word(&e.kind)
             );
             for l in lines {
                 outln!("      {l}");
