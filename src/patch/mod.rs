@@ -4,6 +4,7 @@
 pub mod apply;
 pub mod bundle;
 pub mod diff;
+pub mod export;
 pub mod header;
 pub mod lint;
 pub mod mail;
