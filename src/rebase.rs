@@ -73,6 +73,30 @@ pub struct Report {
     pub audit: audit::Audit,
 }
 
+/// A rebase that stopped before writing anything: what needs a decision, and how to give it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Stop {
+    /// One line: what stopped and that nothing was written.
+    pub message: String,
+    /// Every blocked patch with its evidence.
+    pub detail: String,
+    /// What to do.
+    pub hint: String,
+    /// The blocked patches.
+    pub stopped: Vec<String>,
+    /// The audit it rests on.
+    pub audit: audit::Audit,
+}
+
+/// How a rebase ended.
+#[derive(Debug, Clone)]
+pub enum Rebased {
+    /// Everything written.
+    Done(Report),
+    /// Nothing written.
+    Stopped(Stop),
+}
+
 /// One ledger entry (`[[dropped]]`).
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -101,7 +125,7 @@ pub fn rebase(
     onto: &audit::Onto,
     decisions: &Decisions,
     today: &str,
-) -> Result<Report> {
+) -> Result<Rebased> {
     let dir = recipe.patches_dir.clone().ok_or_else(|| {
         Error::input(
             recipe.path.display(),
@@ -178,23 +202,24 @@ pub fn rebase(
                 }
             }
         }
-        let names: Vec<&str> = blocked.iter().map(|p| p.file.as_str()).collect();
-        return Err(Error::check(
-            format!("rebase onto {}", report.onto),
-            format!(
-                "stopped: {} patch(es) need a decision ({}); nothing was written (the recipe, its lock and {} are as they were)",
+        let names: Vec<String> = blocked.iter().map(|p| p.file.clone()).collect();
+        return Ok(Rebased::Stopped(Stop {
+            message: format!(
+                "rebase onto {}: stopped: {} patch(es) need a decision ({}); nothing was written (the recipe, its lock and {} are as they were)",
+                report.onto,
                 blocked.len(),
                 names.join(", "),
                 dir.display()
             ),
-        )
-        .with_detail(detail.trim_end())
-        .with_hint(
-            "for each: `--drop FILE` if upstream has the fix (confirms superseded), `--keep FILE` \
-             to carry a carries-review patch after review, or refresh a conflicting patch against \
-             the new tree (a checkout of it: `pinforge patch apply`, fix, commit, `pinforge patch export`) \
-             and run the rebase again",
-        ));
+            detail: detail.trim_end().to_string(),
+            hint: "for each: `--drop FILE` if upstream has the fix (confirms superseded), `--keep FILE` \
+                   to carry a carries-review patch after review, or refresh a conflicting patch against \
+                   the new tree (a checkout of it: `pinforge patch apply`, fix, commit, `pinforge patch export`) \
+                   and run the rebase again"
+                .into(),
+            stopped: names,
+            audit: session.audit.clone(),
+        }));
     }
 
     // Stage the new bundle folder beside the old one.
@@ -327,14 +352,14 @@ pub fn rebase(
     }
     fsx::write_atomic(recipe_path, new_text.as_bytes())?;
     drop(stage);
-    Ok(Report {
+    Ok(Rebased::Done(Report {
         from: report.from.clone(),
         onto: report.onto.clone(),
         recipe: recipe_path.display().to_string(),
         ledger: (!dropped.is_empty()).then(|| ledger_path.display().to_string()),
         patches: rows,
         audit: session.audit.clone(),
-    })
+    }))
 }
 
 /// Copy the regular files of `src` (and of its `dropped/`) into a new folder `dest`.

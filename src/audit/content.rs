@@ -69,23 +69,15 @@ fn map_line(ops: &[DiffOp], i: usize, is_end: bool) -> usize {
 
 /// The old line range of the function around `[at, at+len)`: from its signature (the hunk's
 /// `@@` heading, else the nearest line above at column 0) to the first `}` at column 0 below.
-fn function_around(old: &[&[u8]], at: usize, len: usize, heading: &str) -> (usize, usize) {
+fn function_around(old: &[&[u8]], at: usize, len: usize) -> (usize, usize) {
     let at = at.min(old.len());
-    let sig = heading
-        .split("@@")
-        .nth(2)
-        .map(str::trim)
-        .filter(|s| !s.is_empty());
+    // The nearest signature-looking line at column 0 above the first changed line (the `@@`
+    // heading names the line before the hunk, which may be the previous function).
     let mut start = None;
-    for i in (0..at).rev().take(400) {
+    for i in (0..=at.min(old.len().saturating_sub(1))).rev().take(400) {
         let l = text(old[i]);
-        let hit = match sig {
-            Some(s) => l.starts_with(s),
-            None => {
-                !l.is_empty() && !l.starts_with([' ', '\t', '}', '#', '/', '{']) && l.contains('(')
-            }
-        };
-        if hit {
+        if !l.is_empty() && !l.starts_with([' ', '\t', '}', '#', '/', '{', '*']) && l.contains('(')
+        {
             start = Some(i);
             break;
         }
@@ -113,7 +105,8 @@ pub fn region_changes(f: &FilePatch, old: &[u8], new: &[u8]) -> Option<String> {
     let mut shown = String::new();
     let mut seen: Vec<(usize, usize)> = Vec::new();
     for h in &f.hunks {
-        let (fs, fe) = function_around(&ol, h.old_start.saturating_sub(1), h.old_lines, &h.heading);
+        let first_change = h.old_start.saturating_sub(1) + h.leading;
+        let (fs, fe) = function_around(&ol, first_change, h.old_lines.saturating_sub(h.leading));
         if seen.contains(&(fs, fe)) {
             continue;
         }

@@ -347,6 +347,8 @@ pub fn run(
     dropping: &std::collections::BTreeSet<String>,
 ) -> Result<Session> {
     let patches = bundle.select(None)?;
+    // vendor/ is shared with builds: one materialization at a time.
+    let _lock = ws.lock()?;
     let old_tree = upstream::pristine(ws, recipe)?;
     let old_patched = upstream::patched(ws, &old_tree, &patches)?;
     let new_recipe = moved_recipe(recipe, &onto.source);

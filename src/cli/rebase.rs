@@ -4,7 +4,7 @@
 use super::{print_json, JsonArg};
 use crate::error::{exit, Result};
 use crate::outln;
-use crate::rebase::{self, Decisions};
+use crate::rebase::{self, Decisions, Rebased};
 use crate::recipe::Recipe;
 use crate::workspace::Workspace;
 use std::path::PathBuf;
@@ -45,8 +45,46 @@ pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<i32> {
         &decisions,
         &crate::audit::today(),
     )?;
+    let report = match report {
+        Rebased::Done(r) => r,
+        Rebased::Stopped(stop) => {
+            if a.out.json {
+                #[derive(serde::Serialize)]
+                struct Stopped<'a> {
+                    completed: bool,
+                    #[serde(flatten)]
+                    stop: &'a rebase::Stop,
+                }
+                print_json(
+                    "pinforge.rebase/v1",
+                    &Stopped {
+                        completed: false,
+                        stop: &stop,
+                    },
+                )?;
+            }
+            eprintln!("error: {}", stop.message);
+            for l in stop.detail.lines() {
+                eprintln!("  {l}");
+            }
+            eprintln!("hint: {}", stop.hint);
+            return Ok(exit::CHECK_FAILED);
+        }
+    };
     if a.out.json {
-        print_json("pinforge.rebase/v1", &report)?;
+        #[derive(serde::Serialize)]
+        struct Done<'a> {
+            completed: bool,
+            #[serde(flatten)]
+            report: &'a rebase::Report,
+        }
+        print_json(
+            "pinforge.rebase/v1",
+            &Done {
+                completed: true,
+                report: &report,
+            },
+        )?;
         return Ok(exit::OK);
     }
     outln!(
