@@ -858,6 +858,30 @@ mod tests {
         );
     }
 
+    // issue #8: a patch whose change is in the tree already is recognized by its reverse.
+    #[test]
+    fn already_applied_is_true_only_when_the_reverse_applies() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let text = format!(
+            "{HEADER}diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1,3 +1,3 @@\n ctx\n-old\n+new\n ctx\n"
+        );
+        let p = PatchFile::from_bytes(
+            super::super::PatchId::new("0001-t.patch").expect("id"),
+            "0001-t.patch".into(),
+            text.into_bytes(),
+        );
+        std::fs::write(dir.path().join("x"), "ctx\nold\nctx\n").expect("write");
+        assert!(!already_applied(dir.path(), &p));
+        assert!(check(dir.path(), &p).is_ok());
+        std::fs::write(dir.path().join("x"), "ctx\nnew\nctx\n").expect("write");
+        assert!(already_applied(dir.path(), &p));
+        assert!(check(dir.path(), &p).is_err());
+        let r = reversed(&p);
+        assert!(check(dir.path(), &r).is_ok(), "the reversed patch applies");
+        std::fs::write(dir.path().join("x"), "ctx\nother\nctx\n").expect("write");
+        assert!(!already_applied(dir.path(), &p), "neither way: not applied");
+    }
+
     fn diff_piece() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
         use proptest::prelude::*;
         prop_oneof![

@@ -97,7 +97,8 @@ pub fn export(repo_path: &Path, base: Option<&str>) -> Result<Vec<Exported>> {
             Some(b) => (b, "note"),
             None => (from_commit(&repo, &c, &trailers, &subject)?, "commit"),
         };
-        let file = match named.filter(|f| PatchId::new(f).is_ok() && from == "note") {
+        // An amended pinforge commit keeps its trailer, and so its file name.
+        let file = match named.filter(|f| PatchId::new(f).is_ok()) {
             Some(f) => f,
             None => file_name(n + 1, c.summary().unwrap_or("patch")),
         };
