@@ -23,19 +23,40 @@ pub fn tool_signature(when: &Time) -> Result<Signature<'static>> {
 
 /// Record `bytes` (a patch file) as the note of `commit`.
 pub fn write_patch_note(repo: &Repository, commit: Oid, bytes: &[u8]) -> Result<()> {
-    // Notes are text in git; the patch bytes are kept as they are (a patch file that is not
-    // UTF-8 is refused by the header parser before it is ever applied).
-    let text = String::from_utf8_lossy(bytes);
+    // Notes are text in git: UTF-8 bytes without NUL are kept as they are; anything else (a
+    // diff may change lines of any bytes) is kept as hex behind a marker, never lossily.
+    let text = match std::str::from_utf8(bytes) {
+        Ok(t) if !t.contains('\0') && !t.starts_with(HEX_MARK) => t.to_string(),
+        _ => {
+            let mut t = String::from(HEX_MARK);
+            for b in bytes {
+                t.push_str(&format!("{b:02x}"));
+            }
+            t
+        }
+    };
     let sig = tool_signature(&Time::new(0, 0))?;
     repo.note(&sig, &sig, Some(PATCH_NOTES_REF), commit, &text, true)
         .git_at(&format!("note on {commit}"))?;
     Ok(())
 }
 
+const HEX_MARK: &str = "pinforge-hex:";
+
 /// The patch bytes kept on `commit`, if any.
 pub fn read_patch_note(repo: &Repository, commit: Oid) -> Option<Vec<u8>> {
     let note = repo.find_note(Some(PATCH_NOTES_REF), commit).ok()?;
-    Some(note.message_bytes().to_vec())
+    let raw = note.message_bytes();
+    match raw.strip_prefix(HEX_MARK.as_bytes()) {
+        Some(hex) => {
+            let hex = std::str::from_utf8(hex).ok()?.trim_end();
+            (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+                .collect()
+        }
+        None => Some(raw.to_vec()),
+    }
 }
 
 /// Resolve a full or abbreviated commit id to a commit present in `repo`.
@@ -94,6 +115,13 @@ mod tests {
         assert_eq!(
             read_patch_note(&repo, c).as_deref(),
             Some(&b"From: x\n\ndiff\n"[..])
+        );
+        let odd = b"diff\n+\xff\x00bytes\n".to_vec();
+        write_patch_note(&repo, c, &odd).expect("note");
+        assert_eq!(
+            read_patch_note(&repo, c),
+            Some(odd),
+            "non-UTF-8 bytes round trip"
         );
         assert_eq!(resolve_commit(&repo, &c.to_string()[..9]), Some(c));
         assert_eq!(resolve_commit(&repo, "zz"), None);

@@ -256,7 +256,13 @@ pub fn parse_onto(spec: &str) -> Result<Onto> {
                     commit: rev.to_ascii_lowercase(),
                 }
             } else {
-                if rev.starts_with('-') || rev.contains("..") || rev.contains(char::is_whitespace) {
+                if rev.starts_with('-')
+                    || rev.contains("..")
+                    || rev.ends_with(".lock")
+                    || rev
+                        .chars()
+                        .any(|c| c.is_whitespace() || c.is_control() || ":^~?*[\\@{".contains(c))
+                {
                     return Err(bad("not a commit id or a tag name"));
                 }
                 // A tag resolves to whatever commit it names now; the rebased recipe records it.

@@ -865,6 +865,25 @@ fn a_malformed_onto_pin_exits_2_and_names_it() {
             stderr(&o)
         );
     }
+    // A FIFO named as a tarball or folder pin is refused before it is opened (it would never
+    // end), and a tag that would rewrite the fetch refspec is not a tag.
+    let fifo = h.ws.join("pin.fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    for bad in [
+        format!("tarball:{}", fifo.display()),
+        format!("dir:{}", fifo.display()),
+        h.onto("v2:refs/heads/evil"),
+    ] {
+        let o = pinforge(
+            &h.ws,
+            &["audit", h.recipe.to_str().expect("utf8"), "--onto", &bad],
+        );
+        assert_eq!(code(&o), 2, "{bad}: {}", stderr(&o));
+    }
     assert!(!h.ws.join("vendor").exists(), "nothing was materialized");
 }
 
