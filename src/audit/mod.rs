@@ -89,6 +89,8 @@ pub enum EvidenceKind {
     LogReferenceBody,
     /// A referenced or ancestor commit was reverted later.
     Reverted,
+    /// The history range that was read (a note).
+    History,
     /// No history to consult (registry tree, tarball, folder, shallow fetch).
     NoHistory,
     /// The patch reverse-applies on the new tree.
@@ -424,7 +426,7 @@ pub fn run(
         match &history {
             Some((hrepo, log, tip)) => {
                 ev.push(Evidence::new(
-                    EvidenceKind::LogReference,
+                    EvidenceKind::History,
                     format!("read {} commit(s): {}", log.len(), log.range),
                     Strength::Note,
                 ));

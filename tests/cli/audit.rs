@@ -382,7 +382,7 @@ fn src(x: &str, top: usize, v: u32, w: u32, t: u32, tail: u32) -> String {
     s
 }
 
-const FILES: &[&str] = &["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"];
+const FILES: &[&str] = &["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k"];
 
 /// A patch changing `int v = 1;` to `int v = 2;` in X.c, with an attribution block.
 fn patch(x: &str, n: usize, attribution: &str) -> String {
@@ -485,6 +485,8 @@ impl History {
         put(&repo, &one("i", 1, 7, 0, 9, 0), "i: w starts at 7");
         // j: the same change plus a context line: reverse-apply fails, the cherry-pick is empty.
         put(&repo, &one("j", 2, 0, 4, 9, 0), "j: value 2 and t 4");
+        // k: only a context line changed, away from the patch's line: a clean three-way merge.
+        put(&repo, &one("k", 1, 0, 4, 9, 0), "k: t starts at 4");
         let v2 = repo
             .head()
             .expect("head")
@@ -509,6 +511,7 @@ impl History {
             ("0008-h.patch".into(), patch("h", 108, &format!("{}Upstream-Issue: https://example.invalid/o/up/issues/108\n", at("Pending")))),
             ("0009-i.patch".into(), patch("i", 109, &format!("{}Upstream-Issue: https://example.invalid/o/up/issues/109\n", at("Pending")))),
             ("0010-j.patch".into(), patch("j", 110, &format!("{}Upstream-Issue: https://example.invalid/o/up/issues/110\n", at("Pending")))),
+            ("0011-k.patch".into(), patch("k", 111, &format!("{}Upstream-Issue: https://example.invalid/o/up/issues/111\n", at("Pending")))),
         ];
         let mut series = String::from("# the history bundle\n");
         for (f, text) in &bundle {
@@ -579,7 +582,8 @@ fn a_git_history_gives_each_patch_its_verdict_from_ancestry_log_references_rever
             "carries-review",
             "carries",
             "conflicts",
-            "merged"
+            "merged",
+            "carries-review"
         ],
         "{j:#}"
     );
@@ -591,7 +595,7 @@ fn a_git_history_gives_each_patch_its_verdict_from_ancestry_log_references_rever
         "{}",
         j["history"]
     );
-    for i in 0..10 {
+    for i in 0..11 {
         strongest_first(&evidence_of(&j, i));
     }
     // a: ancestor (strongest), the PR in a subject, reverse-applies, empty cherry-pick.
@@ -690,6 +694,13 @@ fn a_git_history_gives_each_patch_its_verdict_from_ancestry_log_references_rever
         find(&jj, "cherry-pick-empty").is_some() && find(&jj, "reverse-applies").is_none(),
         "{jj:?}"
     );
+    // k: does not apply as written, but the three-way merge is clean: carried after review.
+    let k = evidence_of(&j, 10);
+    assert!(
+        find(&k, "three-way").is_some()
+            && find(&k, "region-changed").is_some_and(|x| x.2.contains("int t = 4;")),
+        "{k:?}"
+    );
 }
 
 // issue #9: the rebase round trip on a git pin: decisions, ledger, lock, and the rebased recipe
@@ -741,6 +752,8 @@ fn rebase_over_a_git_history_fills_the_ledger_moves_pin_and_lock_and_the_recipe_
             "0009-i.patch",
             "--keep",
             "0007-g.patch",
+            "--keep",
+            "0011-k.patch",
         ],
     );
     assert_eq!(code(&o), 0, "{}", stderr(&o));
@@ -748,7 +761,7 @@ fn rebase_over_a_git_history_fills_the_ledger_moves_pin_and_lock_and_the_recipe_
     let series = std::fs::read_to_string(p.join("series")).expect("series");
     assert_eq!(
         series,
-        "# the history bundle\n0002-b.patch\n0003-c.patch\n0007-g.patch\n0008-h.patch\n"
+        "# the history bundle\n0002-b.patch\n0003-c.patch\n0007-g.patch\n0008-h.patch\n0011-k.patch\n"
     );
     for f in ["0002-b.patch", "0003-c.patch", "0007-g.patch"] {
         assert_eq!(
@@ -761,6 +774,14 @@ fn rebase_over_a_git_history_fills_the_ledger_moves_pin_and_lock_and_the_recipe_
     let (h_new, d_new) = split_patch(&std::fs::read(p.join("0008-h.patch")).expect("read"));
     same_header_but_refresh(&h_old, &h_new);
     assert!(d_new.contains("@@ -9,6 +9,6 @@"), "{d_new}");
+    // k's diff was regenerated from the three-way merge, against the new context.
+    let (k_old, _) = split_patch(&originals["0011-k.patch"]);
+    let (k_new, kd) = split_patch(&std::fs::read(p.join("0011-k.patch")).expect("read"));
+    same_header_but_refresh(&k_old, &k_new);
+    assert!(
+        kd.contains("-    int v = 1;\n+    int v = 2;\n") && kd.contains("     int t = 4;\n"),
+        "{kd}"
+    );
     let ledger: toml::Value =
         toml::from_str(&std::fs::read_to_string(p.join("ledger.toml")).expect("ledger"))
             .expect("toml");
@@ -816,7 +837,7 @@ fn rebase_over_a_git_history_fills_the_ledger_moves_pin_and_lock_and_the_recipe_
     // Onto its own pin, every carried patch carries.
     assert_eq!(
         verdicts(&json(&again)),
-        ["carries", "carries", "carries", "carries"],
+        ["carries", "carries", "carries", "carries", "carries"],
         "{}",
         stdout(&again)
     );
@@ -945,7 +966,7 @@ fn patch_export_gives_back_the_applied_bundle_byte_for_byte_and_lints_a_hand_mad
     assert_eq!(j["schema"], "pinforge.patch-export/v1");
     let series = std::fs::read_to_string(h.ws.join("patches/series")).expect("series");
     let names: Vec<&str> = series.lines().filter(|l| !l.starts_with('#')).collect();
-    assert_eq!(names.len(), 10);
+    assert_eq!(names.len(), 11);
     for n in &names {
         assert_eq!(
             std::fs::read(out.join(n)).expect("exported"),
@@ -981,10 +1002,10 @@ fn patch_export_gives_back_the_applied_bundle_byte_for_byte_and_lints_a_hand_mad
     assert_eq!(code(&o), 2, "lint error, not silent: {}", stdout(&o));
     let text = stdout(&o);
     assert!(
-        text.contains("0011-notes-add-NOTES.patch") && text.contains("missing-status"),
+        text.contains("0012-notes-add-NOTES.patch") && text.contains("missing-status"),
         "{text}"
     );
-    let new = std::fs::read_to_string(out.join("0011-notes-add-NOTES.patch")).expect("new patch");
+    let new = std::fs::read_to_string(out.join("0012-notes-add-NOTES.patch")).expect("new patch");
     assert!(
         new.starts_with("From: Op <op@example.invalid>\n")
             && new.contains("Subject: [PATCH] notes: add NOTES\n")
@@ -1004,7 +1025,7 @@ fn patch_export_gives_back_the_applied_bundle_byte_for_byte_and_lints_a_hand_mad
         &[
             "apply",
             "--check",
-            out.join("0011-notes-add-NOTES.patch")
+            out.join("0012-notes-add-NOTES.patch")
                 .to_str()
                 .expect("utf8"),
         ],
@@ -1096,7 +1117,7 @@ fn bench_audit_over_a_3000_commit_range_against_git_cherry_and_log_grep() {
     let cherry_s = t1.elapsed().as_secs_f64();
     let t2 = std::time::Instant::now();
     let mut greps = 0usize;
-    for num in [101, 102, 103, 104, 105, 106, 107, 108, 109, 110] {
+    for num in [101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111] {
         let g = std::process::Command::new("git")
             .current_dir(&h.upstream)
             .args(["log", "--oneline", &format!("--grep=#{num}"), &range])
@@ -1111,7 +1132,7 @@ fn bench_audit_over_a_3000_commit_range_against_git_cherry_and_log_grep() {
     let grep_s = t2.elapsed().as_secs_f64();
     assert!(cherry.status.success());
     println!(
-        "audit of a 10-patch bundle over {} commits: pinforge audit {audit_s:.3} s (materialize, history, content, verdicts); git cherry {cherry_s:.3} s; git log --grep x10 {grep_s:.3} s ({greps} hits)",
-        n + 11
+        "audit of an 11-patch bundle over {} commits: pinforge audit {audit_s:.3} s (materialize, history, content, verdicts); git cherry {cherry_s:.3} s; git log --grep x10 {grep_s:.3} s ({greps} hits)",
+        n + 12
     );
 }
