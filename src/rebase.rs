@@ -381,6 +381,14 @@ fn copy_flat(src: &Path, dest: &Path) -> Result<()> {
             let m = std::fs::symlink_metadata(e.path()).at("inspect", &e.path())?;
             if m.is_file() {
                 fsx::write_atomic(&to.join(e.file_name()), &fsx::read(&e.path())?)?;
+            } else if !(sub.is_none() && m.is_dir() && e.file_name() == DROPPED_DIR) {
+                // The old folder is replaced as a whole: anything not copied would be lost.
+                return Err(Error::input(
+                    e.path().display(),
+                    "the bundle folder holds something other than regular files and dropped/; \
+                     the rebase replaces the folder as a whole and would lose it",
+                )
+                .with_hint("move it out of the bundle folder (links and subfolders are not part of a bundle)"));
             }
         }
     }

@@ -479,6 +479,7 @@ mod tests {
                 );
                 let _ = p.require_attribution();
                 let _ = diff::parse(&bytes);
+                let _ = diff::reverse(&bytes);
                 let text = String::from_utf8_lossy(&bytes);
                 let _ = mail::decode_words(&text);
                 let _ = mail::split_from(&text);

@@ -273,6 +273,25 @@ fn rebase_onto_0_1_137_refreshes_the_moved_patch_keeps_headers_and_stops_without
         "the conflict is shown: {e}"
     );
     assert_eq!(listing(d.path()), before, "a stopped rebase writes nothing");
+    // A link in the bundle folder would be lost when the folder is replaced: refused, nothing
+    // written.
+    std::os::unix::fs::symlink("/etc/passwd", d.path().join("patches/elsewhere")).expect("link");
+    let before_link = listing(d.path());
+    let o = pinforge(
+        registry_ws(),
+        &[
+            "rebase",
+            r,
+            "--onto",
+            "crate:llama-cpp-sys-2@0.1.137",
+            "--drop",
+            "0003-kv-cache-can-shift-mrope.patch",
+        ],
+    );
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("elsewhere"), "{}", stderr(&o));
+    assert_eq!(listing(d.path()), before_link);
+    std::fs::remove_file(d.path().join("patches/elsewhere")).expect("unlink");
 
     let originals: Vec<(String, Vec<u8>)> = [
         "0001-batch-size-ubatch-reserve-pos-for-mrope.patch",
