@@ -1151,7 +1151,7 @@ fn bench_audit_over_a_3000_commit_range_against_git_cherry_and_log_grep() {
     let grep_s = t2.elapsed().as_secs_f64();
     assert!(cherry.status.success());
     println!(
-        "audit of an 11-patch bundle over {} commits: pinforge audit {audit_s:.3} s (materialize, history, content, verdicts); git cherry {cherry_s:.3} s; git log --grep x10 {grep_s:.3} s ({greps} hits)",
+        "audit of an 11-patch bundle over {} commits: pinforge audit {audit_s:.3} s (materialize, history, content, verdicts); git cherry {cherry_s:.3} s; git log --grep x11 (one per patch number) {grep_s:.3} s ({greps} hits)",
         n + 12
     );
 }
