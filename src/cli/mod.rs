@@ -2,6 +2,7 @@
 //! operation, render), shared argument groups, and the only place that writes to the terminal
 //! (human text, `--json`, the indicatif progress bar, error rendering with hints and exit codes).
 
+mod audit;
 mod build;
 mod diff;
 mod gc;
@@ -10,6 +11,7 @@ mod history;
 mod install;
 mod model;
 mod patch;
+mod rebase;
 mod reporter;
 mod rollback;
 mod smoke;
@@ -172,6 +174,20 @@ build/mrope-cpu/patched/manifest.json"
     /// Remove store entries that no layer, the rollback stack or a journal references.
     #[command(after_help = "Example:\n  pinforge gc --root /srv/llama/rollback")]
     Gc(gc::GcArgs),
+    /// The recipe's patch bundle against a newer upstream: per patch a verdict (merged,
+    /// superseded, carries, carries-review, conflicts) with its evidence, strongest first.
+    /// Exit 0 when every patch carries, 1 when anything needs a decision.
+    #[command(
+        after_help = "Examples:\n  pinforge audit recipes/mrope-cpu.toml --onto crate:llama-cpp-sys-2@0.1.140\n  pinforge audit recipes/tiny.toml --onto git:../tiny@v2 --json"
+    )]
+    Audit(audit::AuditArgs),
+    /// Move the recipe's pin and its bundle onto a newer upstream: carried patches refreshed
+    /// (headers kept, only Last-Update changes), merged and confirmed-superseded patches moved
+    /// to the ledger; a conflict stops with nothing written.
+    #[command(
+        after_help = "Examples:\n  pinforge rebase recipes/mrope-cpu.toml --onto crate:llama-cpp-sys-2@0.1.137\n  pinforge rebase recipes/mrope-cpu.toml --onto crate:llama-cpp-sys-2@0.1.140 --drop 0001-batch-size-ubatch-reserve-pos-for-mrope.patch"
+    )]
+    Rebase(rebase::RebaseArgs),
     /// Patch bundle commands.
     #[command(subcommand)]
     Patch(patch::PatchCommand),
@@ -284,6 +300,8 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Status(a) => status::run(ws, a),
         Command::Gc(a) => gc::run(ws, a),
         Command::History(a) => history::run(ws, a),
+        Command::Audit(a) => audit::run(ws, a),
+        Command::Rebase(a) => rebase::run(ws, a),
         Command::Patch(c) => patch::run(ws, c),
         Command::Model(c) => model::run(c),
         Command::Vendor(c) => vendor::run(c),

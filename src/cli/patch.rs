@@ -1,5 +1,5 @@
-//! `pinforge patch lint|list|apply`: the attributed bundle's checks, bibliography and
-//! application onto a checkout.
+//! `pinforge patch lint|list|apply|bundle|commit-message|export`: the attributed bundle's
+//! checks, bibliography, application onto a checkout, and export back from one.
 
 use super::{print_json, JsonArg};
 use crate::error::{exit, Result};
@@ -64,6 +64,25 @@ pub enum PatchCommand {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// The reverse of apply: the vendor tree's commits above its pristine base written back
+    /// as patch files with their headers (a commit pinforge made gives back its file byte for
+    /// byte; a commit added by hand is rebuilt from its message and trailers) and a series.
+    /// Every file is linted: a commit without attribution exits 2 with its findings.
+    #[command(
+        after_help = "Examples:\n  pinforge patch export vendor/llama-cpp-sys-2-0.1.135-0123abcd+4567 --dir patches\n  pinforge patch export checkout --base v1 --dir /tmp/bundle --json"
+    )]
+    Export {
+        /// The vendor tree or checkout
+        repo: PathBuf,
+        /// Folder to write the patches and series into [default: <workspace>/patches]
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// The upstream commit the patches sit on [default: the pristine tag pinforge/pristine]
+        #[arg(long)]
+        base: Option<String>,
+        #[command(flatten)]
+        out: JsonArg,
+    },
     /// The bibliography: one row per patch in series order.
     #[command(
         after_help = "Examples:\n  pinforge patch list\n  pinforge patch list --json | jq '.[].issue'"
@@ -95,6 +114,12 @@ pub(super) fn run(ctx: &super::Ctx, c: PatchCommand) -> Result<i32> {
         PatchCommand::Bundle { output, dir, out } => {
             cmd_bundle(&bundle_dir(dir), &output, out.json)
         }
+        PatchCommand::Export {
+            repo,
+            dir,
+            base,
+            out,
+        } => cmd_export(&repo, &bundle_dir(dir), base.as_deref(), out.json),
         PatchCommand::CommitMessage { dir } => {
             let bundle = Bundle::load(&bundle_dir(dir))?;
             bundle.select(None)?;
@@ -316,4 +341,85 @@ fn cmd_bundle(dir: &std::path::Path, output: &std::path::Path, json: bool) -> Re
         );
     }
     Ok(exit::OK)
+}
+
+fn cmd_export(
+    repo: &std::path::Path,
+    dir: &std::path::Path,
+    base: Option<&str>,
+    json: bool,
+) -> Result<i32> {
+    let exported = crate::patch::export::export(repo, base)?;
+    crate::fsx::create_dir_all(dir)?;
+    // Comment lines of an existing series stay; the entries are the exported order.
+    let series_path = dir.join("series");
+    let mut series = String::new();
+    if series_path.exists() {
+        for l in crate::fsx::read_to_string(&series_path)?.lines() {
+            if l.trim_start().starts_with('#') {
+                series.push_str(l);
+                series.push('\n');
+            }
+        }
+    }
+    for e in &exported {
+        series.push_str(&e.file);
+        series.push('\n');
+    }
+    for e in &exported {
+        crate::fsx::write_atomic(&dir.join(&e.file), &e.bytes)?;
+    }
+    crate::fsx::write_atomic(&series_path, series.as_bytes())?;
+    let errors = exported
+        .iter()
+        .flat_map(|e| &e.findings)
+        .filter(|f| f.severity == Severity::Error)
+        .count();
+    let code = if errors > 0 { exit::INPUT } else { exit::OK };
+    if json {
+        #[derive(serde::Serialize)]
+        struct Report<'a> {
+            dir: String,
+            ok: bool,
+            errors: usize,
+            patches: &'a [crate::patch::export::Exported],
+        }
+        print_json(
+            "pinforge.patch-export/v1",
+            &Report {
+                dir: dir.display().to_string(),
+                ok: errors == 0,
+                errors,
+                patches: &exported,
+            },
+        )?;
+        return Ok(code);
+    }
+    for e in &exported {
+        outln!(
+            "{} {} (from the {})",
+            &e.commit[..12.min(e.commit.len())],
+            e.file,
+            e.from
+        );
+        for f in &e.findings {
+            let sev = match f.severity {
+                Severity::Error => "error",
+                Severity::Warning => "warning",
+            };
+            outln!(
+                "{}:{}: {sev}: {} [{}]",
+                dir.join(&e.file).display(),
+                f.line,
+                f.message,
+                f.rule
+            );
+        }
+    }
+    outln!(
+        "exported {} patch(es) into {}: {errors} lint error(s)",
+        exported.len(),
+        dir.display()
+    );
+    Ok(code)
 }

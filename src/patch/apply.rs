@@ -83,6 +83,35 @@ pub fn check(workdir: &Path, p: &PatchFile) -> Result<Vec<HunkOffset>> {
     plan(workdir, p).map(|plan| plan.offsets)
 }
 
+/// `check` and the diff with its `@@` numbers rewritten to where the hunks go on `workdir`
+/// (what a refreshed patch carries).
+pub fn placed_diff(workdir: &Path, p: &PatchFile) -> Result<(Vec<u8>, Vec<HunkOffset>)> {
+    parse_diff(p)?;
+    plan(workdir, p).map(|plan| (plan.diff, plan.offsets))
+}
+
+/// `p` undone: the same header over the reversed diff (`git apply -R`).
+pub fn reversed(p: &PatchFile) -> PatchFile {
+    let at = p.header.diff_offset.unwrap_or(p.bytes.len());
+    let (head, diff) = p.bytes.split_at(at.min(p.bytes.len()));
+    let bytes = [head, &super::diff::reverse(diff)].concat();
+    PatchFile::from_bytes(p.id.clone(), p.origin.clone(), bytes)
+}
+
+/// Whether `p` is already in the tree at `workdir`: its reverse applies cleanly there
+/// (`git apply -R --check`), and the patch changes something.
+pub fn already_applied(workdir: &Path, p: &PatchFile) -> bool {
+    let changes = read_sections(p)
+        .map(|files| {
+            files
+                .iter()
+                .flat_map(|f| &f.hunks)
+                .any(|h| h.lines.iter().any(|l| l.origin != b' '))
+        })
+        .unwrap_or(false);
+    changes && plan(workdir, &reversed(p)).is_ok()
+}
+
 /// Apply `patches` in order on top of HEAD of `repo`, committing each.
 pub fn apply_series(repo: &Repository, patches: &[&PatchFile]) -> Result<Vec<Applied>> {
     let mut out = Vec::with_capacity(patches.len());
@@ -237,7 +266,21 @@ fn apply_one(repo: &Repository, p: &PatchFile, order: usize) -> Result<(GitOid, 
         return Err(Error::Internal("vendor repository has no work tree".into()));
     };
     // Every hunk is placed before anything is written: a patch applies whole or not at all.
-    let plan = plan(&workdir, p)?;
+    let plan = match plan(&workdir, p) {
+        Ok(plan) => plan,
+        // A patch whose reverse applies is in the tree already: that is not "upstream changed
+        // these lines" (issue #8).
+        Err(e) if already_applied(&workdir, p) => return Err(Error::input(
+            subject(p),
+            "is already applied: the tree holds its change (the patch reverse-applies cleanly)",
+        )
+        .with_detail(e.to_string())
+        .with_hint(
+            "upstream or an earlier commit already has this fix: drop the patch from the series \
+                 (`pinforge audit` says where it landed)",
+        )),
+        Err(e) => return Err(e),
+    };
     let placed = Diff::from_buffer(&plan.diff).map_err(|e| {
         Error::Internal(format!(
             "{}: the re-numbered diff does not parse: {}",
@@ -286,6 +329,8 @@ fn apply_one(repo: &Repository, p: &PatchFile, order: usize) -> Result<(GitOid, 
             &[&parent],
         )
         .git_at(&subject(p))?;
+    // The exact file this commit came from, so `patch export` gives it back byte for byte.
+    crate::git::write_patch_note(repo, oid, &p.bytes)?;
     Ok((GitOid::new(oid), plan.offsets))
 }
 
@@ -811,6 +856,30 @@ mod tests {
             std::fs::read_to_string(dir.path().join("x")).expect("read"),
             file
         );
+    }
+
+    // issue #8: a patch whose change is in the tree already is recognized by its reverse.
+    #[test]
+    fn already_applied_is_true_only_when_the_reverse_applies() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let text = format!(
+            "{HEADER}diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1,3 +1,3 @@\n ctx\n-old\n+new\n ctx\n"
+        );
+        let p = PatchFile::from_bytes(
+            super::super::PatchId::new("0001-t.patch").expect("id"),
+            "0001-t.patch".into(),
+            text.into_bytes(),
+        );
+        std::fs::write(dir.path().join("x"), "ctx\nold\nctx\n").expect("write");
+        assert!(!already_applied(dir.path(), &p));
+        assert!(check(dir.path(), &p).is_ok());
+        std::fs::write(dir.path().join("x"), "ctx\nnew\nctx\n").expect("write");
+        assert!(already_applied(dir.path(), &p));
+        assert!(check(dir.path(), &p).is_err());
+        let r = reversed(&p);
+        assert!(check(dir.path(), &r).is_ok(), "the reversed patch applies");
+        std::fs::write(dir.path().join("x"), "ctx\nother\nctx\n").expect("write");
+        assert!(!already_applied(dir.path(), &p), "neither way: not applied");
     }
 
     fn diff_piece() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {

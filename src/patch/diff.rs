@@ -448,8 +448,173 @@ fn no_newline(hunk: &mut Hunk, j: usize) -> Result<(), DiffError> {
     }
 }
 
+/// The same diff undone (`git apply -R`'s reading): old and new swapped in every header, `-`
+/// and `+` swapped in every hunk. Used to ask "is this patch already in the tree?": the reverse
+/// of an applied patch applies cleanly. Works on bytes; lines it does not know pass through.
+pub fn reverse(diff: &[u8]) -> Vec<u8> {
+    let lines: Vec<&[u8]> = diff.split_inclusive(|&b| b == b'\n').collect();
+    let mut out = Vec::with_capacity(diff.len());
+    let mut i = 0usize;
+    let swap_side = |path: &[u8], from: &[u8], to: &[u8]| -> Vec<u8> {
+        match path.strip_prefix(from) {
+            Some(rest) => [to, rest].concat(),
+            None => path.to_vec(),
+        }
+    };
+    while i < lines.len() {
+        let raw = lines[i];
+        let eol = &raw[strip_eol(raw).len()..];
+        let l = strip_eol(raw);
+        if let Some(rest) = l.strip_prefix(b"diff --git ") {
+            let names = split_git_names(rest).or_else(|| {
+                // Different names (a rename): `a/X b/Y` split at its one ` b/`.
+                let at: Vec<usize> = rest
+                    .windows(3)
+                    .enumerate()
+                    .filter(|(_, w)| w == b" b/")
+                    .map(|(i, _)| i)
+                    .collect();
+                match (rest.strip_prefix(b"a/"), at.as_slice()) {
+                    (Some(_), [i]) => Some((rest[2..*i].to_vec(), rest[*i + 3..].to_vec())),
+                    _ => None,
+                }
+            });
+            match names {
+                Some((a, b)) if !rest.starts_with(b"\"") => {
+                    out.extend_from_slice(b"diff --git a/");
+                    out.extend_from_slice(&b);
+                    out.extend_from_slice(b" b/");
+                    out.extend_from_slice(&a);
+                    out.extend_from_slice(eol);
+                }
+                _ => out.extend_from_slice(raw),
+            }
+            i += 1;
+        } else if l.starts_with(b"--- ") && i + 1 < lines.len() && lines[i + 1].starts_with(b"+++ ")
+        {
+            let new = strip_eol(lines[i + 1]);
+            let new_eol = &lines[i + 1][new.len()..];
+            out.extend_from_slice(b"--- ");
+            out.extend_from_slice(&swap_side(&new[4..], b"b/", b"a/"));
+            out.extend_from_slice(eol);
+            out.extend_from_slice(b"+++ ");
+            out.extend_from_slice(&swap_side(&l[4..], b"a/", b"b/"));
+            out.extend_from_slice(new_eol);
+            i += 2;
+        } else if let Some(rest) = l.strip_prefix(b"@@ -") {
+            let Some(sp) = rest.iter().position(|&b| b == b' ') else {
+                out.extend_from_slice(raw);
+                i += 1;
+                continue;
+            };
+            let old = &rest[..sp];
+            let after = &rest[sp + 1..];
+            let Some(new_rest) = after.strip_prefix(b"+") else {
+                out.extend_from_slice(raw);
+                i += 1;
+                continue;
+            };
+            let sp2 = new_rest
+                .iter()
+                .position(|&b| b == b' ')
+                .unwrap_or(new_rest.len());
+            let new = &new_rest[..sp2];
+            let tail = &new_rest[sp2..];
+            let count = |r: &[u8]| -> usize {
+                let s = String::from_utf8_lossy(r);
+                match s.split_once(',') {
+                    Some((_, n)) => n.parse().unwrap_or(0),
+                    None => 1,
+                }
+            };
+            let (mut old_rem, mut new_rem) = (count(old), count(new));
+            out.extend_from_slice(b"@@ -");
+            out.extend_from_slice(new);
+            out.extend_from_slice(b" +");
+            out.extend_from_slice(old);
+            out.extend_from_slice(tail);
+            out.extend_from_slice(eol);
+            i += 1;
+            while i < lines.len() && (old_rem > 0 || new_rem > 0 || lines[i].starts_with(b"\\")) {
+                let b = lines[i];
+                match b.first() {
+                    Some(b'-') => {
+                        old_rem = old_rem.saturating_sub(1);
+                        out.push(b'+');
+                        out.extend_from_slice(&b[1..]);
+                    }
+                    Some(b'+') => {
+                        new_rem = new_rem.saturating_sub(1);
+                        out.push(b'-');
+                        out.extend_from_slice(&b[1..]);
+                    }
+                    Some(b'\\') => out.extend_from_slice(b),
+                    _ => {
+                        old_rem = old_rem.saturating_sub(1);
+                        new_rem = new_rem.saturating_sub(1);
+                        out.extend_from_slice(b);
+                    }
+                }
+                i += 1;
+            }
+        } else if let Some(rest) = l.strip_prefix(b"new file mode ") {
+            out.extend_from_slice(b"deleted file mode ");
+            out.extend_from_slice(rest);
+            out.extend_from_slice(eol);
+            i += 1;
+        } else if let Some(rest) = l.strip_prefix(b"deleted file mode ") {
+            out.extend_from_slice(b"new file mode ");
+            out.extend_from_slice(rest);
+            out.extend_from_slice(eol);
+            i += 1;
+        } else if let Some(rest) = l.strip_prefix(b"rename from ") {
+            out.extend_from_slice(b"rename to ");
+            out.extend_from_slice(rest);
+            out.extend_from_slice(eol);
+            i += 1;
+        } else if let Some(rest) = l.strip_prefix(b"rename to ") {
+            out.extend_from_slice(b"rename from ");
+            out.extend_from_slice(rest);
+            out.extend_from_slice(eol);
+            i += 1;
+        } else if let Some(rest) = l.strip_prefix(b"index ") {
+            // `index a..b [mode]` → `index b..a [mode]`
+            let (ids, mode) = match rest.iter().position(|&b| b == b' ') {
+                Some(p) => (&rest[..p], &rest[p..]),
+                None => (rest, &b""[..]),
+            };
+            match ids.windows(2).position(|w| w == b"..") {
+                Some(p) => {
+                    out.extend_from_slice(b"index ");
+                    out.extend_from_slice(&ids[p + 2..]);
+                    out.extend_from_slice(b"..");
+                    out.extend_from_slice(&ids[..p]);
+                    out.extend_from_slice(mode);
+                    out.extend_from_slice(eol);
+                }
+                None => out.extend_from_slice(raw),
+            }
+            i += 1;
+        } else {
+            out.extend_from_slice(raw);
+            i += 1;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
+    // issue #9 / #8: the reverse of the reverse is the diff itself; `-`/`+` and sides swap.
+    #[test]
+    fn reversing_a_diff_twice_gives_it_back_and_swaps_sides_once() {
+        let d = b"diff --git a/x b/y\nindex 111..222 100644\n--- a/x\n+++ b/y\n@@ -1,3 +1,3 @@ f\n a\n--- old\n+new\n c\n\\ No newline at end of file\n";
+        let r = reverse(d);
+        let text = String::from_utf8_lossy(&r);
+        assert!(text.contains("diff --git a/y b/x\nindex 222..111 100644\n--- a/y\n+++ b/x\n@@ -1,3 +1,3 @@ f\n a\n+-- old\n-new\n"), "{text}");
+        assert_eq!(reverse(&r), d.to_vec());
+    }
+
     use super::*;
 
     #[test]

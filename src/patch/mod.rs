@@ -4,6 +4,7 @@
 pub mod apply;
 pub mod bundle;
 pub mod diff;
+pub mod export;
 pub mod header;
 pub mod lint;
 pub mod mail;
@@ -478,6 +479,7 @@ mod tests {
                 );
                 let _ = p.require_attribution();
                 let _ = diff::parse(&bytes);
+                let _ = diff::reverse(&bytes);
                 let text = String::from_utf8_lossy(&bytes);
                 let _ = mail::decode_words(&text);
                 let _ = mail::split_from(&text);

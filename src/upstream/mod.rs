@@ -644,10 +644,7 @@ fn fetch_git(
     };
 
     let cache_dir = ws.git_cache();
-    let repo_path = cache_dir.join(format!(
-        "{}.git",
-        Sha256::of_bytes(url.as_bytes()).short(16)
-    ));
+    let repo_path = git_cache_repo(ws, url);
     let repo = if repo_path.exists() {
         Repository::open_bare(&repo_path).git_at(&repo_path.display())?
     } else {
@@ -730,6 +727,92 @@ fn fetch_git(
         }
     }
     Ok((repo_path, resolved))
+}
+
+/// The bare cache repository that holds what was fetched of the git repository at `url`
+/// (the whole history for a local repository, one commit for a remote one).
+pub fn git_cache_repo(ws: &Workspace, url: &str) -> PathBuf {
+    ws.git_cache().join(format!(
+        "{}.git",
+        Sha256::of_bytes(url.as_bytes()).short(16)
+    ))
+}
+
+/// Write the lock file of a git pin (the rebase moves it with the recipe's pin).
+pub fn write_git_lock(path: &Path, url: &str, tag: Option<&str>, commit: GitOid) -> Result<()> {
+    write_lock(
+        path,
+        &GitLock {
+            url: url.to_string(),
+            tag: tag.map(str::to_string),
+            commit: commit.to_string(),
+        },
+    )
+}
+
+/// The registry index's checksum of crate `name` `version`, taken the way cargo takes it: cargo
+/// resolves a throw-away manifest that depends on exactly that version and writes the index's
+/// `cksum` into the lock file as `checksum`.
+pub fn registry_cksum(name: &str, version: &str) -> Result<Sha256> {
+    let dir = tempfile::tempdir().at("create temp dir", &std::env::temp_dir())?;
+    let manifest = format!(
+        "[package]\nname = \"pinforge-fetch\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\
+         [lib]\npath = \"lib.rs\"\n[dependencies]\n{name} = \"={version}\"\n"
+    );
+    fsx::write_atomic(&dir.path().join("Cargo.toml"), manifest.as_bytes())?;
+    fsx::write_atomic(&dir.path().join("lib.rs"), b"")?;
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.arg("generate-lockfile")
+        .arg("--manifest-path")
+        .arg(dir.path().join("Cargo.toml"));
+    crate::process::run(
+        &mut cmd,
+        "install Rust's cargo: it reads the registry index",
+    )
+    .map_err(|e| match e {
+        Error::Tool {
+            command, detail, ..
+        } => Error::input(
+            format!("crate:{name}@{version}"),
+            format!("cargo could not resolve it in the registry index ({command})"),
+        )
+        .with_detail(detail.unwrap_or_default())
+        .with_hint("check the crate name and version, and that the registry is reachable"),
+        other => other,
+    })?;
+    #[derive(Deserialize)]
+    struct Lock {
+        #[serde(default)]
+        package: Vec<LockPackage>,
+    }
+    #[derive(Deserialize)]
+    struct LockPackage {
+        name: String,
+        version: String,
+        checksum: Option<String>,
+    }
+    let lock_path = dir.path().join("Cargo.lock");
+    let text = fsx::read_to_string(&lock_path)?;
+    let lock: Lock = toml::from_str(&text)
+        .map_err(|e| Error::Internal(format!("{}: {}", lock_path.display(), e.message())))?;
+    let sum = lock
+        .package
+        .iter()
+        .find(|p| p.name == name && p.version == version)
+        .and_then(|p| p.checksum.clone())
+        .ok_or_else(|| {
+            Error::input(
+                format!("crate:{name}@{version}"),
+                "the registry index lists no checksum for this version",
+            )
+        })?;
+    sum.parse().map_err(|e| {
+        Error::input(
+            format!("crate:{name}@{version}"),
+            format!("the index's checksum `{sum}` is not a SHA-256: {e}"),
+        )
+    })
 }
 
 /// The lock file's content: the resolved full commit of a git pin.

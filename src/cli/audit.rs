@@ -1,0 +1,84 @@
+//! `pinforge audit RECIPE --onto PIN`: every patch of the recipe's bundle against a newer
+//! upstream, with a verdict and its evidence (issue #9). Exit 0 when every patch carries, 1
+//! when anything needs a decision.
+
+use super::{print_json, JsonArg};
+use crate::audit::{self, Verdict};
+use crate::error::{exit, Result};
+use crate::outln;
+use crate::recipe::Recipe;
+use crate::workspace::Workspace;
+use std::path::PathBuf;
+
+/// Arguments of `audit`.
+#[derive(Debug, clap::Args)]
+pub struct AuditArgs {
+    /// Recipe TOML whose pin and bundle are audited
+    pub recipe: PathBuf,
+    /// The newer upstream: crate:NAME@VERSION, git:URL@REV (commit or tag), tarball:PATH, dir:PATH
+    #[arg(long)]
+    pub onto: String,
+    #[command(flatten)]
+    pub out: JsonArg,
+}
+
+/// Run `audit`.
+pub(super) fn run(ctx: &super::Ctx, a: AuditArgs) -> Result<i32> {
+    let ws = Workspace::new(&ctx.ws_root)?;
+    let recipe = Recipe::load(&a.recipe)?;
+    let bundle = crate::build::bundle_for(&recipe)?;
+    let onto = audit::parse_onto(&a.onto)?;
+    let session = audit::run(
+        &ws,
+        &recipe,
+        &bundle,
+        &onto,
+        &audit::today(),
+        &Default::default(),
+    )?;
+    let report = &session.audit;
+    let code = if report.all_carry() {
+        exit::OK
+    } else {
+        exit::CHECK_FAILED
+    };
+    if a.out.json {
+        print_json("pinforge.audit/v1", report)?;
+        return Ok(code);
+    }
+    render(report);
+    Ok(code)
+}
+
+/// The human report: one block per patch, verdict first, evidence strongest first.
+pub(super) fn render(report: &audit::Audit) {
+    outln!("audit of {} onto {}", report.from, report.onto);
+    outln!("history: {}", report.history);
+    for p in &report.patches {
+        outln!("");
+        outln!("{}: {}", p.file, p.verdict.as_str());
+        for e in &p.evidence {
+            let mut lines = e.detail.lines();
+            let first = lines.next().unwrap_or_default();
+            outln!(
+                "  [{}] {}: {first}",
+                audit::word(&e.strength),
+                audit::word(&e.kind)
+            );
+            for l in lines {
+                outln!("      {l}");
+            }
+        }
+    }
+    let decide = report
+        .patches
+        .iter()
+        .filter(|p| p.verdict != Verdict::Carries)
+        .count();
+    outln!("");
+    outln!(
+        "{} patch(es): {} carry, {decide} need a decision",
+        report.patches.len(),
+        report.patches.len() - decide
+    );
+}
