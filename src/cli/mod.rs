@@ -14,6 +14,7 @@ mod reporter;
 mod rollback;
 mod smoke;
 mod status;
+mod validate;
 mod vendor;
 mod verify;
 
@@ -187,6 +188,14 @@ build/mrope-cpu/patched/manifest.json"
         after_help = "Examples:\n  pinforge smoke build/mrope-cpu/unpatched-asan/manifest.json --arch qwen2vl\n  pinforge smoke --installed live --arch qwen2 --json"
     )]
     Smoke(smoke::SmokeCmd),
+    /// A/B soak of two builds: the same rows on a long-lived engine per arm with prompt-cache
+    /// save/restore between rows, every row classified (ok, crash, token-budget, mismatch,
+    /// error) and recorded, a summary and an evidence manifest. Exit 1 when the candidate
+    /// (the second arm) has a crash or mismatch row.
+    #[command(
+        after_help = "Examples:\n  pinforge validate --installed control,live --rows 300 --arch qwen2vl\n  pinforge validate A/manifest.json B/manifest.json --rows 1002 --budget 12 --schema s.json --json\n  pinforge validate --installed control,live --rows 300 --resume RUN_ID\n  pinforge verify validate/RUN_ID/evidence.json"
+    )]
+    Validate(validate::ValidateArgs),
     /// Write a shell completion script to stdout.
     #[command(
         after_help = "Examples:\n  pinforge completions bash > ~/.local/share/bash-completion/completions/pinforge\n  pinforge completions zsh > ~/.zfunc/_pinforge"
@@ -198,6 +207,9 @@ build/mrope-cpu/patched/manifest.json"
     /// Internal: the child process of `smoke`.
     #[command(name = "__smoke-child", hide = true)]
     SmokeChild(smoke::SmokeChildArgs),
+    /// Internal: the engine process of `validate`.
+    #[command(name = "__validate-engine", hide = true)]
+    ValidateEngine(validate::EngineArgs),
 }
 
 /// Run the CLI and return the process exit code.
@@ -282,6 +294,8 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Vendor(c) => vendor::run(c),
         Command::Smoke(a) => smoke::run(ws, a),
         Command::SmokeChild(a) => smoke::run_child(a),
+        Command::Validate(a) => validate::run(ws, a),
+        Command::ValidateEngine(a) => Ok(validate::run_engine(a)),
         Command::Completions(a) => generate::completions(a),
         Command::Man => generate::man(),
     }
