@@ -698,7 +698,7 @@ fn worker(
                 ..Default::default()
             },
         };
-        let t0 = Instant::now();
+        let mut t0 = Instant::now();
         if engine.is_none() && untrusted.is_none() {
             if started_once {
                 // A restart loads the libraries again: they must still be the verified files.
@@ -715,6 +715,8 @@ fn worker(
             if untrusted.is_none() && start_failures < MAX_START_FAILURES {
                 match Engine::start(spawn) {
                     Ok(Ok(e)) => {
+                        // A row's wall time is the row's, not the engine's start-up.
+                        t0 = Instant::now();
                         engine = Some(e);
                         started_once = true;
                         start_failures = 0;
