@@ -759,6 +759,22 @@ pub fn engine_env(cmd: &mut Command, target: &SmokeTarget) {
     }
 }
 
+/// [`engine_env`] for the validate engine, choosing whether the sanitizer symbolizes its report. Symbolizing costs
+/// seconds per report on an instrumented libllama; a harness that has already seen the
+/// names of a crash's frames can map an unsymbolized report's `(module+offset)` frames back
+/// to them. Every frame also carries `<module+offset>` either way, for that mapping.
+pub fn engine_env_symbolized(cmd: &mut Command, target: &SmokeTarget, symbolize: bool) {
+    if let Some(so) = &target.sanitizer {
+        cmd.env("LD_PRELOAD", so).env(
+            "ASAN_OPTIONS",
+            format!(
+                "detect_leaks=0:exitcode={ASAN_EXIT}:abort_on_error=0:symbolize={}:stack_trace_format='    #%n %p %F %L <%m+%o>'",
+                u8::from(symbolize)
+            ),
+        );
+    }
+}
+
 /// The exit code the sanitizer is told to use, so its stops are told apart from errors.
 pub const ASAN_EXIT: i32 = 86;
 

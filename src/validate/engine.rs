@@ -541,6 +541,78 @@ pub struct Death {
     pub signature: String,
     /// Last lines of the engine's stderr.
     pub stderr_tail: String,
+    /// The engine's stderr (its last 256 KiB).
+    pub stderr: String,
+    /// Whether the sanitizer was told to symbolize.
+    pub symbolized: bool,
+}
+
+/// Frame names learnt from symbolized sanitizer reports, keyed by `module+offset`: the first
+/// crash of an engine is symbolized (seconds on an instrumented libllama), later ones are
+/// not and get their names back from here. A frame not seen before is shown as
+/// `module+offset` and the next engine symbolizes again.
+#[derive(Debug, Clone)]
+pub struct Symbols {
+    names: std::collections::BTreeMap<String, String>,
+    /// Whether the next engine should symbolize.
+    pub need: bool,
+}
+
+impl Default for Symbols {
+    fn default() -> Self {
+        Symbols {
+            names: Default::default(),
+            need: true,
+        }
+    }
+}
+
+impl Symbols {
+    /// Learn from a symbolized report, or name an unsymbolized one's frames; the text to read
+    /// a signature from.
+    pub fn process(&mut self, stderr: &str, symbolized: bool) -> String {
+        let mut out = String::with_capacity(stderr.len());
+        for line in stderr.lines() {
+            out.push_str(
+                &self
+                    .frame(line, symbolized)
+                    .unwrap_or_else(|| line.to_string()),
+            );
+            out.push('\n');
+        }
+        out
+    }
+
+    fn frame(&mut self, line: &str, symbolized: bool) -> Option<String> {
+        let t = line.trim_start();
+        if !t.starts_with('#') || !t.ends_with('>') {
+            return None;
+        }
+        let open = t.rfind(" <")?;
+        let key_full = &t[open + 2..t.len() - 1];
+        let (module, off) = key_full.rsplit_once('+')?;
+        let key = format!("{}+{off}", module.rsplit('/').next().unwrap_or(module));
+        let mut parts = t[..open].splitn(3, ' ');
+        let (n, pc, rest) = (
+            parts.next()?,
+            parts.next()?,
+            parts.next().unwrap_or("").trim(),
+        );
+        if symbolized {
+            if rest.starts_with("in ") {
+                self.names.insert(key, rest.to_string());
+            }
+            return None;
+        }
+        let named = match self.names.get(&key) {
+            Some(r) => r.clone(),
+            None => {
+                self.need = true;
+                format!("in {key}")
+            }
+        };
+        Some(format!("    {n} {pc} {named} <{key}>"))
+    }
 }
 
 /// Everything a spawn needs (cloneable per worker).
@@ -564,6 +636,7 @@ pub struct Engine {
     timeout: Duration,
     /// Rows answered or died on since this process started.
     pub rows_run: u64,
+    symbolized: bool,
 }
 
 /// The most stderr kept per engine process (a sanitizer report is a few KiB).
@@ -572,7 +645,7 @@ const STDERR_KEEP: usize = 256 << 10;
 impl Engine {
     /// Spawn and wait for the engine to say it is ready. `Err(Death)` when it dies or hangs
     /// while loading; `Ok(Err(msg))` when it refused to load.
-    pub fn start(s: &Spawn) -> Result<std::result::Result<Engine, String>> {
+    pub fn start(s: &Spawn, symbolize: bool) -> Result<std::result::Result<Engine, String>> {
         let exe =
             std::env::current_exe().map_err(|e| Error::io("locate", Path::new("pinforge"), e))?;
         let mut cmd = Command::new(exe);
@@ -589,7 +662,7 @@ impl Engine {
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        smoke::engine_env(&mut cmd, &s.target);
+        smoke::engine_env_symbolized(&mut cmd, &s.target, symbolize);
         let line = crate::process::display(&cmd);
         let mut child = cmd
             .spawn()
@@ -635,6 +708,7 @@ impl Engine {
             stderr_thread: Some(stderr_thread),
             timeout: s.timeout,
             rows_run: 0,
+            symbolized: symbolize,
         };
         match e.next_line() {
             Ok(l) => match serde_json::from_str::<Ready>(&l) {
@@ -752,6 +826,8 @@ impl Engine {
         Death {
             signature,
             stderr_tail: crate::process::tail(&smoke::without_shadow_legend(&stderr), 12),
+            stderr,
+            symbolized: self.symbolized,
         }
     }
 }
@@ -768,5 +844,56 @@ impl Drop for Engine {
             std::thread::sleep(Duration::from_millis(5));
         }
         self.kill();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SYMBOLIZED: &str = "==1==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x1
+    #0 0x7f3a in llama_kv_cache::apply_ubatch(llama_ubatch const&) /src/llama-kv-cache.cpp:9 </b/lib/libllama.so.0+0x1f>
+    #1 0x7f3b in llama_kv_cache::state_read_meta(int) /src/llama-kv-cache.cpp:20 </b/lib/libllama.so.0+0x2f>
+allocated by thread T0 here:
+    #0 0x7f10 in operator new(unsigned long) asan_new_delete.cpp:95 </usr/lib/libasan.so.8+0x10>
+    #1 0x7f11 in llama_batch_allocr::ubatch_reserve(unsigned int) /src/llama-batch.cpp:5 </b/lib/libllama.so.0+0x4f>
+";
+
+    #[test]
+    fn an_unsymbolized_report_gets_the_names_a_symbolized_one_taught() {
+        let mut s = Symbols::default();
+        assert!(s.need);
+        let first = smoke::asan_signature(&s.process(SYMBOLIZED, true)).expect("sig");
+        // Other load addresses, same module offsets: the next engine's report, unsymbolized.
+        let raw = SYMBOLIZED
+            .lines()
+            .map(|l| match l.find(" in ") {
+                Some(i) if l.trim_start().starts_with('#') => {
+                    let loc = &l[l.rfind(" <").expect("key")..];
+                    format!(
+                        "{}  (/b/lib/libllama.so.0+0x0){loc}",
+                        &l[..i].replace("0x7f", "0x5f")
+                    )
+                }
+                _ => l.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        s.need = false;
+        let again = smoke::asan_signature(&s.process(&raw, false)).expect("sig");
+        assert_eq!(first, again);
+        assert!(
+            again.starts_with("heap-buffer-overflow in llama_kv_cache::apply_ubatch (allocated in llama_batch_allocr::ubatch_reserve)"),
+            "{again}"
+        );
+        assert!(!s.need, "every frame was known");
+        // A frame never seen: shown by module+offset, and the next engine symbolizes again.
+        let other = raw.replace("libllama.so.0+0x1f>", "libllama.so.0+0x99>");
+        let sig = smoke::asan_signature(&s.process(&other, false)).expect("sig");
+        assert!(
+            sig.starts_with("heap-buffer-overflow in libllama.so.0+0x99"),
+            "{sig}"
+        );
+        assert!(s.need);
     }
 }

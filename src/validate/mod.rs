@@ -681,6 +681,7 @@ fn worker(
     let mut start_failures = 0u32;
     let mut started_once = false;
     let mut untrusted: Option<String> = None;
+    let mut symbols = engine::Symbols::default();
     for &row in todo {
         let prompt = &prompts[row as usize];
         let mut rec = Row {
@@ -713,7 +714,7 @@ fn worker(
                 }
             }
             if untrusted.is_none() && start_failures < MAX_START_FAILURES {
-                match Engine::start(spawn) {
+                match Engine::start(spawn, symbols.need) {
                     Ok(Ok(e)) => {
                         // A row's wall time is the row's, not the engine's start-up.
                         t0 = Instant::now();
@@ -778,7 +779,12 @@ fn worker(
                 }
                 Err(death) => {
                     rec.outcome = Outcome::Crash;
-                    rec.evidence.signature = Some(death.signature);
+                    if death.symbolized {
+                        symbols.need = false;
+                    }
+                    let text = symbols.process(&death.stderr, death.symbolized);
+                    let signature = smoke::asan_signature(&text).unwrap_or(death.signature);
+                    rec.evidence.signature = Some(signature);
                     rec.evidence.rows_since_restart = Some(e.rows_run);
                     rec.evidence.detail =
                         (!death.stderr_tail.is_empty()).then_some(death.stderr_tail);
