@@ -562,6 +562,21 @@ size_t llama_state_seq_get_data(struct llama_context *c, uint8_t *dst, size_t si
 size_t llama_state_seq_set_data(struct llama_context *c, const uint8_t *src, size_t size, llama_seq_id s);
 llama_memory_t llama_get_memory(const struct llama_context *c);
 void llama_memory_clear(llama_memory_t m, bool data);
+typedef struct llama_token_data { llama_token id; float logit; float p; } llama_token_data;
+typedef struct llama_token_data_array {
+    llama_token_data *data;
+    size_t size;
+    int64_t selected;
+    bool sorted;
+} llama_token_data_array;
+struct llama_sampler;
+bool llama_memory_seq_rm(llama_memory_t m, llama_seq_id s, llama_pos p0, llama_pos p1);
+struct llama_sampler *llama_sampler_init_grammar(const struct llama_vocab *v, const char *g, const char *root);
+void llama_sampler_apply(struct llama_sampler *s, llama_token_data_array *a);
+void llama_sampler_accept(struct llama_sampler *s, llama_token t);
+void llama_sampler_free(struct llama_sampler *s);
+bool llama_vocab_is_eog(const struct llama_vocab *v, llama_token t);
+int32_t llama_token_to_piece(const struct llama_vocab *v, llama_token t, char *buf, int32_t len, int32_t lstrip, bool special);
 "#;
 
 const STUB_GGML_H: &str = r#"#pragma once
@@ -595,6 +610,13 @@ size_t llama_state_seq_get_data(struct llama_context *c, uint8_t *d, size_t n, l
 size_t llama_state_seq_set_data(struct llama_context *c, const uint8_t *d, size_t n, llama_seq_id s) { (void) c; (void) d; (void) n; (void) s; return 0; }
 llama_memory_t llama_get_memory(const struct llama_context *c) { (void) c; return NULL; }
 void llama_memory_clear(llama_memory_t m, bool d) { (void) m; (void) d; }
+bool llama_memory_seq_rm(llama_memory_t m, llama_seq_id s, llama_pos p0, llama_pos p1) { (void) m; (void) s; (void) p0; (void) p1; return true; }
+struct llama_sampler *llama_sampler_init_grammar(const struct llama_vocab *v, const char *g, const char *r) { (void) v; (void) g; (void) r; return NULL; }
+void llama_sampler_apply(struct llama_sampler *s, llama_token_data_array *a) { (void) s; (void) a; }
+void llama_sampler_accept(struct llama_sampler *s, llama_token t) { (void) s; (void) t; }
+void llama_sampler_free(struct llama_sampler *s) { (void) s; }
+bool llama_vocab_is_eog(const struct llama_vocab *v, llama_token t) { (void) v; (void) t; return false; }
+int32_t llama_token_to_piece(const struct llama_vocab *v, llama_token t, char *b, int32_t n, int32_t l, bool sp) { (void) v; (void) t; (void) b; (void) n; (void) l; (void) sp; return 0; }
 "#;
 
 // issue: smokefix items 1, 3 (the verified bytes are the ones compiled, linked and loaded)
@@ -740,6 +762,13 @@ size_t llama_state_seq_get_data(struct llama_context *c, uint8_t *d, size_t n, l
 size_t llama_state_seq_set_data(struct llama_context *c, const uint8_t *d, size_t n, llama_seq_id s) { (void) c; (void) d; (void) s; return n; }
 llama_memory_t llama_get_memory(const struct llama_context *c) { (void) c; return (llama_memory_t) &mem_; }
 void llama_memory_clear(llama_memory_t m, bool d) { (void) m; (void) d; }
+bool llama_memory_seq_rm(llama_memory_t m, llama_seq_id s, llama_pos p0, llama_pos p1) { (void) m; (void) s; (void) p0; (void) p1; return true; }
+struct llama_sampler *llama_sampler_init_grammar(const struct llama_vocab *v, const char *g, const char *r) { (void) v; (void) g; (void) r; return NULL; }
+void llama_sampler_apply(struct llama_sampler *s, llama_token_data_array *a) { (void) s; (void) a; }
+void llama_sampler_accept(struct llama_sampler *s, llama_token t) { (void) s; (void) t; }
+void llama_sampler_free(struct llama_sampler *s) { (void) s; }
+bool llama_vocab_is_eog(const struct llama_vocab *v, llama_token t) { (void) v; (void) t; return false; }
+int32_t llama_token_to_piece(const struct llama_vocab *v, llama_token t, char *b, int32_t n, int32_t l, bool sp) { (void) v; (void) t; (void) b; (void) n; (void) l; (void) sp; return 0; }
 "#;
 
 // issue: smokefix item 4 (install --smoke --json carries the gate's report)
