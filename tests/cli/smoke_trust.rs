@@ -859,3 +859,62 @@ fn a_libllama_link_redirected_out_of_the_build_fails_the_check() {
     assert!(e.contains("link `lib/libllama.so`"), "{e}");
     assert!(fx.compiled_anything().is_empty());
 }
+
+/// Issue #11 without a llama.cpp build: two verified stub engines (manifests) through
+/// `validate`; the engines die on chosen rows (a real invalid access, test hook): each such
+/// row is a `crash` with the signal on both arms, the engine restarts and the run goes on,
+/// the rows after a restart count from it, the verdict is the candidate's (exit 1), and the
+/// evidence re-verifies. Fast: no llama.cpp build needed.
+#[test]
+fn validate_contains_engine_crashes_per_arm_on_verified_stub_engines() {
+    let fx = Fx::new();
+    let (a, _) = stub_build(&fx, "base", STUB_ENGINE_OK_C);
+    let (b, _) = stub_build(&fx, "cand", STUB_ENGINE_OK_C);
+    let mut c = crate::pinforge_cmd(&fx.ws);
+    c.args([
+        "validate",
+        a.to_str().expect("utf8"),
+        b.to_str().expect("utf8"),
+        "--rows",
+        "12",
+        "--arch",
+        "qwen2",
+        "--json",
+    ])
+    .env("PINFORGE_VALIDATE_CRASH_ROWS", "3,7");
+    let o = run_timeout(c, HANG).expect("validate hung");
+    // Both arms crash on rows 3 and 7: the candidate too, so the run fails (exit 1).
+    assert_eq!(crate::code(&o), 1, "{}", report(&o));
+    let j = crate::json(&o);
+    assert_eq!(j["schema"], "pinforge.validate/v1");
+    for arm in j["arms"].as_array().expect("arms") {
+        assert_eq!(arm["counts"]["crash"], 2, "{arm}");
+        assert_eq!(arm["counts"]["ok"], 10, "{arm}");
+        assert_eq!(arm["onset_row"], 3, "{arm}");
+        let sig = arm["signatures"][0]["signature"].as_str().expect("sig");
+        assert!(sig.contains("SIGSEGV"), "{sig}");
+    }
+    assert_eq!(j["common_failures"].as_array().expect("common").len(), 2);
+    assert!(
+        j["verdict"]
+            .as_str()
+            .expect("verdict")
+            .starts_with("cand: crash at row 3"),
+        "{j}"
+    );
+    let rows = std::fs::read_to_string(
+        Path::new(j["run_dir"].as_str().expect("run_dir")).join("rows.jsonl"),
+    )
+    .expect("rows");
+    let crash7: Value = rows
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("row"))
+        .find(|r| r["row"] == 7 && r["outcome"] == "crash")
+        .expect("row 7 crashed");
+    assert_eq!(
+        crash7["evidence"]["rows_since_restart"], 4,
+        "rows 4..=7 ran on the engine restarted after row 3"
+    );
+    let o = fx.run(&["verify", j["evidence"]["manifest"].as_str().expect("ev")]);
+    assert_eq!(crate::code(&o), 0, "{}", report(&o));
+}
