@@ -25,6 +25,7 @@ pub mod smoke;
 pub mod toolchain;
 pub mod tree;
 pub mod upstream;
+pub mod validate;
 pub mod workspace;
 
 pub use error::{Error, Result};

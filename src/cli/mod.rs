@@ -17,6 +17,7 @@ mod rollback;
 mod smoke;
 mod status;
 mod toolkit;
+mod validate;
 mod vendor;
 mod verify;
 
@@ -210,6 +211,14 @@ build/mrope-cpu/patched/manifest.json"
         after_help = "Examples:\n  pinforge toolkit recipes/toolkits/cuda-13.1.1.toml\n  pinforge toolkit recipes/toolkits/cuda-13.0.2.toml --json --cache-dir /srv/cache"
     )]
     Toolkit(toolkit::ToolkitArgs),
+    /// A/B soak of two builds: the same rows on a long-lived engine per arm with prompt-cache
+    /// save/restore between rows, every row classified (ok, crash, token-budget, mismatch,
+    /// error) and recorded, a summary and an evidence manifest. Exit 1 when the candidate
+    /// (the second arm) has a crash or mismatch row.
+    #[command(
+        after_help = "Examples:\n  pinforge validate --installed control,live --rows 300 --arch qwen2vl\n  pinforge validate A/manifest.json B/manifest.json --rows 1002 --budget 12 --schema s.json --json\n  pinforge validate --installed control,live --rows 300 --resume RUN_ID\n  pinforge verify validate/RUN_ID/evidence.json"
+    )]
+    Validate(validate::ValidateArgs),
     /// Write a shell completion script to stdout.
     #[command(
         after_help = "Examples:\n  pinforge completions bash > ~/.local/share/bash-completion/completions/pinforge\n  pinforge completions zsh > ~/.zfunc/_pinforge"
@@ -221,6 +230,9 @@ build/mrope-cpu/patched/manifest.json"
     /// Internal: the child process of `smoke`.
     #[command(name = "__smoke-child", hide = true)]
     SmokeChild(smoke::SmokeChildArgs),
+    /// Internal: the engine process of `validate`.
+    #[command(name = "__validate-engine", hide = true)]
+    ValidateEngine(validate::EngineArgs),
 }
 
 /// Run the CLI and return the process exit code.
@@ -308,6 +320,8 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Toolkit(a) => toolkit::run(ws, a),
         Command::Smoke(a) => smoke::run(ws, a),
         Command::SmokeChild(a) => smoke::run_child(a),
+        Command::Validate(a) => validate::run(ws, a),
+        Command::ValidateEngine(a) => Ok(validate::run_engine(a)),
         Command::Completions(a) => generate::completions(a),
         Command::Man => generate::man(),
     }

@@ -16,6 +16,10 @@ pub(super) struct TermReporter {
     quiet: bool,
     terminal: bool,
     started: Instant,
+    /// What the counted steps are (`compile`, `rows`); plain lines also carry the message
+    /// when `lines_with_message` (validate's per-outcome counts).
+    label: &'static str,
+    lines_with_message: bool,
 }
 
 impl TermReporter {
@@ -26,6 +30,17 @@ impl TermReporter {
             quiet,
             terminal: std::io::stderr().is_terminal(),
             started: Instant::now(),
+            label: "compile",
+            lines_with_message: false,
+        }
+    }
+
+    /// A reporter whose steps are `label` and whose plain lines carry the message too.
+    pub(super) fn counting(quiet: bool, label: &'static str) -> Self {
+        TermReporter {
+            label,
+            lines_with_message: true,
+            ..TermReporter::new(quiet)
         }
     }
 
@@ -69,9 +84,14 @@ impl Reporter for TermReporter {
             };
             if *last != Some(now) {
                 *last = Some(now);
+                let msg = if self.lines_with_message && !message.is_empty() {
+                    format!("  {message}")
+                } else {
+                    String::new()
+                };
                 eprintln!(
-                    "{:>10} {:>3}% ({done}/{total})  [{}]",
-                    "compile",
+                    "{:>10} {:>3}% ({done}/{total}){msg}  [{}]",
+                    self.label,
                     now * 10,
                     self.elapsed()
                 );
@@ -88,7 +108,7 @@ impl Reporter for TermReporter {
             ) {
                 b.set_style(style.progress_chars("=> "));
             }
-            b.set_prefix("compile");
+            b.set_prefix(self.label);
             b
         });
         bar.set_length(total);

@@ -11,7 +11,8 @@ use std::path::PathBuf;
 /// Arguments of `verify`.
 #[derive(Debug, clap::Args)]
 pub struct VerifyArgs {
-    /// A manifest written by `pinforge build`
+    /// A manifest written by `pinforge build`, or a validate run's evidence.json (or its run
+    /// folder)
     #[arg(required_unless_present = "installed")]
     pub manifest: Option<PathBuf>,
     /// Verify the install root instead: `current`, or the named layer
@@ -35,6 +36,9 @@ pub(super) fn run(ctx: &super::Ctx, a: VerifyArgs) -> Result<i32> {
 }
 
 fn cmd_verify(path: &std::path::Path, json: bool) -> Result<i32> {
+    if crate::validate::is_evidence(path) {
+        return cmd_verify_evidence(path, json);
+    }
     let report = manifest::verify(path)?;
     if json {
         print_json("pinforge.verify/v1", &report)?;
@@ -70,6 +74,38 @@ fn cmd_verify(path: &std::path::Path, json: bool) -> Result<i32> {
     } else {
         exit::CHECK_FAILED
     })
+}
+
+/// A validate run's evidence manifest (or its run folder): files re-hashed, the summary
+/// recomputed from the rows.
+fn cmd_verify_evidence(path: &std::path::Path, json: bool) -> Result<i32> {
+    let c = crate::validate::verify_evidence(path)?;
+    if json {
+        print_json("pinforge.verify-evidence/v1", &c)?;
+    } else if c.ok {
+        outln!(
+            "{}: validate run {}: {} item(s) re-checked against {}",
+            paint(Tone::Good, "ok"),
+            c.run,
+            c.checked.len(),
+            path.display()
+        );
+        if !c.absent.is_empty() {
+            outln!("  not on disk (skipped): {}", c.absent.join(", "));
+        }
+    } else {
+        for m in &c.mismatches {
+            outln!("{} {} {}", paint(Tone::Bad, "MISMATCH"), m.role, m.path);
+            outln!("  expected {}", m.expected);
+            outln!("  found    {}", m.actual);
+        }
+        outln!(
+            "{} mismatch(es) against {}",
+            c.mismatches.len(),
+            path.display()
+        );
+    }
+    Ok(if c.ok { exit::OK } else { exit::CHECK_FAILED })
 }
 
 pub(super) fn render_verification(v: &Verification) {

@@ -52,6 +52,9 @@ type InfoFn = unsafe extern "C" fn() -> *const c_char;
 type AbiFn = unsafe extern "C" fn() -> c_int;
 type CrashFn = unsafe extern "C" fn();
 
+/// The shim's PF_ABI_VERSION this driver speaks (the validate engine uses the same shim).
+pub const SHIM_ABI: c_int = 2;
+
 /// The prompt every smoke decodes.
 pub const PROMPT: &str = "the cat is in the hat and it is on the mat";
 
@@ -89,7 +92,7 @@ impl Shim {
         }
         let abi = sym!(b"pf_abi_version", AbiFn);
         // SAFETY: no arguments, returns an int.
-        if unsafe { abi() } != 1 {
+        if unsafe { abi() } != SHIM_ABI {
             return Err("shim ABI version mismatch".into());
         }
         Ok(Shim {

@@ -662,14 +662,7 @@ pub fn run(target: &SmokeTarget, opts: &SmokeOptions) -> Result<SmokeReport> {
     if opts.crash_test {
         cmd.env("PINFORGE_SMOKE_CRASH_TEST", "1");
     }
-    if let Some(so) = &sanitizer {
-        // An instrumented libllama needs the ASan runtime loaded first; leaks of the Rust
-        // driver are not the engine's bug, and a distinct exit code marks a sanitizer stop.
-        cmd.env("LD_PRELOAD", so).env(
-            "ASAN_OPTIONS",
-            format!("detect_leaks=0:exitcode={ASAN_EXIT}:abort_on_error=0:symbolize=1"),
-        );
-    }
+    engine_env(&mut cmd, target);
     let (status, stdout, stderr) = run_with_timeout(&mut cmd, opts.timeout)?;
     use std::os::unix::process::ExitStatusExt;
     report.signal = status.and_then(|s| s.signal());
@@ -755,6 +748,34 @@ pub fn run(target: &SmokeTarget, opts: &SmokeOptions) -> Result<SmokeReport> {
         }
     }
     Ok(report)
+}
+
+/// The environment an engine process of `target` needs: an instrumented libllama needs the
+/// ASan runtime loaded first; leaks of the Rust driver are not the engine's bug, and a
+/// distinct exit code marks a sanitizer stop. (Shared by smoke and the validate engine.)
+pub fn engine_env(cmd: &mut Command, target: &SmokeTarget) {
+    if let Some(so) = &target.sanitizer {
+        cmd.env("LD_PRELOAD", so).env(
+            "ASAN_OPTIONS",
+            format!("detect_leaks=0:exitcode={ASAN_EXIT}:abort_on_error=0:symbolize=1"),
+        );
+    }
+}
+
+/// [`engine_env`] for the validate engine, choosing whether the sanitizer symbolizes its report. Symbolizing costs
+/// seconds per report on an instrumented libllama; a harness that has already seen the
+/// names of a crash's frames can map an unsymbolized report's `(module+offset)` frames back
+/// to them. Every frame also carries `<module+offset>` either way, for that mapping.
+pub fn engine_env_symbolized(cmd: &mut Command, target: &SmokeTarget, symbolize: bool) {
+    if let Some(so) = &target.sanitizer {
+        cmd.env("LD_PRELOAD", so).env(
+            "ASAN_OPTIONS",
+            format!(
+                "detect_leaks=0:exitcode={ASAN_EXIT}:abort_on_error=0:symbolize={}:stack_trace_format='    #%n %p %F %L <%m+%o>'",
+                u8::from(symbolize)
+            ),
+        );
+    }
 }
 
 /// The exit code the sanitizer is told to use, so its stops are told apart from errors.
@@ -894,7 +915,7 @@ pub fn asan_signature(stderr: &str) -> Option<String> {
 
 /// ASan ends its report with a map of shadow bytes and their legend; the lines worth showing
 /// as "last lines of stderr" are the ones before it (and the ABORTING line after it).
-fn without_shadow_legend(stderr: &str) -> String {
+pub fn without_shadow_legend(stderr: &str) -> String {
     let mut out = Vec::new();
     let mut skipping = false;
     for line in stderr.lines() {
@@ -911,7 +932,7 @@ fn without_shadow_legend(stderr: &str) -> String {
     out.join("\n")
 }
 
-fn signal_name(sig: i32) -> &'static str {
+pub fn signal_name(sig: i32) -> &'static str {
     match sig {
         libc::SIGSEGV => "SIGSEGV",
         libc::SIGABRT => "SIGABRT",

@@ -4,6 +4,7 @@
 // test and linked to its libllama, so that version-specific structs (llama_batch,
 // llama_context_params, ...) never cross into Rust. The Rust driver only sees the functions
 // below, whose signatures use plain C types. Bump PF_ABI_VERSION when they change.
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +12,7 @@
 
 #include "llama.h"
 
-#define PF_ABI_VERSION 1
+#define PF_ABI_VERSION 2
 
 struct pf {
     struct llama_model *model;
@@ -123,6 +124,76 @@ size_t pf_state_set(void *handle, const uint8_t *buf, size_t len) {
 
 void pf_clear(void *handle) {
     llama_memory_clear(llama_get_memory(((struct pf *) handle)->ctx), true);
+}
+
+// Drop sequence 0's cells from position p0 on (the prompt cache keeps the common prefix of
+// the restored state and re-decodes the rest, as llama.cpp's server does). 1 on success.
+int pf_seq_rm(void *handle, int p0) {
+    struct pf *h = handle;
+    return llama_memory_seq_rm(llama_get_memory(h->ctx), 0, p0, -1) ? 1 : 0;
+}
+
+// The engine's own grammar sampler over this model's vocabulary (`root` is the start rule).
+// NULL when llama.cpp refuses the grammar (it logs why on stderr).
+void *pf_grammar_init(void *handle, const char *gbnf) {
+    struct pf *h = handle;
+    return llama_sampler_init_grammar(h->vocab, gbnf, "root");
+}
+
+// Greedy pick under the grammar from the last decode's logits: the grammar sets every token
+// it does not allow to -inf (EOG only once the grammar accepts), then the best one left wins.
+// Returns the token, or -1 when the grammar allows none.
+int pf_grammar_pick(void *handle, void *smpl) {
+    struct pf *h = handle;
+    float *l = llama_get_logits_ith(h->ctx, -1);
+    if (l == NULL || smpl == NULL) {
+        return -1;
+    }
+    llama_token_data *cand = malloc((size_t) h->n_vocab * sizeof(llama_token_data));
+    if (cand == NULL) {
+        return -1;
+    }
+    for (int i = 0; i < h->n_vocab; i++) {
+        cand[i].id = i;
+        cand[i].logit = l[i];
+        cand[i].p = 0.0f;
+    }
+    llama_token_data_array arr = {cand, (size_t) h->n_vocab, -1, false};
+    llama_sampler_apply((struct llama_sampler *) smpl, &arr);
+    int best = -1;
+    float best_logit = 0.0f;
+    for (size_t i = 0; i < arr.size; i++) {
+        float x = arr.data[i].logit;
+        if (x == -INFINITY || x != x) {
+            continue;
+        }
+        if (best < 0 || x > best_logit) {
+            best = arr.data[i].id;
+            best_logit = x;
+        }
+    }
+    free(cand);
+    return best;
+}
+
+void pf_grammar_accept(void *smpl, int token) {
+    llama_sampler_accept((struct llama_sampler *) smpl, token);
+}
+
+void pf_grammar_free(void *smpl) {
+    if (smpl != NULL) {
+        llama_sampler_free((struct llama_sampler *) smpl);
+    }
+}
+
+// 1 when the token ends generation (EOS/EOT of this vocabulary).
+int pf_is_eog(void *handle, int token) {
+    return llama_vocab_is_eog(((struct pf *) handle)->vocab, token) ? 1 : 0;
+}
+
+// The token's text (no special rendering); returns the byte count, negative when `cap` is short.
+int pf_token_piece(void *handle, int token, char *buf, int cap) {
+    return llama_token_to_piece(((struct pf *) handle)->vocab, token, buf, cap, 0, false);
 }
 
 void pf_free(void *handle) {

@@ -20,6 +20,7 @@ mod smoke_trust;
 mod snapshots_cli;
 mod trust_install;
 mod ux;
+mod validate;
 
 use git2::{Repository, Signature};
 use std::path::{Path, PathBuf};

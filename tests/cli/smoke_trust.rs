@@ -562,6 +562,21 @@ size_t llama_state_seq_get_data(struct llama_context *c, uint8_t *dst, size_t si
 size_t llama_state_seq_set_data(struct llama_context *c, const uint8_t *src, size_t size, llama_seq_id s);
 llama_memory_t llama_get_memory(const struct llama_context *c);
 void llama_memory_clear(llama_memory_t m, bool data);
+typedef struct llama_token_data { llama_token id; float logit; float p; } llama_token_data;
+typedef struct llama_token_data_array {
+    llama_token_data *data;
+    size_t size;
+    int64_t selected;
+    bool sorted;
+} llama_token_data_array;
+struct llama_sampler;
+bool llama_memory_seq_rm(llama_memory_t m, llama_seq_id s, llama_pos p0, llama_pos p1);
+struct llama_sampler *llama_sampler_init_grammar(const struct llama_vocab *v, const char *g, const char *root);
+void llama_sampler_apply(struct llama_sampler *s, llama_token_data_array *a);
+void llama_sampler_accept(struct llama_sampler *s, llama_token t);
+void llama_sampler_free(struct llama_sampler *s);
+bool llama_vocab_is_eog(const struct llama_vocab *v, llama_token t);
+int32_t llama_token_to_piece(const struct llama_vocab *v, llama_token t, char *buf, int32_t len, int32_t lstrip, bool special);
 "#;
 
 const STUB_GGML_H: &str = r#"#pragma once
@@ -595,6 +610,13 @@ size_t llama_state_seq_get_data(struct llama_context *c, uint8_t *d, size_t n, l
 size_t llama_state_seq_set_data(struct llama_context *c, const uint8_t *d, size_t n, llama_seq_id s) { (void) c; (void) d; (void) n; (void) s; return 0; }
 llama_memory_t llama_get_memory(const struct llama_context *c) { (void) c; return NULL; }
 void llama_memory_clear(llama_memory_t m, bool d) { (void) m; (void) d; }
+bool llama_memory_seq_rm(llama_memory_t m, llama_seq_id s, llama_pos p0, llama_pos p1) { (void) m; (void) s; (void) p0; (void) p1; return true; }
+struct llama_sampler *llama_sampler_init_grammar(const struct llama_vocab *v, const char *g, const char *r) { (void) v; (void) g; (void) r; return NULL; }
+void llama_sampler_apply(struct llama_sampler *s, llama_token_data_array *a) { (void) s; (void) a; }
+void llama_sampler_accept(struct llama_sampler *s, llama_token t) { (void) s; (void) t; }
+void llama_sampler_free(struct llama_sampler *s) { (void) s; }
+bool llama_vocab_is_eog(const struct llama_vocab *v, llama_token t) { (void) v; (void) t; return false; }
+int32_t llama_token_to_piece(const struct llama_vocab *v, llama_token t, char *b, int32_t n, int32_t l, bool sp) { (void) v; (void) t; (void) b; (void) n; (void) l; (void) sp; return 0; }
 "#;
 
 // issue: smokefix items 1, 3 (the verified bytes are the ones compiled, linked and loaded)
@@ -740,6 +762,13 @@ size_t llama_state_seq_get_data(struct llama_context *c, uint8_t *d, size_t n, l
 size_t llama_state_seq_set_data(struct llama_context *c, const uint8_t *d, size_t n, llama_seq_id s) { (void) c; (void) d; (void) s; return n; }
 llama_memory_t llama_get_memory(const struct llama_context *c) { (void) c; return (llama_memory_t) &mem_; }
 void llama_memory_clear(llama_memory_t m, bool d) { (void) m; (void) d; }
+bool llama_memory_seq_rm(llama_memory_t m, llama_seq_id s, llama_pos p0, llama_pos p1) { (void) m; (void) s; (void) p0; (void) p1; return true; }
+struct llama_sampler *llama_sampler_init_grammar(const struct llama_vocab *v, const char *g, const char *r) { (void) v; (void) g; (void) r; return NULL; }
+void llama_sampler_apply(struct llama_sampler *s, llama_token_data_array *a) { (void) s; (void) a; }
+void llama_sampler_accept(struct llama_sampler *s, llama_token t) { (void) s; (void) t; }
+void llama_sampler_free(struct llama_sampler *s) { (void) s; }
+bool llama_vocab_is_eog(const struct llama_vocab *v, llama_token t) { (void) v; (void) t; return false; }
+int32_t llama_token_to_piece(const struct llama_vocab *v, llama_token t, char *b, int32_t n, int32_t l, bool sp) { (void) v; (void) t; (void) b; (void) n; (void) l; (void) sp; return 0; }
 "#;
 
 // issue: smokefix item 4 (install --smoke --json carries the gate's report)
@@ -829,4 +858,63 @@ fn a_libllama_link_redirected_out_of_the_build_fails_the_check() {
     let e = crate::stderr(&o);
     assert!(e.contains("link `lib/libllama.so`"), "{e}");
     assert!(fx.compiled_anything().is_empty());
+}
+
+/// Issue #11 without a llama.cpp build: two verified stub engines (manifests) through
+/// `validate`; the engines die on chosen rows (a real invalid access, test hook): each such
+/// row is a `crash` with the signal on both arms, the engine restarts and the run goes on,
+/// the rows after a restart count from it, the verdict is the candidate's (exit 1), and the
+/// evidence re-verifies. Fast: no llama.cpp build needed.
+#[test]
+fn validate_contains_engine_crashes_per_arm_on_verified_stub_engines() {
+    let fx = Fx::new();
+    let (a, _) = stub_build(&fx, "base", STUB_ENGINE_OK_C);
+    let (b, _) = stub_build(&fx, "cand", STUB_ENGINE_OK_C);
+    let mut c = crate::pinforge_cmd(&fx.ws);
+    c.args([
+        "validate",
+        a.to_str().expect("utf8"),
+        b.to_str().expect("utf8"),
+        "--rows",
+        "12",
+        "--arch",
+        "qwen2",
+        "--json",
+    ])
+    .env("PINFORGE_VALIDATE_CRASH_ROWS", "3,7");
+    let o = run_timeout(c, HANG).expect("validate hung");
+    // Both arms crash on rows 3 and 7: the candidate too, so the run fails (exit 1).
+    assert_eq!(crate::code(&o), 1, "{}", report(&o));
+    let j = crate::json(&o);
+    assert_eq!(j["schema"], "pinforge.validate/v1");
+    for arm in j["arms"].as_array().expect("arms") {
+        assert_eq!(arm["counts"]["crash"], 2, "{arm}");
+        assert_eq!(arm["counts"]["ok"], 10, "{arm}");
+        assert_eq!(arm["onset_row"], 3, "{arm}");
+        let sig = arm["signatures"][0]["signature"].as_str().expect("sig");
+        assert!(sig.contains("SIGSEGV"), "{sig}");
+    }
+    assert_eq!(j["common_failures"].as_array().expect("common").len(), 2);
+    assert!(
+        j["verdict"]
+            .as_str()
+            .expect("verdict")
+            .starts_with("cand: crash at row 3"),
+        "{j}"
+    );
+    let rows = std::fs::read_to_string(
+        Path::new(j["run_dir"].as_str().expect("run_dir")).join("rows.jsonl"),
+    )
+    .expect("rows");
+    let crash7: Value = rows
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("row"))
+        .find(|r| r["row"] == 7 && r["outcome"] == "crash")
+        .expect("row 7 crashed");
+    assert_eq!(
+        crash7["evidence"]["rows_since_restart"], 4,
+        "rows 4..=7 ran on the engine restarted after row 3"
+    );
+    let o = fx.run(&["verify", j["evidence"]["manifest"].as_str().expect("ev")]);
+    assert_eq!(crate::code(&o), 0, "{}", report(&o));
 }

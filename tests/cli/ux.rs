@@ -15,6 +15,7 @@ const COMMANDS: &[&[&str]] = &[
     &["gc"],
     &["history"],
     &["smoke"],
+    &["validate"],
     &["completions"],
     &["man"],
     &["patch", "lint"],

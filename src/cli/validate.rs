@@ -1,0 +1,286 @@
+//! `pinforge validate` and its hidden engine process: the A/B row harness over two installed
+//! layers or two manifests, rendered as a side-by-side summary (or `--json`).
+
+use super::reporter::TermReporter;
+use super::{print_json, JsonArg, RootArg, Verbosity};
+use crate::error::{exit, Error, Result};
+use crate::install::Layer;
+use crate::model::Arch;
+use crate::outln;
+use crate::output::{paint, Tone};
+use crate::validate::{self, ArmSource, Options};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Arguments of `validate`.
+#[derive(Debug, clap::Args)]
+pub struct ValidateArgs {
+    /// Two manifests written by `pinforge build`: baseline, then candidate
+    #[arg(num_args = 0..=2, value_name = "MANIFEST")]
+    pub manifests: Vec<PathBuf>,
+    /// Two installed layers, baseline then candidate: `control,live`
+    #[arg(long, value_name = "A,B", conflicts_with = "manifests")]
+    pub installed: Option<String>,
+    #[command(flatten)]
+    pub root: RootArg,
+    /// Rows per arm
+    #[arg(long)]
+    pub rows: u64,
+    /// A GGUF model [default: the tiny model of --arch]
+    #[arg(long, conflicts_with = "arch")]
+    pub model: Option<PathBuf>,
+    /// Architecture of the generated tiny model: qwen2vl (M-RoPE) or qwen2 (control)
+    #[arg(long, value_parser = ["qwen2vl", "qwen2"])]
+    pub arch: Option<String>,
+    /// Seed of the prompt generator
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Prompts from a JSON Lines file (`{"prompt": "..."}` per line), cycled over the rows
+    #[arg(long, value_name = "FILE.jsonl")]
+    pub prompts: Option<PathBuf>,
+    /// Token budget per row
+    #[arg(long, default_value_t = 24)]
+    pub budget: u32,
+    /// Constrain every row with this JSON schema (converted to a grammar for the engine's
+    /// own grammar sampler)
+    #[arg(long, value_name = "FILE")]
+    pub schema: Option<PathBuf>,
+    /// Engine processes per arm (rows striped over them)
+    #[arg(long, default_value_t = 1)]
+    pub jobs: u32,
+    /// llama.cpp threads per engine process
+    #[arg(long, default_value_t = 1)]
+    pub threads: i32,
+    /// Seconds an engine may take for one row before it counts as hung
+    #[arg(long, default_value_t = 120)]
+    pub row_timeout: u64,
+    /// Continue the run with this id (the folder under validate/), skipping recorded rows
+    #[arg(long, value_name = "RUN")]
+    pub resume: Option<String>,
+    #[command(flatten)]
+    pub out: JsonArg,
+}
+
+/// Arguments of the hidden `__validate-engine` command.
+#[derive(Debug, clap::Args)]
+pub struct EngineArgs {
+    #[arg(long)]
+    pub shim: PathBuf,
+    #[arg(long)]
+    pub model: PathBuf,
+    #[arg(long)]
+    pub grammar: Option<PathBuf>,
+    #[arg(long, default_value_t = 1)]
+    pub threads: i32,
+}
+
+/// Run the engine process until its stdin closes.
+pub(super) fn run_engine(a: EngineArgs) -> i32 {
+    validate::engine::serve(&validate::engine::EngineArgs {
+        shim: a.shim,
+        model: a.model,
+        grammar: a.grammar,
+        threads: a.threads,
+    })
+}
+
+fn arms(a: &ValidateArgs, ws_root: &std::path::Path) -> Result<[ArmSource; 2]> {
+    match (&a.installed, a.manifests.as_slice()) {
+        (Some(list), []) => {
+            let names: Vec<&str> = list.split(',').map(str::trim).collect();
+            let [x, y] = names.as_slice() else {
+                return Err(Error::input(
+                    format!("--installed {list}"),
+                    "give two layers, baseline then candidate",
+                )
+                .with_hint("for example --installed control,live"));
+            };
+            let root = a.root.resolve(ws_root);
+            Ok([
+                ArmSource::Installed {
+                    root: root.clone(),
+                    layer: Layer::parse(x)?,
+                },
+                ArmSource::Installed {
+                    root,
+                    layer: Layer::parse(y)?,
+                },
+            ])
+        }
+        (None, [x, y]) => Ok([
+            ArmSource::Manifest(x.clone()),
+            ArmSource::Manifest(y.clone()),
+        ]),
+        _ => Err(Error::input(
+            "validate",
+            "give two manifests (baseline, candidate) or --installed A,B",
+        )),
+    }
+}
+
+/// Run `validate`.
+pub(super) fn run(ctx: &super::Ctx, a: ValidateArgs) -> Result<i32> {
+    let opts = Options {
+        arms: arms(&a, &ctx.ws_root)?,
+        rows: a.rows,
+        model: a.model.clone(),
+        arch: Arch::parse(a.arch.as_deref().unwrap_or("qwen2vl"))?,
+        seed: a.seed,
+        prompts: a.prompts.clone(),
+        budget: a.budget,
+        schema: a.schema.clone(),
+        jobs: a.jobs,
+        resume: a.resume.clone(),
+        timeout: Duration::from_secs(a.row_timeout.max(1)),
+        threads: a.threads.max(1),
+        workspace: ctx.ws_root.clone(),
+    };
+    let reporter = TermReporter::counting(ctx.verbosity == Verbosity::Quiet, "rows");
+    let report = validate::run(&opts, &reporter)?;
+    if a.out.json {
+        print_json("pinforge.validate/v1", &report)?;
+    } else {
+        render(&report);
+    }
+    Ok(if validate::summary::candidate_passed(&report.derived) {
+        exit::OK
+    } else {
+        exit::CHECK_FAILED
+    })
+}
+
+fn render(r: &validate::Report) {
+    use validate::rows::Outcome;
+    let d = &r.derived;
+    outln!("validate run {} ({})", r.run, r.run_dir.display());
+    if r.resumed_rows > 0 {
+        outln!(
+            "  resumed: {} row(s) were already recorded{}",
+            r.resumed_rows,
+            if r.torn_bytes > 0 {
+                format!(
+                    ", a torn last line of {} bytes was cut off and redone",
+                    r.torn_bytes
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
+    let mut header = format!("  {:<14}", "");
+    for arm in &d.arms {
+        header.push_str(&format!(
+            "{:>16}",
+            if arm.candidate {
+                format!("{} (cand.)", arm.name)
+            } else {
+                arm.name.clone()
+            }
+        ));
+    }
+    outln!("{header}");
+    let line = |label: &str, vals: Vec<String>| {
+        let mut s = format!("  {label:<14}");
+        for v in vals {
+            s.push_str(&format!("{v:>16}"));
+        }
+        outln!("{s}");
+    };
+    line("rows", d.arms.iter().map(|a| a.rows.to_string()).collect());
+    for o in Outcome::ALL {
+        line(
+            o.as_str(),
+            d.arms
+                .iter()
+                .map(|a| a.counts[o.as_str()].to_string())
+                .collect(),
+        );
+    }
+    line(
+        "onset row",
+        d.arms
+            .iter()
+            .map(|a| {
+                a.onset_row
+                    .map(|r| r.to_string())
+                    .unwrap_or_else(|| "-".into())
+            })
+            .collect(),
+    );
+    for (k, f) in [("p50 ms", 0), ("p90 ms", 1), ("p99 ms", 2)] {
+        line(
+            k,
+            d.arms
+                .iter()
+                .map(|a| {
+                    let l = &d.latency_ms[&a.name];
+                    format!("{:.1}", [l.p50, l.p90, l.p99][f])
+                })
+                .collect(),
+        );
+    }
+    line(
+        "rows/s",
+        d.arms
+            .iter()
+            .map(|a| {
+                r.throughput
+                    .get(&a.name)
+                    .map(|t| format!("{:.1}", t.rows_per_second))
+                    .unwrap_or_default()
+            })
+            .collect(),
+    );
+    line(
+        "overhead",
+        d.arms
+            .iter()
+            .map(|a| format!("{:.0}%", d.timing[&a.name].harness_overhead * 100.0))
+            .collect(),
+    );
+    for a in &d.arms {
+        for s in &a.signatures {
+            outln!(
+                "  {} crash signature ({} rows, first {}): {}",
+                a.name,
+                s.rows,
+                s.first_row,
+                s.signature
+            );
+        }
+    }
+    if !d.common_failures.is_empty() {
+        let rows: Vec<String> = d
+            .common_failures
+            .iter()
+            .take(20)
+            .map(|c| c.row.to_string())
+            .collect();
+        outln!(
+            "  failed on both arms ({}): rows {}{}",
+            d.common_failures.len(),
+            rows.join(", "),
+            if d.common_failures.len() > 20 {
+                ", ..."
+            } else {
+                ""
+            }
+        );
+    }
+    if !d.errors.is_empty() {
+        outln!("  harness errors (excluded from every comparison):");
+        for e in d.errors.iter().take(10) {
+            outln!("    {} row {}: {}", e.arm, e.row, e.detail);
+        }
+    }
+    let good = validate::summary::candidate_passed(d);
+    outln!(
+        "verdict: {}",
+        paint(if good { Tone::Good } else { Tone::Bad }, &d.verdict)
+    );
+    outln!(
+        "evidence: {} (sha256 {})",
+        r.evidence.manifest.display(),
+        r.evidence.sha256.short(16)
+    );
+}
