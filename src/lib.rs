@@ -9,6 +9,7 @@ pub mod diff;
 pub mod digest;
 pub mod error;
 pub mod fsx;
+pub mod hooks;
 pub mod install;
 pub mod manifest;
 pub mod model;

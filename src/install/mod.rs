@@ -467,25 +467,8 @@ pub struct StatusSlot {
     pub verified_at: Option<String>,
 }
 
-/// Test hooks: `PINFORGE_CRASH_AT=op:N` makes the process SIGKILL itself right after step N of
-/// `op` (install or rollback); `PINFORGE_FAIL_WRITE_AFTER=BYTES` makes staging copies fail with
-/// ENOSPC after that many bytes (where a small filesystem cannot be mounted);
-/// `PINFORGE_FS_PROBE=nosymlink` makes the filesystem probe report no symlink support.
 fn crash_point(op: &str, step: u32) {
-    if let Ok(v) = std::env::var("PINFORGE_CRASH_AT") {
-        if v == format!("{op}:{step}") {
-            kill_self();
-        }
-    }
-}
-
-#[allow(unsafe_code)]
-fn kill_self() {
-    // SAFETY: getpid and kill have no memory-safety preconditions; SIGKILL ends the process
-    // here, which is what the crash-consistency tests need (no destructors, no flushing).
-    unsafe {
-        libc::kill(libc::getpid(), libc::SIGKILL);
-    }
+    crate::hooks::crash_point(op, step)
 }
 
 /// Atomically exchange two paths (Linux `renameat2(RENAME_EXCHANGE)`): a damaged entry and
@@ -565,9 +548,9 @@ impl Root {
         fsx::create_dir_all(&path)?;
         let root = Root { path };
         if safe::kind(&root.path.join("state"))? == Kind::Missing {
-            // The test hook is read here, once, and handed down: library code below never
-            // consults the environment, and unit tests call the probe with the flag directly.
-            let simulate = std::env::var("PINFORGE_FS_PROBE").ok().as_deref() == Some("nosymlink");
+            // The test hook (feature `test-hooks` only) is read here, once, and handed down:
+            // unit tests call the probe with the flag directly.
+            let simulate = crate::hooks::fs_probe_nosymlink();
             root.probe_fs(simulate)?;
         }
         for d in ["store", "gens", "receipts"] {
@@ -2269,9 +2252,7 @@ fn stage(plan: &Plan, staging: &Path, mode: Option<StageMode>) -> Result<StageMo
     } else {
         StageMode::Copy
     };
-    let fail_after: Option<u64> = std::env::var("PINFORGE_FAIL_WRITE_AFTER")
-        .ok()
-        .and_then(|v| v.parse().ok());
+    let fail_after = crate::hooks::fail_write_after();
     let mut written = 0u64;
     for (name, rec) in &plan.info.files {
         let (from, meta) = plan

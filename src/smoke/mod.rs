@@ -656,8 +656,8 @@ pub fn run(target: &SmokeTarget, opts: &SmokeOptions) -> Result<SmokeReport> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    if opts.crash_test {
-        cmd.env("PINFORGE_SMOKE_CRASH_TEST", "1");
+    if let (true, Some((k, v))) = (opts.crash_test, crate::hooks::smoke_crash_env()) {
+        cmd.env(k, v);
     }
     if let Some(so) = &sanitizer {
         // An instrumented libllama needs the ASan runtime loaded first; leaks of the Rust
