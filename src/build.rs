@@ -8,6 +8,7 @@
 
 pub mod fileapi;
 pub mod stage;
+mod stamp;
 
 use crate::digest::Sha256;
 use crate::error::{Error, IoContext, Result};
@@ -19,7 +20,7 @@ use crate::recipe::{PatchSelection, Recipe, Variant};
 use crate::toolchain::{self, ResolvedToolchain};
 use crate::upstream::{self, Tree};
 use crate::workspace::Workspace;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -68,7 +69,7 @@ pub const SCRUBBED_ENV: &[&str] = &[
 pub const FLAG_VARIABLES: &[&str] = &["CMAKE_C_FLAGS", "CMAKE_CXX_FLAGS", "CMAKE_CUDA_FLAGS"];
 
 /// One output artifact (the `build --json` contract).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Artifact {
     /// Path relative to the artifact root.
     pub path: String,
@@ -79,7 +80,7 @@ pub struct Artifact {
 }
 
 /// What a build did.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BuildOutcome {
     /// Recipe name.
     pub recipe: String,
@@ -140,6 +141,10 @@ pub fn build(
     let started = Instant::now();
     let started_on = manifest::now_rfc3339();
     let _lock = ws.lock()?;
+    if let Some(o) = stamp::fresh(ws, recipe, variant) {
+        let seconds = started.elapsed().as_secs_f64();
+        return Ok(BuildOutcome { seconds, ..o });
+    }
     let reporter = opts.reporter;
 
     // Everything that can be refused is checked before vendor/ is touched.
@@ -172,6 +177,8 @@ pub fn build(
             reporter.stage("note", &o.note(&r.file));
         }
     }
+
+    let before = stamp::Before::take(ws, recipe, &patches, &tools, &tree);
 
     let vdir = ws.variant_dir(&recipe.name, variant.name.as_str());
     let cmake_dir = vdir.join("cmake");
@@ -384,7 +391,7 @@ pub fn build(
         crate::fsx::write_atomic(&manifest_path, statement.to_json()?.as_bytes())?;
     }
 
-    Ok(BuildOutcome {
+    let outcome = BuildOutcome {
         recipe: recipe.name.clone(),
         variant: variant.name.to_string(),
         manifest: manifest_path,
@@ -400,7 +407,10 @@ pub fn build(
         source_tree: tree.path.clone(),
         steps_run,
         seconds: started.elapsed().as_secs_f64(),
-    })
+    };
+    // A stamp that cannot be written only costs the next build its fast path.
+    let _ = stamp::write(ws, recipe, variant, before, &tools, &tree, &outcome);
+    Ok(outcome)
 }
 
 fn fsx_create(p: &Path) -> Result<()> {

@@ -11,6 +11,7 @@ mod bundle;
 mod diff;
 mod history;
 mod inputs;
+mod noop;
 mod output;
 mod patch_apply;
 mod smoke_trust;
