@@ -69,7 +69,7 @@ pub const SCRUBBED_ENV: &[&str] = &[
 pub const FLAG_VARIABLES: &[&str] = &["CMAKE_C_FLAGS", "CMAKE_CXX_FLAGS", "CMAKE_CUDA_FLAGS"];
 
 /// One output artifact (the `build --json` contract).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Artifact {
     /// Path relative to the artifact root.
     pub path: String,
@@ -80,7 +80,7 @@ pub struct Artifact {
 }
 
 /// What a build did.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BuildOutcome {
     /// Recipe name.
     pub recipe: String,

@@ -25,7 +25,7 @@ pub const PREDICATE_TYPE: &str = "https://slsa.dev/provenance/v1";
 pub const BUILD_TYPE: &str = "https://pinforge.invalid/cmake-variant/v1";
 
 /// An in-toto ResourceDescriptor.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Resource {
     /// Name (artifact path relative to the artifact root, or a dependency name).
     pub name: String,
@@ -48,7 +48,7 @@ impl Resource {
 }
 
 /// The in-toto Statement.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Statement {
     /// Always [`STATEMENT_TYPE`].
     #[serde(rename = "_type")]
@@ -63,7 +63,7 @@ pub struct Statement {
 }
 
 /// SLSA provenance v1.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Provenance {
     /// What was built from what.
     #[serde(rename = "buildDefinition")]
@@ -74,7 +74,7 @@ pub struct Provenance {
 }
 
 /// SLSA BuildDefinition.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BuildDefinition {
     /// [`BUILD_TYPE`].
     #[serde(rename = "buildType")]
@@ -91,7 +91,7 @@ pub struct BuildDefinition {
 }
 
 /// What the user asked for.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ExternalParameters {
     /// Recipe name.
     pub recipe: String,
@@ -109,7 +109,7 @@ pub struct ExternalParameters {
 }
 
 /// Machine-local facts that let `verify` find the inputs and outputs again.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct InternalParameters {
     /// Artifact root, relative to the manifest's folder (`stage`: the staged install prefix).
     pub artifact_root: String,
@@ -124,7 +124,7 @@ pub struct InternalParameters {
 }
 
 /// SLSA RunDetails.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunDetails {
     /// The builder.
     pub builder: Builder,
@@ -136,7 +136,7 @@ pub struct RunDetails {
 }
 
 /// SLSA Builder.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Builder {
     /// `pinforge`.
     pub id: String,
@@ -146,7 +146,7 @@ pub struct Builder {
 }
 
 /// SLSA BuildMetadata.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Metadata {
     /// The input digest.
     #[serde(rename = "invocationId")]
@@ -367,7 +367,7 @@ pub fn canonical_json<T: Serialize>(value: &T) -> Result<String> {
 
 /// The input digest: what was asked for and what it was built from, nothing machine-local.
 pub fn input_digest(params: &ExternalParameters, deps: &[Resource]) -> Result<Sha256> {
-    #[derive(Serialize)]
+    #[derive(Serialize, schemars::JsonSchema)]
     struct Inputs<'a> {
         #[serde(rename = "buildType")]
         build_type: &'a str,
@@ -385,7 +385,7 @@ pub fn input_digest(params: &ExternalParameters, deps: &[Resource]) -> Result<Sh
 }
 
 /// A difference found by `verify`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Mismatch {
     /// The file (or tree) that differs.
     pub path: String,
@@ -398,7 +398,7 @@ pub struct Mismatch {
 }
 
 /// The result of `verify`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct VerifyReport {
     /// No mismatch.
     pub ok: bool,

@@ -79,15 +79,9 @@ fn cmd_build(
         // One JSON line per build, written as soon as it is done: the same shape for one
         // variant or many, and a consumer sees each result without waiting for the rest.
         if json {
-            #[derive(serde::Serialize)]
-            struct Line<'a> {
-                #[serde(flatten)]
-                outcome: &'a BuildOutcome,
-                rebuilt_because: &'a [String],
-            }
             print_json_line(
                 "pinforge.build/v1",
-                &Line {
+                &BuildLine {
                     outcome: &outcome,
                     rebuilt_because: &because,
                 },
@@ -126,4 +120,12 @@ fn render_build(o: &BuildOutcome, because: &[String], verbosity: Verbosity) {
         );
     }
     outln!("  log        {}", o.log.display());
+}
+
+/// One line of `build --json` (JSON Lines, one per variant; see `cli::schema`).
+#[derive(serde::Serialize, schemars::JsonSchema)]
+pub(super) struct BuildLine<'a> {
+    #[serde(flatten)]
+    outcome: &'a BuildOutcome,
+    rebuilt_because: &'a [String],
 }

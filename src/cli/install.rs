@@ -97,8 +97,8 @@ fn manifest_for(
 
 /// The `install --json` document: the outcome, plus the gate's smoke report under `smoke`
 /// when `--smoke` was given (absent otherwise, so the document is unchanged without it).
-#[derive(serde::Serialize)]
-struct InstallJson<'a> {
+#[derive(serde::Serialize, schemars::JsonSchema)]
+pub(super) struct InstallJson<'a> {
     #[serde(flatten)]
     outcome: &'a InstallOutcome,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -12,6 +12,7 @@ mod model;
 mod patch;
 mod reporter;
 mod rollback;
+pub mod schema;
 mod smoke;
 mod status;
 mod vendor;
@@ -195,6 +196,9 @@ build/mrope-cpu/patched/manifest.json"
     /// Write the man page (roff) to stdout.
     #[command(after_help = "Example:\n  pinforge man > ~/.local/share/man/man1/pinforge.1")]
     Man,
+    /// Internal: write the JSON Schema of every `--json` document (`schemas/`).
+    #[command(name = "__schemas", hide = true)]
+    Schemas(schema::SchemasArgs),
     /// Internal: the child process of `smoke`.
     #[command(name = "__smoke-child", hide = true)]
     SmokeChild(smoke::SmokeChildArgs),
@@ -282,6 +286,7 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Vendor(c) => vendor::run(c),
         Command::Smoke(a) => smoke::run(ws, a),
         Command::SmokeChild(a) => smoke::run_child(a),
+        Command::Schemas(a) => schema::run(a),
         Command::Completions(a) => generate::completions(a),
         Command::Man => generate::man(),
     }

@@ -55,7 +55,19 @@ const ENTRY_MANIFEST: &str = "manifest.json";
 const TMP_PREFIX: &str = ".pinforge-tmp-";
 
 /// The three layers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Layer {
     /// The build in service.
@@ -100,7 +112,7 @@ impl fmt::Display for Layer {
 }
 
 /// One file of a store entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FileRec {
     /// Content digest.
     pub sha256: Sha256,
@@ -122,7 +134,7 @@ impl FileRec {
 
 /// What a store entry is: recorded once, when the entry is created. The record is only
 /// believed when the digest of its listing equals the entry's name (see [`identity`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EntryInfo {
     /// Output digest (the entry's name): [`identity`] of `files` and `links`.
@@ -189,7 +201,7 @@ pub fn parse_entry_record(bytes: &[u8]) -> Result<EntryInfo> {
 }
 
 /// One layer's entry in a generation.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Slot {
     /// Output digest.
     pub digest: Sha256,
@@ -200,7 +212,7 @@ pub struct Slot {
 }
 
 /// A generation: the whole visible state.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GenState {
     /// Generation number.
     pub gen: u64,
@@ -251,7 +263,7 @@ pub fn parse_state(bytes: &[u8], gen: u64) -> Result<GenState> {
 }
 
 /// A transaction's kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Op {
     /// `install`.
@@ -276,7 +288,7 @@ impl fmt::Display for Op {
 }
 
 /// Where a transaction was when the journal was last written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Phase {
     /// Before the commit point.
@@ -295,7 +307,7 @@ impl fmt::Display for Phase {
 }
 
 /// The journal: written before the commit point, removed after the receipt.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Journal {
     /// Transaction id (also the receipt's sequence number).
@@ -358,7 +370,7 @@ pub fn parse_journal(bytes: &[u8]) -> Result<Journal> {
 }
 
 /// Verification of an entry through a path.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Verification {
     /// Everything matched.
     pub ok: bool,
@@ -371,7 +383,7 @@ pub struct Verification {
 }
 
 /// A receipt: what a transaction did.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Receipt {
     /// Sequence number.
     pub seq: u64,
@@ -431,7 +443,7 @@ pub fn parse_receipt_name(name: &str) -> Option<(u64, Op)> {
 }
 
 /// What `status` reports.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Status {
     /// Install root.
     pub root: PathBuf,
@@ -450,7 +462,7 @@ pub struct Status {
 }
 
 /// A layer in `status`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct StatusSlot {
     /// Layer name.
     pub layer: String,
@@ -512,7 +524,7 @@ pub struct Root {
 }
 
 /// How staging placed the files.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum StageMode {
     /// Hard links into the build folder (no data copied): only files whose mode already is
@@ -1925,7 +1937,7 @@ impl Root {
 }
 
 /// Result of `install`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct InstallOutcome {
     /// Receipt path.
     pub receipt: PathBuf,
@@ -1950,7 +1962,7 @@ pub struct InstallOutcome {
 }
 
 /// Result of `rollback`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct RollbackOutcome {
     /// Receipt path.
     pub receipt: PathBuf,
@@ -1982,7 +1994,7 @@ pub enum RollbackTo {
 }
 
 /// One transaction in [`Root::history`].
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct HistoryRow {
     /// The receipt's sequence number.
     pub seq: u64,
@@ -2000,7 +2012,7 @@ pub struct HistoryRow {
 }
 
 /// Result of `history`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct History {
     /// The root.
     pub root: PathBuf,
@@ -2011,7 +2023,7 @@ pub struct History {
 }
 
 /// Result of `gc`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct GcOutcome {
     /// Nothing was removed: this is what `gc` would remove.
     pub dry_run: bool,

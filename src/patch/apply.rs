@@ -29,7 +29,9 @@ pub const OFFSET_TRAILER: &str = "Pinforge-Hunk-Offset";
 
 /// A hunk that applied `offset` lines away from where its header put it (the patch is due a
 /// refresh). Written as `FILE#N ±K` in trailers and in the manifest.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct HunkOffset {
     /// The file (path after the patch), as shown.
     pub file: String,

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Instant;
 
 /// The child's result line.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ChildResult {
     /// Set when the decode could not run.
     pub error: Option<String>,

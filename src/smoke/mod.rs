@@ -29,7 +29,7 @@ const TARGET: &str = env!("PINFORGE_TARGET");
 /// A build to smoke: where its libraries and headers are, and what it is. Built only by
 /// [`target_from_manifest`] and [`target_from_installed`], which recompute every digest below
 /// from the files themselves and refuse a file that differs from the record.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct SmokeTarget {
     /// Human name: `recipe/variant`.
     pub name: String,
@@ -502,7 +502,7 @@ fn compile_shim(
 }
 
 /// What the smoke found.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
     /// The restored decode equals the reference.
@@ -516,7 +516,7 @@ pub enum Verdict {
 }
 
 /// The `smoke --json` contract (and more).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct SmokeReport {
     /// ok | mismatch | crash | error.
     pub verdict: Verdict,

@@ -14,6 +14,7 @@ mod inputs;
 mod noop;
 mod output;
 mod patch_apply;
+mod schemas;
 mod smoke_trust;
 mod snapshots_cli;
 mod trust_install;
