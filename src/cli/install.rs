@@ -88,8 +88,16 @@ fn manifest_for(
         .join("manifest.json");
     if !m.exists() {
         return Err(
-            Error::input(m.display(), "no build of this variant in the workspace")
-                .with_hint(format!("run `pinforge build --variant {}` first", v.name)),
+            Error::input(m.display(), "no build of this variant in the workspace").with_hint(
+                format!(
+                    "run `pinforge build {}--variant {}` first",
+                    target
+                        .as_ref()
+                        .map(|t| format!("{} ", t.display()))
+                        .unwrap_or_default(),
+                    v.name
+                ),
+            ),
         );
     }
     Ok(m)

@@ -6,6 +6,7 @@ mod build;
 mod diff;
 mod gc;
 mod generate;
+mod hint;
 mod history;
 mod install;
 mod model;
@@ -215,10 +216,11 @@ pub fn main() -> i32 {
         Err(e) => e.exit(),
     };
     crate::output::set_color(cli.color.enabled());
+    let hints = hint::HintOptions::from_matches(&matches);
     let code = match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            render_error(&e);
+            render_error(&e, &hints);
             e.exit_code()
         }
     };
@@ -231,7 +233,12 @@ pub fn main() -> i32 {
                 "note: the command's own work finished before this (it would have exited {code}); \
                  whatever it committed stays committed"
             );
-            eprintln!("hint: `pinforge status` shows the install root; rerun with output to a writable place");
+            eprintln!(
+                "hint: {}",
+                hints.apply(
+                    "`pinforge status` shows the install root; rerun with output to a writable place"
+                )
+            );
             exit::INTERNAL
         }
     }
@@ -292,7 +299,7 @@ fn run(cli: Cli) -> Result<i32> {
     }
 }
 
-fn render_error(e: &Error) {
+fn render_error(e: &Error, hints: &hint::HintOptions) {
     eprintln!("error: {e}");
     if let Some(detail) = e.detail() {
         for line in detail.lines() {
@@ -300,7 +307,7 @@ fn render_error(e: &Error) {
         }
     }
     if let Some(hint) = e.hint() {
-        eprintln!("hint: {hint}");
+        eprintln!("hint: {}", hints.apply(hint));
     }
 }
 
