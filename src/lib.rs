@@ -19,6 +19,7 @@ pub mod process;
 pub mod progress;
 pub mod recipe;
 pub mod smoke;
+pub mod time;
 pub mod toolchain;
 pub mod tree;
 pub mod upstream;

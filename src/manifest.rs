@@ -526,37 +526,8 @@ pub fn verify(manifest_path: &Path) -> Result<VerifyReport> {
     })
 }
 
-/// RFC 3339 UTC time of now (no external time crate: seconds resolution is enough here).
-pub fn now_rfc3339() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    rfc3339(secs)
-}
-
-/// Format epoch seconds as RFC 3339 UTC.
-pub fn rfc3339(secs: i64) -> String {
-    let days = secs.div_euclid(86400);
-    let rem = secs.rem_euclid(86400);
-    // civil_from_days (Howard Hinnant)
-    let z = days + 719468;
-    let era = z.div_euclid(146097);
-    let doe = z - era * 146097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if m <= 2 { y + 1 } else { y };
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
-}
+// Time formatting lives in `crate::time`; these names stay for callers of this module.
+pub use crate::time::{now_rfc3339, rfc3339};
 
 #[cfg(test)]
 mod tests {
@@ -734,12 +705,5 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn rfc3339_formats_known_instants() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(1_795_996_800), "2026-11-30T00:00:00Z");
-        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
     }
 }

@@ -1119,7 +1119,7 @@ impl Root {
                 to: after.layers.get(&j.layer).cloned(),
                 current_before: before.current,
                 current_after: after.current,
-                time: crate::manifest::now_rfc3339(),
+                time: crate::time::now_rfc3339(),
                 reverted: !v.ok,
                 verification: v,
                 restoration_matches_recorded: None,
@@ -1293,7 +1293,7 @@ impl Root {
                 to: Some(slot),
                 current_before: before.current,
                 current_after: before.current,
-                time: crate::manifest::now_rfc3339(),
+                time: crate::time::now_rfc3339(),
                 verification: v.clone(),
                 reverted: false,
                 restoration_matches_recorded: None,
@@ -1393,7 +1393,7 @@ impl Root {
             } else {
                 after.current
             },
-            time: crate::manifest::now_rfc3339(),
+            time: crate::time::now_rfc3339(),
             verification: v.clone(),
             reverted,
             restoration_matches_recorded: None,
@@ -1646,7 +1646,7 @@ impl Root {
             } else {
                 after.current
             },
-            time: crate::manifest::now_rfc3339(),
+            time: crate::time::now_rfc3339(),
             restoration_matches_recorded: Some(v.ok),
             verification: v.clone(),
             reverted,
@@ -1695,7 +1695,7 @@ impl Root {
         let transaction = self.read_journal()?;
         let mut seen: BTreeMap<Sha256, (String, Option<String>)> = BTreeMap::new();
         if verify {
-            let now = crate::manifest::now_rfc3339();
+            let now = crate::time::now_rfc3339();
             for s in gs.layers.values() {
                 let dir = self.entry_dir(&s.digest);
                 let v = check_entry(&dir, &s.digest, &dir)?;

@@ -458,12 +458,7 @@ fn is_url(s: &str) -> bool {
 }
 
 fn is_date(s: &str) -> bool {
-    let parts: Vec<&str> = s.split('-').collect();
-    if parts.len() != 3 || parts[0].len() != 4 || parts[1].len() != 2 || parts[2].len() != 2 {
-        return false;
-    }
-    let nums: Option<Vec<u32>> = parts.iter().map(|p| p.parse().ok()).collect();
-    matches!(nums.as_deref(), Some([_, m, d]) if (1..=12).contains(m) && (1..=31).contains(d))
+    crate::time::parse_ymd(s).is_some()
 }
 
 /// Parse comma-separated issue or PR URLs: `https://host/owner/repo/<kind>/N`.
