@@ -461,6 +461,43 @@ pub struct Status {
     pub verified_now: bool,
 }
 
+/// What `status` knows of an entry's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum VerificationState {
+    /// Re-hashed (now, or in the last recorded verification) and equal to its record.
+    Ok,
+    /// Re-hashed and different from its record.
+    Mismatch,
+    /// Never verified since it was installed.
+    Unverified,
+}
+
+impl VerificationState {
+    /// The JSON spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VerificationState::Ok => "ok",
+            VerificationState::Mismatch => "mismatch",
+            VerificationState::Unverified => "unverified",
+        }
+    }
+
+    fn of(ok: bool) -> VerificationState {
+        if ok {
+            VerificationState::Ok
+        } else {
+            VerificationState::Mismatch
+        }
+    }
+}
+
+impl std::fmt::Display for VerificationState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A layer in `status`.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct StatusSlot {
@@ -474,7 +511,7 @@ pub struct StatusSlot {
     pub variant: String,
     /// `ok`, `mismatch` or `unverified`: re-hashed now with `--verify`, otherwise the last
     /// verification recorded in a receipt.
-    pub verification: String,
+    pub verification: VerificationState,
     /// When that verification ran (RFC 3339), or null when never.
     pub verified_at: Option<String>,
 }
@@ -1693,26 +1730,24 @@ impl Root {
         let gen = self.committed_gen()?;
         let gs = self.read_gen(gen)?;
         let transaction = self.read_journal()?;
-        let mut seen: BTreeMap<Sha256, (String, Option<String>)> = BTreeMap::new();
+        let mut seen: BTreeMap<Sha256, (VerificationState, Option<String>)> = BTreeMap::new();
         if verify {
             let now = crate::time::now_rfc3339();
             for s in gs.layers.values() {
                 let dir = self.entry_dir(&s.digest);
                 let v = check_entry(&dir, &s.digest, &dir)?;
-                let word = if v.ok { "ok" } else { "mismatch" };
-                seen.insert(s.digest, (word.to_string(), Some(now.clone())));
+                seen.insert(s.digest, (VerificationState::of(v.ok), Some(now.clone())));
             }
         } else {
             for (d, (ok, time)) in self.last_verifications()? {
-                let word = if ok { "ok" } else { "mismatch" };
-                seen.insert(d, (word.to_string(), Some(time)));
+                seen.insert(d, (VerificationState::of(ok), Some(time)));
             }
         }
         let show = |layer: Layer, s: &Slot| {
             let (verification, verified_at) = seen
                 .get(&s.digest)
                 .cloned()
-                .unwrap_or_else(|| ("unverified".to_string(), None));
+                .unwrap_or((VerificationState::Unverified, None));
             StatusSlot {
                 layer: layer.to_string(),
                 digest: s.digest,
