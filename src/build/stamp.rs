@@ -29,6 +29,10 @@
 //! cargo place in timestamps. `pinforge verify` never uses the stamp: it re-hashes every
 //! output and every input. Metadata taken before the build is compared with metadata taken
 //! after it; a file that changed while the build ran leaves no stamp.
+//!
+//! Trust: the stamp sits in the build folder beside the manifest and is trusted no more than
+//! it is. Whoever can write the build folder can already rewrite the manifest; `verify`,
+//! `install` and `smoke` never read the stamp and re-hash what they use.
 
 use super::{cmake_args, BuildOutcome, ARTIFACT_ROOT, CONFIGURE_SCHEME, SCRUBBED_ENV};
 use crate::digest::Sha256;
