@@ -5,10 +5,11 @@
 //!
 //! After every successful build, `build/RECIPE/VARIANT/pinforge-stamp.json` records:
 //! - a key: pinforge's version and its own executable's metadata (the embedded recipe and
-//!   bundle live in it), the stamp scheme, the recipe's digest and path, the variant, the tool
-//!   search path (`PINFORGE_TOOL_PATH`, `.tools/bin`, `PATH`) and the configure arguments
-//!   recomputed from the recorded tools and tree (so anything that changes them, a new option
-//!   or a launcher, invalidates the stamp);
+//!   bundle, and the code that derives the configure arguments, live in it), the stamp scheme,
+//!   the recipe's digest and path, the variant, and the tool search path
+//!   (`PINFORGE_TOOL_PATH`, `.tools/bin`, `PATH`). An input that changes the build and comes
+//!   from none of these nor the files below (a new command-line option, an environment
+//!   variable) must join [`key`], or the fast path would not see it change;
 //! - the metadata (size, mtime and ctime in ns, inode, device, mode) of every input the
 //!   manifest lists (the pin's archive, every patch file, the recipe, every tool binary as
 //!   invoked and as resolved), every folder of the tool search path (a tool that appears
@@ -16,7 +17,9 @@
 //!   CMake cache;
 //! - one digest over the metadata of every entry of the source tree (its `.git` included)
 //!   and one over the stage (the artifacts and links);
-//! - the resolved tools, the tree record and the outcome to report.
+//! - the resolved tools, the source tree's path and the outcome to report. (Nothing in the
+//!   stamp is a git object id: parsing one initializes libgit2, whose TLS setup alone costs
+//!   more than the whole fast path.)
 //!
 //! A later build whose key and metadata all match, and for which `ninja -n` over the same
 //! targets has no work to do (Ninja stats every file the build reads, and knows when CMake
@@ -34,7 +37,7 @@
 //! it is. Whoever can write the build folder can already rewrite the manifest; `verify`,
 //! `install` and `smoke` never read the stamp and re-hash what they use.
 
-use super::{cmake_args, BuildOutcome, ARTIFACT_ROOT, CONFIGURE_SCHEME, SCRUBBED_ENV};
+use super::{BuildOutcome, ARTIFACT_ROOT, CONFIGURE_SCHEME, SCRUBBED_ENV};
 use crate::digest::Sha256;
 use crate::error::{Error, Result};
 use crate::patch::PatchFile;
@@ -49,7 +52,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// Bumped whenever what the stamp records changes: older stamps are then ignored.
-const SCHEME: u32 = 1;
+const SCHEME: u32 = 2;
 const FILE: &str = "pinforge-stamp.json";
 
 /// What identifies a file's content without reading it.
@@ -102,15 +105,30 @@ fn listing(root: &Path) -> Sha256 {
         for n in names {
             let p = dir.join(&n);
             let r = rel.join(&n);
-            // libgit2 may rewrite the index while checking the tree clean: it caches stat
-            // data, not content, and the work tree and the objects are listed themselves.
-            if r == Path::new(".git/index") {
+            // libgit2 may rewrite the index while checking the tree clean (it caches stat
+            // data, not content); objects are content-addressed and immutable, and the build
+            // reads the work tree, which is listed itself (HEAD and refs are listed too).
+            if r == Path::new(".git/index")
+                || r == Path::new(".git/objects")
+                || r == Path::new(".git/logs")
+            {
                 continue;
             }
             let m = std::fs::symlink_metadata(&p).ok();
             h.update(r.as_os_str().as_bytes());
             h.update([0]);
-            h.update(format!("{:?}", m.as_ref().map(Meta::of)).as_bytes());
+            match m.as_ref().map(Meta::of) {
+                Some(x) => {
+                    h.update([1]);
+                    h.update(x.len.to_le_bytes());
+                    h.update(x.mtime_ns.to_le_bytes());
+                    h.update(x.ctime_ns.to_le_bytes());
+                    h.update(x.ino.to_le_bytes());
+                    h.update(x.dev.to_le_bytes());
+                    h.update(x.mode.to_le_bytes());
+                }
+                None => h.update([0]),
+            }
             if m.is_some_and(|m| m.is_dir()) {
                 walk(&p, &r, h);
             }
@@ -130,20 +148,12 @@ struct Stamp {
     tree_listing: Sha256,
     stage_listing: Sha256,
     tools: ResolvedToolchain,
-    tree: Tree,
+    tree_path: PathBuf,
     outcome: BuildOutcome,
 }
 
 /// The key: everything besides file contents that decides what a build does.
-fn key(
-    ws: &Workspace,
-    recipe: &Recipe,
-    variant: &Variant,
-    tools: &ResolvedToolchain,
-    tree: &Tree,
-) -> Result<Sha256> {
-    let vdir = ws.variant_dir(&recipe.name, variant.name.as_str());
-    let (_, actual) = cmake_args(variant, tools, tree, &vdir.join("cmake"), &vdir);
+fn key(ws: &Workspace, recipe: &Recipe, variant: &Variant) -> Result<Sha256> {
     let exe = std::env::current_exe().ok();
     let body = serde_json::to_vec(&(
         SCHEME,
@@ -157,7 +167,6 @@ fn key(
         recipe.embedded,
         variant.name.as_str(),
         search_dirs(ws),
-        actual,
     ))
     .map_err(|e| Error::Internal(e.to_string()))?;
     Ok(Sha256::of_bytes(&body))
@@ -242,12 +251,12 @@ pub(super) fn write(
     files.extend(measure(&outputs(&vdir)));
     let stamp = Stamp {
         scheme: SCHEME,
-        key: key(ws, recipe, variant, tools, tree)?,
+        key: key(ws, recipe, variant)?,
         files,
         tree_listing: before.tree_listing,
         stage_listing: listing(&vdir.join(ARTIFACT_ROOT)),
         tools: tools.clone(),
-        tree: tree.clone(),
+        tree_path: tree.path.clone(),
         outcome: outcome.clone(),
     };
     let body = serde_json::to_vec(&stamp).map_err(|e| Error::Internal(e.to_string()))?;
@@ -268,9 +277,9 @@ pub(super) fn fresh(ws: &Workspace, recipe: &Recipe, variant: &Variant) -> Optio
     }
     let paths: Vec<PathBuf> = stamp.files.keys().cloned().collect();
     if measure(&paths) != stamp.files
-        || key(ws, recipe, variant, &stamp.tools, &stamp.tree).ok()? != stamp.key
+        || key(ws, recipe, variant).ok()? != stamp.key
         || listing(&vdir.join(ARTIFACT_ROOT)) != stamp.stage_listing
-        || listing(&stamp.tree.path) != stamp.tree_listing
+        || listing(&stamp.tree_path) != stamp.tree_listing
     {
         return None;
     }
