@@ -141,11 +141,12 @@ pub fn build(
     let started = Instant::now();
     let started_on = manifest::now_rfc3339();
     let _lock = ws.lock()?;
-    if let Some(o) = stamp::fresh(ws, recipe, variant) {
+    if let Some(o) = stamp::fresh(ws, recipe, variant, opts.reporter) {
         let seconds = started.elapsed().as_secs_f64();
         return Ok(BuildOutcome { seconds, ..o });
     }
-    let reporter = opts.reporter;
+    let notes = stamp::Recorder::new(opts.reporter);
+    let reporter: &dyn Reporter = &notes;
 
     // Everything that can be refused is checked before vendor/ is touched.
     reporter.stage("toolchain", &variant.toolchain.name);
@@ -409,7 +410,7 @@ pub fn build(
         seconds: started.elapsed().as_secs_f64(),
     };
     // A stamp that cannot be written only costs the next build its fast path.
-    let _ = stamp::write(ws, recipe, variant, before, &tools, &tree, &outcome);
+    let _ = stamp::write(ws, recipe, variant, before, &outcome, &notes);
     Ok(outcome)
 }
 

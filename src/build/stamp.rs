@@ -149,7 +149,46 @@ struct Stamp {
     stage_listing: Sha256,
     tools: ResolvedToolchain,
     tree_path: PathBuf,
+    /// The notes the full build reported (a moved hunk, skipped `.git` entries, embedded
+    /// machine paths): the fast path says them again, since nothing that caused them changed.
+    notes: Vec<String>,
     outcome: BuildOutcome,
+}
+
+/// A reporter that passes everything on and keeps the notes, for the stamp.
+pub(super) struct Recorder<'a> {
+    inner: &'a dyn crate::progress::Reporter,
+    notes: std::sync::Mutex<Vec<String>>,
+}
+
+impl<'a> Recorder<'a> {
+    pub(super) fn new(inner: &'a dyn crate::progress::Reporter) -> Recorder<'a> {
+        Recorder {
+            inner,
+            notes: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    fn notes(&self) -> Vec<String> {
+        self.notes.lock().map(|n| n.clone()).unwrap_or_default()
+    }
+}
+
+impl crate::progress::Reporter for Recorder<'_> {
+    fn stage(&self, name: &str, detail: &str) {
+        if name == "note" {
+            if let Ok(mut n) = self.notes.lock() {
+                n.push(detail.to_string());
+            }
+        }
+        self.inner.stage(name, detail)
+    }
+    fn progress(&self, done: u64, total: u64, message: &str) {
+        self.inner.progress(done, total, message)
+    }
+    fn finish(&self) {
+        self.inner.finish()
+    }
 }
 
 /// The key: everything besides file contents that decides what a build does.
@@ -184,6 +223,8 @@ fn search_dirs(ws: &Workspace) -> Vec<PathBuf> {
 /// Metadata taken before the build reads its inputs: the stamp is written only when the
 /// same files still look the same after it.
 pub(super) struct Before {
+    tools: ResolvedToolchain,
+    tree_path: PathBuf,
     paths: Vec<PathBuf>,
     files: Files,
     tree_listing: Sha256,
@@ -211,6 +252,8 @@ impl Before {
         paths.sort();
         paths.dedup();
         Before {
+            tools: tools.clone(),
+            tree_path: tree.path.clone(),
             files: measure(&paths),
             paths,
             tree_listing: listing(&tree.path),
@@ -237,14 +280,13 @@ pub(super) fn write(
     recipe: &Recipe,
     variant: &Variant,
     before: Before,
-    tools: &ResolvedToolchain,
-    tree: &Tree,
     outcome: &BuildOutcome,
+    notes: &Recorder,
 ) -> Result<()> {
     let vdir = ws.variant_dir(&recipe.name, variant.name.as_str());
     let path = vdir.join(FILE);
     let _ = std::fs::remove_file(&path);
-    if measure(&before.paths) != before.files || listing(&tree.path) != before.tree_listing {
+    if measure(&before.paths) != before.files || listing(&before.tree_path) != before.tree_listing {
         return Ok(());
     }
     let mut files = before.files;
@@ -255,8 +297,9 @@ pub(super) fn write(
         files,
         tree_listing: before.tree_listing,
         stage_listing: listing(&vdir.join(ARTIFACT_ROOT)),
-        tools: tools.clone(),
-        tree_path: tree.path.clone(),
+        tools: before.tools,
+        tree_path: before.tree_path,
+        notes: notes.notes(),
         outcome: outcome.clone(),
     };
     let body = serde_json::to_vec(&stamp).map_err(|e| Error::Internal(e.to_string()))?;
@@ -265,7 +308,12 @@ pub(super) fn write(
 
 /// The recorded outcome, as `cached`, when nothing the build depends on changed; `None`
 /// sends the build down the full path (which decides everything again).
-pub(super) fn fresh(ws: &Workspace, recipe: &Recipe, variant: &Variant) -> Option<BuildOutcome> {
+pub(super) fn fresh(
+    ws: &Workspace,
+    recipe: &Recipe,
+    variant: &Variant,
+    reporter: &dyn crate::progress::Reporter,
+) -> Option<BuildOutcome> {
     let vdir = ws.variant_dir(&recipe.name, variant.name.as_str());
     let bytes = crate::fsx::read(&vdir.join(FILE)).ok()?;
     let stamp: Stamp = serde_json::from_slice(&bytes).ok()?;
@@ -302,7 +350,13 @@ pub(super) fn fresh(ws: &Workspace, recipe: &Recipe, variant: &Variant) -> Optio
         && String::from_utf8_lossy(&out.stdout)
             .lines()
             .any(|l| l.trim() == "ninja: no work to do.");
-    idle.then_some(BuildOutcome {
+    if !idle {
+        return None;
+    }
+    for n in &stamp.notes {
+        reporter.stage("note", n);
+    }
+    Some(BuildOutcome {
         cached: true,
         steps_run: 0,
         ..stamp.outcome
