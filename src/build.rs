@@ -9,6 +9,7 @@
 pub mod cache;
 pub mod fileapi;
 pub mod stage;
+mod stamp;
 
 use crate::digest::Sha256;
 use crate::error::{Error, IoContext, Result};
@@ -20,7 +21,7 @@ use crate::recipe::{PatchSelection, Recipe, Variant};
 use crate::toolchain::{self, ResolvedToolchain};
 use crate::upstream::{self, Tree};
 use crate::workspace::Workspace;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -69,7 +70,7 @@ pub const SCRUBBED_ENV: &[&str] = &[
 pub const FLAG_VARIABLES: &[&str] = &["CMAKE_C_FLAGS", "CMAKE_CXX_FLAGS", "CMAKE_CUDA_FLAGS"];
 
 /// One output artifact (the `build --json` contract).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Artifact {
     /// Path relative to the artifact root.
     pub path: String,
@@ -80,7 +81,7 @@ pub struct Artifact {
 }
 
 /// What a build did.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BuildOutcome {
     /// Recipe name.
     pub recipe: String,
@@ -143,7 +144,12 @@ pub fn build(
     let started = Instant::now();
     let started_on = manifest::now_rfc3339();
     let _lock = ws.lock()?;
-    let reporter = opts.reporter;
+    if let Some(o) = stamp::fresh(ws, recipe, variant, opts.reporter) {
+        let seconds = started.elapsed().as_secs_f64();
+        return Ok(BuildOutcome { seconds, ..o });
+    }
+    let notes = stamp::Recorder::new(opts.reporter);
+    let reporter: &dyn Reporter = &notes;
 
     // Everything that can be refused is checked before vendor/ is touched.
     reporter.stage("toolchain", &variant.toolchain.name);
@@ -180,6 +186,8 @@ pub fn build(
             reporter.stage("note", &o.note(&r.file));
         }
     }
+
+    let before = stamp::Before::take(ws, recipe, &patches, &tools, &tree);
 
     let vdir = ws.variant_dir(&recipe.name, variant.name.as_str());
     let cmake_dir = vdir.join("cmake");
@@ -413,7 +421,7 @@ pub fn build(
         crate::fsx::write_atomic(&manifest_path, statement.to_json()?.as_bytes())?;
     }
 
-    Ok(BuildOutcome {
+    let outcome = BuildOutcome {
         recipe: recipe.name.clone(),
         variant: variant.name.to_string(),
         manifest: manifest_path,
@@ -430,7 +438,10 @@ pub fn build(
         steps_run,
         seconds: started.elapsed().as_secs_f64(),
         compile_cache,
-    })
+    };
+    // A stamp that cannot be written only costs the next build its fast path.
+    let _ = stamp::write(ws, recipe, variant, before, &outcome, &notes);
+    Ok(outcome)
 }
 
 fn fsx_create(p: &Path) -> Result<()> {

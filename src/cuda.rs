@@ -6,7 +6,7 @@
 use serde::Serialize;
 
 /// What the probe found.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Probe {
     /// Whether a CUDA driver library could be loaded.
     pub driver_present: bool,
@@ -19,7 +19,7 @@ pub struct Probe {
 }
 
 /// One device.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Device {
     /// Ordinal.
     pub ordinal: usize,

@@ -10,7 +10,7 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// How one named thing compares across the two sides.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Change {
     /// Present on both sides with the same digests (and annotations, for dependencies).
@@ -24,7 +24,7 @@ pub enum Change {
 }
 
 /// One row of a comparison: a name, its value on each side, and how they compare.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Row {
     /// Artifact path, dependency name or parameter name.
     pub name: String,
@@ -37,7 +37,7 @@ pub struct Row {
 }
 
 /// The whole comparison.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct ManifestDiff {
     /// Input digest of each side; equal digests mean the same inputs.
     pub input_digest: (String, String),

@@ -115,6 +115,19 @@ impl<'de> Deserialize<'de> for Sha256 {
     }
 }
 
+impl schemars::JsonSchema for Sha256 {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Sha256".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "SHA-256, 64 lowercase hex digits",
+            "type": "string",
+            "pattern": "^[0-9a-f]{64}$"
+        })
+    }
+}
+
 /// A full git object id (40 hex digits, SHA-1 repositories).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct GitOid(git2::Oid);
@@ -166,6 +179,19 @@ impl fmt::Debug for GitOid {
 impl Serialize for GitOid {
     fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         s.serialize_str(&self.0.to_string())
+    }
+}
+
+impl schemars::JsonSchema for GitOid {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "GitOid".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "a full git object id, 40 lowercase hex digits",
+            "type": "string",
+            "pattern": "^[0-9a-f]{40}$"
+        })
     }
 }
 

@@ -25,7 +25,7 @@ pub const PREDICATE_TYPE: &str = "https://slsa.dev/provenance/v1";
 pub const BUILD_TYPE: &str = "https://pinforge.invalid/cmake-variant/v1";
 
 /// An in-toto ResourceDescriptor.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Resource {
     /// Name (artifact path relative to the artifact root, or a dependency name).
     pub name: String,
@@ -48,7 +48,7 @@ impl Resource {
 }
 
 /// The in-toto Statement.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Statement {
     /// Always [`STATEMENT_TYPE`].
     #[serde(rename = "_type")]
@@ -63,7 +63,7 @@ pub struct Statement {
 }
 
 /// SLSA provenance v1.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Provenance {
     /// What was built from what.
     #[serde(rename = "buildDefinition")]
@@ -74,7 +74,7 @@ pub struct Provenance {
 }
 
 /// SLSA BuildDefinition.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BuildDefinition {
     /// [`BUILD_TYPE`].
     #[serde(rename = "buildType")]
@@ -91,7 +91,7 @@ pub struct BuildDefinition {
 }
 
 /// What the user asked for.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ExternalParameters {
     /// Recipe name.
     pub recipe: String,
@@ -109,7 +109,7 @@ pub struct ExternalParameters {
 }
 
 /// Machine-local facts that let `verify` find the inputs and outputs again.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct InternalParameters {
     /// Artifact root, relative to the manifest's folder (`stage`: the staged install prefix).
     pub artifact_root: String,
@@ -124,7 +124,7 @@ pub struct InternalParameters {
 }
 
 /// SLSA RunDetails.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunDetails {
     /// The builder.
     pub builder: Builder,
@@ -136,7 +136,7 @@ pub struct RunDetails {
 }
 
 /// SLSA Builder.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Builder {
     /// `pinforge`.
     pub id: String,
@@ -146,7 +146,7 @@ pub struct Builder {
 }
 
 /// SLSA BuildMetadata.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Metadata {
     /// The input digest.
     #[serde(rename = "invocationId")]
@@ -367,7 +367,7 @@ pub fn canonical_json<T: Serialize>(value: &T) -> Result<String> {
 
 /// The input digest: what was asked for and what it was built from, nothing machine-local.
 pub fn input_digest(params: &ExternalParameters, deps: &[Resource]) -> Result<Sha256> {
-    #[derive(Serialize)]
+    #[derive(Serialize, schemars::JsonSchema)]
     struct Inputs<'a> {
         #[serde(rename = "buildType")]
         build_type: &'a str,
@@ -385,7 +385,7 @@ pub fn input_digest(params: &ExternalParameters, deps: &[Resource]) -> Result<Sh
 }
 
 /// A difference found by `verify`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Mismatch {
     /// The file (or tree) that differs.
     pub path: String,
@@ -398,7 +398,7 @@ pub struct Mismatch {
 }
 
 /// The result of `verify`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct VerifyReport {
     /// No mismatch.
     pub ok: bool,
@@ -526,37 +526,8 @@ pub fn verify(manifest_path: &Path) -> Result<VerifyReport> {
     })
 }
 
-/// RFC 3339 UTC time of now (no external time crate: seconds resolution is enough here).
-pub fn now_rfc3339() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    rfc3339(secs)
-}
-
-/// Format epoch seconds as RFC 3339 UTC.
-pub fn rfc3339(secs: i64) -> String {
-    let days = secs.div_euclid(86400);
-    let rem = secs.rem_euclid(86400);
-    // civil_from_days (Howard Hinnant)
-    let z = days + 719468;
-    let era = z.div_euclid(146097);
-    let doe = z - era * 146097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if m <= 2 { y + 1 } else { y };
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
-}
+// Time formatting lives in `crate::time`; these names stay for callers of this module.
+pub use crate::time::{now_rfc3339, rfc3339};
 
 #[cfg(test)]
 mod tests {
@@ -734,12 +705,5 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn rfc3339_formats_known_instants() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(1_795_996_800), "2026-11-30T00:00:00Z");
-        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
     }
 }

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// One tool as found and checked.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ToolRecord {
     /// Absolute path as invoked.
     pub path: PathBuf,
@@ -27,7 +27,7 @@ pub struct ToolRecord {
 }
 
 /// A toolchain resolved on this machine.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ResolvedToolchain {
     /// Name in the recipe.
     pub name: String,

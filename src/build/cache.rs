@@ -112,7 +112,7 @@ pub struct CompileCache {
 }
 
 /// What the cache did for one build (the `compile_cache` field of `build --json`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Stats {
     /// `ccache`.
     pub tool: String,

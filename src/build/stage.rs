@@ -16,7 +16,7 @@ use super::{Artifact, Links};
 use crate::digest::Sha256;
 use crate::error::{Error, IoContext, Result};
 use crate::tree::TreeModel;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Component, Path};
 
@@ -24,7 +24,7 @@ use std::path::{Component, Path};
 pub const PREFIX: &str = "/pinforge/prefix";
 
 /// How the artifacts were staged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Staging {
     /// `cmake --install` of the build folder.
@@ -45,7 +45,7 @@ impl Staging {
 }
 
 /// A built library and the artifact that covers it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Coverage {
     /// CMake target.
     pub target: String,

@@ -117,15 +117,9 @@ fn cmd_build(
         // One JSON line per build, written as soon as it is done: the same shape for one
         // variant or many, and a consumer sees each result without waiting for the rest.
         if json {
-            #[derive(serde::Serialize)]
-            struct Line<'a> {
-                #[serde(flatten)]
-                outcome: &'a BuildOutcome,
-                rebuilt_because: &'a [String],
-            }
             print_json_line(
                 "pinforge.build/v1",
-                &Line {
+                &BuildLine {
                     outcome: &outcome,
                     rebuilt_because: &because,
                 },
@@ -165,4 +159,12 @@ fn render_build(o: &BuildOutcome, because: &[String], verbosity: Verbosity) {
     }
     outln!("  cache      {}", o.compile_cache.summary());
     outln!("  log        {}", o.log.display());
+}
+
+/// One line of `build --json` (JSON Lines, one per variant; see `cli::schema`).
+#[derive(serde::Serialize, schemars::JsonSchema)]
+pub(super) struct BuildLine<'a> {
+    #[serde(flatten)]
+    outcome: &'a BuildOutcome,
+    rebuilt_because: &'a [String],
 }

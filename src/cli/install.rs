@@ -88,8 +88,16 @@ fn manifest_for(
         .join("manifest.json");
     if !m.exists() {
         return Err(
-            Error::input(m.display(), "no build of this variant in the workspace")
-                .with_hint(format!("run `pinforge build --variant {}` first", v.name)),
+            Error::input(m.display(), "no build of this variant in the workspace").with_hint(
+                format!(
+                    "run `pinforge build {}--variant {}` first",
+                    target
+                        .as_ref()
+                        .map(|t| format!("{} ", t.display()))
+                        .unwrap_or_default(),
+                    v.name
+                ),
+            ),
         );
     }
     Ok(m)
@@ -97,8 +105,8 @@ fn manifest_for(
 
 /// The `install --json` document: the outcome, plus the gate's smoke report under `smoke`
 /// when `--smoke` was given (absent otherwise, so the document is unchanged without it).
-#[derive(serde::Serialize)]
-struct InstallJson<'a> {
+#[derive(serde::Serialize, schemars::JsonSchema)]
+pub(super) struct InstallJson<'a> {
     #[serde(flatten)]
     outcome: &'a InstallOutcome,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -7,6 +7,7 @@ mod build;
 mod diff;
 mod gc;
 mod generate;
+mod hint;
 mod history;
 mod install;
 mod model;
@@ -14,6 +15,7 @@ mod patch;
 mod rebase;
 mod reporter;
 mod rollback;
+pub mod schema;
 mod smoke;
 mod status;
 mod toolkit;
@@ -227,6 +229,9 @@ build/mrope-cpu/patched/manifest.json"
     /// Write the man page (roff) to stdout.
     #[command(after_help = "Example:\n  pinforge man > ~/.local/share/man/man1/pinforge.1")]
     Man,
+    /// Internal: write the JSON Schema of every `--json` document (`schemas/`).
+    #[command(name = "__schemas", hide = true)]
+    Schemas(schema::SchemasArgs),
     /// Internal: the child process of `smoke`.
     #[command(name = "__smoke-child", hide = true)]
     SmokeChild(smoke::SmokeChildArgs),
@@ -246,10 +251,11 @@ pub fn main() -> i32 {
         Err(e) => e.exit(),
     };
     crate::output::set_color(cli.color.enabled());
+    let hints = hint::HintOptions::from_matches(&matches);
     let code = match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            render_error(&e);
+            render_error(&e, &hints);
             e.exit_code()
         }
     };
@@ -262,7 +268,12 @@ pub fn main() -> i32 {
                 "note: the command's own work finished before this (it would have exited {code}); \
                  whatever it committed stays committed"
             );
-            eprintln!("hint: `pinforge status` shows the install root; rerun with output to a writable place");
+            eprintln!(
+                "hint: {}",
+                hints.apply(
+                    "`pinforge status` shows the install root; rerun with output to a writable place"
+                )
+            );
             exit::INTERNAL
         }
     }
@@ -322,12 +333,13 @@ fn run(cli: Cli) -> Result<i32> {
         Command::SmokeChild(a) => smoke::run_child(a),
         Command::Validate(a) => validate::run(ws, a),
         Command::ValidateEngine(a) => Ok(validate::run_engine(a)),
+        Command::Schemas(a) => schema::run(a),
         Command::Completions(a) => generate::completions(a),
         Command::Man => generate::man(),
     }
 }
 
-fn render_error(e: &Error) {
+fn render_error(e: &Error, hints: &hint::HintOptions) {
     eprintln!("error: {e}");
     if let Some(detail) = e.detail() {
         for line in detail.lines() {
@@ -335,7 +347,7 @@ fn render_error(e: &Error) {
         }
     }
     if let Some(hint) = e.hint() {
-        eprintln!("hint: {hint}");
+        eprintln!("hint: {}", hints.apply(hint));
     }
 }
 

@@ -42,23 +42,15 @@ fn cmd_model_tiny(arch: &str, output: &std::path::Path, seed: u64, json: bool) -
     let arch = Arch::parse(arch)?;
     let size = model::write_tiny(arch, seed, output)?;
     if json {
-        #[derive(serde::Serialize)]
-        struct Written<'a> {
-            path: String,
-            bytes: u64,
-            arch: &'a str,
-            seed: u64,
-            sha256: String,
-        }
         let (sha256, _) = crate::digest::Sha256::of_file(output)?;
         super::print_json(
             "pinforge.model-tiny/v1",
-            &Written {
+            &ModelWritten {
                 path: output.display().to_string(),
                 bytes: size,
                 arch: arch.name(),
                 seed,
-                sha256: sha256.to_string(),
+                sha256,
             },
         )?;
         return Ok(exit::OK);
@@ -70,4 +62,14 @@ fn cmd_model_tiny(arch: &str, output: &std::path::Path, seed: u64, json: bool) -
         arch.name()
     );
     Ok(exit::OK)
+}
+
+/// The `model tiny --json` document (see `cli::schema`).
+#[derive(serde::Serialize, schemars::JsonSchema)]
+pub(super) struct ModelWritten<'a> {
+    path: String,
+    bytes: u64,
+    arch: &'a str,
+    seed: u64,
+    sha256: crate::digest::Sha256,
 }

@@ -149,30 +149,16 @@ fn cmd_lint(paths: Vec<PathBuf>, json: bool) -> Result<i32> {
         .filter(|(_, f)| f.severity == Severity::Error)
         .count();
     if json {
-        #[derive(serde::Serialize)]
-        struct Row<'a> {
-            file: String,
-            #[serde(flatten)]
-            finding: &'a crate::patch::lint::Finding,
-        }
-        #[derive(serde::Serialize)]
-        struct Report<'a> {
-            ok: bool,
-            patches: usize,
-            errors: usize,
-            warnings: usize,
-            findings: Vec<Row<'a>>,
-        }
         let rows = findings
             .iter()
-            .map(|(path, f)| Row {
+            .map(|(path, f)| LintRow {
                 file: path.display().to_string(),
                 finding: f,
             })
             .collect();
         print_json(
             "pinforge.patch-lint/v1",
-            &Report {
+            &LintReport {
                 ok: errors == 0,
                 patches: files,
                 errors,
@@ -214,21 +200,9 @@ fn cmd_apply(repo: &std::path::Path, dir: &std::path::Path, json: bool) -> Resul
         eprintln!("note: {note}");
     }
     if json {
-        #[derive(serde::Serialize)]
-        struct Row {
-            patch: String,
-            commit: String,
-            /// Hunks that applied at another line (`FILE#N ±K`).
-            hunk_offsets: Vec<String>,
-        }
-        #[derive(serde::Serialize)]
-        struct Report {
-            repo: String,
-            applied: Vec<Row>,
-        }
         let rows = applied
             .iter()
-            .map(|a| Row {
+            .map(|a| ApplyRow {
                 patch: a.id.to_string(),
                 commit: a.commit.to_string(),
                 hunk_offsets: a.offsets.iter().map(ToString::to_string).collect(),
@@ -236,7 +210,7 @@ fn cmd_apply(repo: &std::path::Path, dir: &std::path::Path, json: bool) -> Resul
             .collect();
         print_json(
             "pinforge.patch-apply/v1",
-            &Report {
+            &ApplyReport {
                 repo: repo.display().to_string(),
                 applied: rows,
             },
@@ -258,11 +232,7 @@ fn cmd_list(dir: &std::path::Path, json: bool) -> Result<i32> {
     let bundle = Bundle::load(dir)?;
     let rows = bundle.bibliography();
     if json {
-        #[derive(serde::Serialize)]
-        struct List<'a> {
-            patches: &'a [crate::patch::BibRow],
-        }
-        print_json("pinforge.patch-list/v1", &List { patches: &rows })?;
+        print_json("pinforge.patch-list/v1", &PatchList { patches: &rows })?;
         return Ok(exit::OK);
     }
     let short = |u: &Option<String>| {
@@ -315,20 +285,13 @@ fn cmd_bundle(dir: &std::path::Path, output: &std::path::Path, json: bool) -> Re
     crate::fsx::write_atomic(output, &bytes)?;
     let sha256 = crate::digest::Sha256::of_bytes(&bytes);
     if json {
-        #[derive(serde::Serialize)]
-        struct Written {
-            path: String,
-            patches: usize,
-            bytes: usize,
-            sha256: String,
-        }
         print_json(
             "pinforge.patch-bundle/v1",
-            &Written {
+            &BundleWritten {
                 path: output.display().to_string(),
                 patches: patches.len(),
                 bytes: bytes.len(),
-                sha256: sha256.to_string(),
+                sha256,
             },
         )?;
     } else {
@@ -422,4 +385,53 @@ fn cmd_export(
         dir.display()
     );
     Ok(code)
+}
+
+/// One finding of `patch lint --json`, with its file.
+#[derive(serde::Serialize, schemars::JsonSchema)]
+pub(super) struct LintRow<'a> {
+    file: String,
+    #[serde(flatten)]
+    finding: &'a crate::patch::lint::Finding,
+}
+
+/// The `patch lint --json` document (see `cli::schema`).
+#[derive(serde::Serialize, schemars::JsonSchema)]
+pub(super) struct LintReport<'a> {
+    ok: bool,
+    patches: usize,
+    errors: usize,
+    warnings: usize,
+    findings: Vec<LintRow<'a>>,
+}
+
+/// One applied patch of `patch apply --json`.
+#[derive(serde::Serialize, schemars::JsonSchema)]
+pub(super) struct ApplyRow {
+    patch: String,
+    commit: String,
+    /// Hunks that applied at another line (`FILE#N ±K`).
+    hunk_offsets: Vec<String>,
+}
+
+/// The `patch apply --json` document (see `cli::schema`).
+#[derive(serde::Serialize, schemars::JsonSchema)]
+pub(super) struct ApplyReport {
+    repo: String,
+    applied: Vec<ApplyRow>,
+}
+
+/// The `patch list --json` document (see `cli::schema`).
+#[derive(serde::Serialize, schemars::JsonSchema)]
+pub(super) struct PatchList<'a> {
+    patches: &'a [crate::patch::BibRow],
+}
+
+/// The `patch bundle --json` document (see `cli::schema`).
+#[derive(serde::Serialize, schemars::JsonSchema)]
+pub(super) struct BundleWritten {
+    path: String,
+    patches: usize,
+    bytes: usize,
+    sha256: crate::digest::Sha256,
 }

@@ -99,6 +99,13 @@ pub(super) fn smoke_options(
     tokens: usize,
     crash_test: bool,
 ) -> Result<SmokeOptions> {
+    if crash_test && !crate::hooks::ENABLED {
+        return Err(crate::Error::input(
+            "--crash-test",
+            "this pinforge was built without the test hooks",
+        )
+        .with_hint("the flag exists for pinforge's own tests (cargo feature `test-hooks`)"));
+    }
     let ws = Workspace::new(ws_root)?;
     if let Some(m) = &model {
         // The model is an input: a missing file or a FIFO is exit 2, checked before anything

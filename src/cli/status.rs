@@ -27,7 +27,11 @@ pub(super) fn run(ctx: &super::Ctx, a: StatusArgs) -> Result<i32> {
 fn cmd_status(root: &std::path::Path, json: bool, verify: bool) -> Result<i32> {
     let root = Root::open_existing(root)?;
     let st = root.status(verify)?;
-    let all_ok = st.layers.values().flatten().all(|s| s.verification == "ok");
+    let all_ok = st
+        .layers
+        .values()
+        .flatten()
+        .all(|s| s.verification == crate::install::VerificationState::Ok);
     let code = if verify && !all_ok {
         exit::CHECK_FAILED
     } else {

@@ -25,18 +25,12 @@ pub(super) fn run(c: VendorCommand) -> Result<i32> {
         VendorCommand::Digest { path, out } => {
             let (kind, digest) = crate::upstream::pin_digest(&path)?;
             if out.json {
-                #[derive(serde::Serialize)]
-                struct Pin {
-                    path: String,
-                    kind: &'static str,
-                    digest: String,
-                }
                 super::print_json(
                     "pinforge.vendor-digest/v1",
-                    &Pin {
+                    &VendorDigest {
                         path: path.display().to_string(),
                         kind,
-                        digest: digest.to_string(),
+                        digest,
                     },
                 )?;
                 return Ok(exit::OK);
@@ -45,4 +39,13 @@ pub(super) fn run(c: VendorCommand) -> Result<i32> {
             Ok(exit::OK)
         }
     }
+}
+
+/// The `vendor digest --json` document (see `cli::schema`).
+#[derive(serde::Serialize, schemars::JsonSchema)]
+pub(super) struct VendorDigest {
+    path: String,
+    /// `sha256` (a tarball pin) or `tree-sha256` (a folder pin).
+    kind: &'static str,
+    digest: crate::digest::Sha256,
 }

@@ -28,7 +28,21 @@
 //! and sockets are refused before they are opened; a root whose committed state cannot be
 //! read is damaged, never empty, and nothing is deleted from it.
 
+// One file per protocol step: `journal` (the transaction record), `recovery` (finish or
+// undo after a crash), `status` (read-only views: status, history, verify --installed), `gc`,
+// `safe` (inspect-before-open file access). The store, generations, staging and the
+// install/rollback transactions stay in this file. Every public type is re-exported here, so
+// `crate::install::…` paths are unchanged.
+mod gc;
+mod journal;
+mod recovery;
 mod safe;
+mod status;
+
+pub use gc::GcOutcome;
+use journal::staging_name;
+pub use journal::{parse_journal, Journal, Op, Phase};
+pub use status::{History, HistoryRow, Status, StatusSlot, VerificationState};
 
 use crate::digest::Sha256;
 use crate::error::{Error, IoContext, Result};
@@ -55,7 +69,19 @@ const ENTRY_MANIFEST: &str = "manifest.json";
 const TMP_PREFIX: &str = ".pinforge-tmp-";
 
 /// The three layers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Layer {
     /// The build in service.
@@ -100,7 +126,7 @@ impl fmt::Display for Layer {
 }
 
 /// One file of a store entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FileRec {
     /// Content digest.
     pub sha256: Sha256,
@@ -122,7 +148,7 @@ impl FileRec {
 
 /// What a store entry is: recorded once, when the entry is created. The record is only
 /// believed when the digest of its listing equals the entry's name (see [`identity`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EntryInfo {
     /// Output digest (the entry's name): [`identity`] of `files` and `links`.
@@ -189,7 +215,7 @@ pub fn parse_entry_record(bytes: &[u8]) -> Result<EntryInfo> {
 }
 
 /// One layer's entry in a generation.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Slot {
     /// Output digest.
     pub digest: Sha256,
@@ -200,7 +226,7 @@ pub struct Slot {
 }
 
 /// A generation: the whole visible state.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GenState {
     /// Generation number.
     pub gen: u64,
@@ -250,115 +276,8 @@ pub fn parse_state(bytes: &[u8], gen: u64) -> Result<GenState> {
     Ok(gs)
 }
 
-/// A transaction's kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Op {
-    /// `install`.
-    Install,
-    /// `rollback`.
-    Rollback,
-}
-
-impl Op {
-    fn as_str(&self) -> &'static str {
-        match self {
-            Op::Install => "install",
-            Op::Rollback => "rollback",
-        }
-    }
-}
-
-impl fmt::Display for Op {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Where a transaction was when the journal was last written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Phase {
-    /// Before the commit point.
-    Staging,
-    /// The commit (the rename) may have happened.
-    Commit,
-}
-
-impl fmt::Display for Phase {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Phase::Staging => "staging",
-            Phase::Commit => "commit",
-        })
-    }
-}
-
-/// The journal: written before the commit point, removed after the receipt.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Journal {
-    /// Transaction id (also the receipt's sequence number).
-    pub txid: u64,
-    /// install | rollback.
-    pub op: Op,
-    /// Generation before.
-    pub from_gen: u64,
-    /// Generation being created: always `from_gen + 1`.
-    pub to_gen: u64,
-    /// Staging folder (installs): always `store/.stage-<txid>`, recorded for readers; the
-    /// path used is derived from `txid`, never this text.
-    pub staging: Option<String>,
-    /// Entry being added (installs).
-    pub entry: Option<Sha256>,
-    /// Whether that entry already existed (then undo must not remove it).
-    pub entry_preexisted: bool,
-    /// staging | commit.
-    pub phase: Phase,
-    /// Layer concerned.
-    pub layer: Layer,
-}
-
-fn staging_name(txid: u64) -> String {
-    format!(".stage-{txid}")
-}
-
-/// Parse and validate a journal: every field must be one the protocol can have written.
-pub fn parse_journal(bytes: &[u8]) -> Result<Journal> {
-    let j: Journal = serde_json::from_slice(bytes)
-        .map_err(|e| Error::input("journal.json", format!("journal unreadable: {e}")))?;
-    let bad = |why: String| {
-        Err(Error::input(
-            "journal.json",
-            format!("journal refused: {why}"),
-        ))
-    };
-    if j.txid == 0 {
-        return bad("transaction id 0".into());
-    }
-    if j.from_gen.checked_add(1) != Some(j.to_gen) {
-        return bad(format!(
-            "generation {} -> {} is not one step forward",
-            j.from_gen, j.to_gen
-        ));
-    }
-    if let Some(s) = &j.staging {
-        let expected = format!("store/{}", staging_name(j.txid));
-        if *s != expected {
-            return bad(format!(
-                "staging `{}` is not `{expected}`",
-                s.escape_debug()
-            ));
-        }
-    }
-    if j.op == Op::Rollback && (j.staging.is_some() || j.entry.is_some()) {
-        return bad("a rollback stages nothing".into());
-    }
-    Ok(j)
-}
-
 /// Verification of an entry through a path.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Verification {
     /// Everything matched.
     pub ok: bool,
@@ -371,7 +290,7 @@ pub struct Verification {
 }
 
 /// A receipt: what a transaction did.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Receipt {
     /// Sequence number.
     pub seq: u64,
@@ -430,62 +349,8 @@ pub fn parse_receipt_name(name: &str) -> Option<(u64, Op)> {
     (seq > 0 && format!("{seq:06}") == digits).then_some((seq, op))
 }
 
-/// What `status` reports.
-#[derive(Debug, Clone, Serialize)]
-pub struct Status {
-    /// Install root.
-    pub root: PathBuf,
-    /// `{layer, digest, recipe, variant}` of current, or null.
-    pub current: Option<StatusSlot>,
-    /// Each layer or null.
-    pub layers: BTreeMap<String, Option<StatusSlot>>,
-    /// The unfinished transaction, or null.
-    pub transaction: Option<Journal>,
-    /// Generation.
-    pub gen: u64,
-    /// Earlier live entries (the rollback stack), most recent last.
-    pub live_history: Vec<Slot>,
-    /// Whether the entries were re-hashed now (`status --verify`).
-    pub verified_now: bool,
-}
-
-/// A layer in `status`.
-#[derive(Debug, Clone, Serialize)]
-pub struct StatusSlot {
-    /// Layer name.
-    pub layer: String,
-    /// Output digest.
-    pub digest: Sha256,
-    /// Recipe.
-    pub recipe: String,
-    /// Variant.
-    pub variant: String,
-    /// `ok`, `mismatch` or `unverified`: re-hashed now with `--verify`, otherwise the last
-    /// verification recorded in a receipt.
-    pub verification: String,
-    /// When that verification ran (RFC 3339), or null when never.
-    pub verified_at: Option<String>,
-}
-
-/// Test hooks: `PINFORGE_CRASH_AT=op:N` makes the process SIGKILL itself right after step N of
-/// `op` (install or rollback); `PINFORGE_FAIL_WRITE_AFTER=BYTES` makes staging copies fail with
-/// ENOSPC after that many bytes (where a small filesystem cannot be mounted);
-/// `PINFORGE_FS_PROBE=nosymlink` makes the filesystem probe report no symlink support.
 fn crash_point(op: &str, step: u32) {
-    if let Ok(v) = std::env::var("PINFORGE_CRASH_AT") {
-        if v == format!("{op}:{step}") {
-            kill_self();
-        }
-    }
-}
-
-#[allow(unsafe_code)]
-fn kill_self() {
-    // SAFETY: getpid and kill have no memory-safety preconditions; SIGKILL ends the process
-    // here, which is what the crash-consistency tests need (no destructors, no flushing).
-    unsafe {
-        libc::kill(libc::getpid(), libc::SIGKILL);
-    }
+    crate::hooks::crash_point(op, step)
 }
 
 /// Atomically exchange two paths (Linux `renameat2(RENAME_EXCHANGE)`): a damaged entry and
@@ -529,7 +394,7 @@ pub struct Root {
 }
 
 /// How staging placed the files.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum StageMode {
     /// Hard links into the build folder (no data copied): only files whose mode already is
@@ -565,9 +430,9 @@ impl Root {
         fsx::create_dir_all(&path)?;
         let root = Root { path };
         if safe::kind(&root.path.join("state"))? == Kind::Missing {
-            // The test hook is read here, once, and handed down: library code below never
-            // consults the environment, and unit tests call the probe with the flag directly.
-            let simulate = std::env::var("PINFORGE_FS_PROBE").ok().as_deref() == Some("nosymlink");
+            // The test hook (feature `test-hooks` only) is read here, once, and handed down:
+            // unit tests call the probe with the flag directly.
+            let simulate = crate::hooks::fs_probe_nosymlink();
             root.probe_fs(simulate)?;
         }
         for d in ["store", "gens", "receipts"] {
@@ -676,45 +541,6 @@ impl Root {
         }
         f.lock_exclusive().at("lock", &p)?;
         Ok(f)
-    }
-
-    fn journal_path(&self) -> PathBuf {
-        self.path.join("journal.json")
-    }
-
-    fn read_journal(&self) -> Result<Option<Journal>> {
-        let p = self.journal_path();
-        let hint = "the journal is written atomically, so this is outside damage; inspect it, \
-                    then remove it only if `state` is known good";
-        match safe::kind(&p)? {
-            Kind::Missing => Ok(None),
-            Kind::Special(what) => Err(safe::special_error(&p, what)),
-            Kind::File => {
-                let bytes = safe::read_limited(&p, RECORD_LIMIT)?;
-                parse_journal(&bytes).map(Some).map_err(|e| {
-                    Error::input(p.display(), format!("damaged install root: {e}")).with_hint(hint)
-                })
-            }
-            _ => Err(Error::input(
-                p.display(),
-                "damaged install root: the journal is not a file",
-            )
-            .with_hint(hint)),
-        }
-    }
-
-    fn write_journal(&self, j: &Journal) -> Result<()> {
-        let bytes = serde_json::to_vec_pretty(j).map_err(|e| Error::Internal(e.to_string()))?;
-        fsx::write_atomic(&self.journal_path(), &bytes)
-    }
-
-    fn remove_journal(&self) -> Result<()> {
-        let p = self.journal_path();
-        match std::fs::remove_file(&p) {
-            Ok(()) => fsx::sync_dir(&self.path),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(Error::io("remove", &p, e)),
-        }
     }
 
     /// The names in one of the root's folders (empty when the folder is missing); names that
@@ -1096,112 +922,6 @@ impl Root {
         }
     }
 
-    // -----------------------------------------------------------------------------------------
-    // Recovery.
-
-    /// Finish or undo an interrupted transaction. Called with the lock held.
-    fn recover(&self) -> Result<Option<PathBuf>> {
-        self.clean_temp_files()?;
-        let Some(j) = self.read_journal()? else {
-            self.clean_orphans()?;
-            return Ok(None);
-        };
-        let committed = self.committed_gen()?;
-        let receipt = if committed == j.to_gen && j.phase == Phase::Commit {
-            // The rename happened: roll forward (verify through current, write the receipt).
-            let before = self.read_gen(j.from_gen)?;
-            let after = self.read_gen(j.to_gen)?;
-            let v = self.verify_layer(&after, j.layer)?;
-            if !v.ok {
-                // Same rule as a live run: a failed post-swap check reverts.
-                self.revert(j.from_gen, j.to_gen)?;
-            }
-            let r = Receipt {
-                seq: j.txid,
-                op: j.op,
-                layer: j.layer,
-                from: before.layers.get(&j.layer).cloned(),
-                to: after.layers.get(&j.layer).cloned(),
-                current_before: before.current,
-                current_after: after.current,
-                time: crate::manifest::now_rfc3339(),
-                reverted: !v.ok,
-                verification: v,
-                restoration_matches_recorded: None,
-                unchanged: false,
-                repaired: false,
-                timings_us: BTreeMap::from([("recovered".to_string(), 1)]),
-                gen: j.to_gen,
-            };
-            Some(self.write_receipt_recovered(&r)?)
-        } else if committed == j.from_gen {
-            // Not committed: undo everything the journal says was started. Every path is
-            // derived from the journal's typed ids; `to_gen` is `from_gen + 1` (checked when
-            // the journal was read), so the committed generation is never touched.
-            safe::remove_tree(&self.path.join("state.tmp"))?;
-            safe::remove_tree(&self.gen_dir(j.to_gen))?;
-            if j.op == Op::Install {
-                safe::remove_tree(&self.staging_dir(j.txid))?;
-            }
-            if let (Some(d), false) = (&j.entry, j.entry_preexisted) {
-                // Only an entry no readable generation references may go; when any
-                // generation cannot be read, nothing is removed.
-                if let Some(keep) = self.referenced_everywhere()? {
-                    if !keep.contains(d) {
-                        safe::remove_tree(&self.entry_dir(d))?;
-                    }
-                }
-            }
-            fsx::sync_dir(&self.path.join("store"))?;
-            None
-        } else {
-            return Err(Error::input(
-                self.journal_path().display(),
-                format!(
-                    "unexplained state: the journal describes generation {} -> {} ({:?}), but \
-                     `state` points at generation {committed}",
-                    j.from_gen, j.to_gen, j.phase
-                ),
-            )
-            .with_hint(
-                "pinforge does not guess; inspect rollback/state and the journal, fix the \
-                        link by hand, then remove the journal",
-            ));
-        };
-        self.remove_journal()?;
-        self.clean_orphans()?;
-        Ok(receipt)
-    }
-
-    /// With no journal: remove staging folders and `state.tmp` (names pinforge derives), and
-    /// refuse a generation newer than the committed one, which no step of the protocol
-    /// leaves behind without its journal.
-    fn clean_orphans(&self) -> Result<()> {
-        for name in self.names("store")? {
-            if name
-                .strip_prefix(".stage-")
-                .is_some_and(|n| parse_gen_number(n).is_some())
-            {
-                safe::remove_tree(&self.path.join("store").join(name))?;
-            }
-        }
-        let committed = self.committed_gen()?;
-        for name in self.names("gens")? {
-            if let Some(n) = parse_gen_number(&name) {
-                if n > committed {
-                    return Err(damaged(
-                        self.gen_dir(n).display(),
-                        format!(
-                            "generation {n} is newer than the committed generation \
-                             {committed}, and no journal explains it"
-                        ),
-                    ));
-                }
-            }
-        }
-        safe::remove_tree(&self.path.join("state.tmp"))
-    }
-
     /// Every entry any generation references, or `None` when some generation (or the
     /// committed one) cannot be read: then what it references is unknown.
     fn referenced_everywhere(&self) -> Result<Option<BTreeSet<Sha256>>> {
@@ -1298,7 +1018,7 @@ impl Root {
                 to: Some(slot),
                 current_before: before.current,
                 current_after: before.current,
-                time: crate::manifest::now_rfc3339(),
+                time: crate::time::now_rfc3339(),
                 verification: v.clone(),
                 reverted: false,
                 restoration_matches_recorded: None,
@@ -1398,7 +1118,7 @@ impl Root {
             } else {
                 after.current
             },
-            time: crate::manifest::now_rfc3339(),
+            time: crate::time::now_rfc3339(),
             verification: v.clone(),
             reverted,
             restoration_matches_recorded: None,
@@ -1651,7 +1371,7 @@ impl Root {
             } else {
                 after.current
             },
-            time: crate::manifest::now_rfc3339(),
+            time: crate::time::now_rfc3339(),
             restoration_matches_recorded: Some(v.ok),
             verification: v.clone(),
             reverted,
@@ -1690,259 +1410,10 @@ impl Root {
             gen: r.gen,
         })
     }
-
-    /// The state as it is now (read-only: no lock, no recovery, nothing created; an
-    /// unfinished transaction is reported, not resolved). With `verify`, every layer's entry
-    /// is re-hashed now instead of showing the last verification a receipt recorded.
-    pub fn status(&self, verify: bool) -> Result<Status> {
-        let gen = self.committed_gen()?;
-        let gs = self.read_gen(gen)?;
-        let transaction = self.read_journal()?;
-        let mut seen: BTreeMap<Sha256, (String, Option<String>)> = BTreeMap::new();
-        if verify {
-            let now = crate::manifest::now_rfc3339();
-            for s in gs.layers.values() {
-                let dir = self.entry_dir(&s.digest);
-                let v = check_entry(&dir, &s.digest, &dir)?;
-                let word = if v.ok { "ok" } else { "mismatch" };
-                seen.insert(s.digest, (word.to_string(), Some(now.clone())));
-            }
-        } else {
-            for (d, (ok, time)) in self.last_verifications()? {
-                let word = if ok { "ok" } else { "mismatch" };
-                seen.insert(d, (word.to_string(), Some(time)));
-            }
-        }
-        let show = |layer: Layer, s: &Slot| {
-            let (verification, verified_at) = seen
-                .get(&s.digest)
-                .cloned()
-                .unwrap_or_else(|| ("unverified".to_string(), None));
-            StatusSlot {
-                layer: layer.to_string(),
-                digest: s.digest,
-                recipe: s.recipe.clone(),
-                variant: s.variant.clone(),
-                verification,
-                verified_at,
-            }
-        };
-        Ok(Status {
-            root: self.path.clone(),
-            current: gs.current_slot().map(|(l, s)| show(l, s)),
-            layers: Layer::ALL
-                .iter()
-                .map(|l| (l.to_string(), gs.layers.get(l).map(|s| show(*l, s))))
-                .collect(),
-            transaction,
-            gen,
-            live_history: gs.live_history.clone(),
-            verified_now: verify,
-        })
-    }
-
-    /// Every transaction the root records, oldest first: one row per receipt (the record of
-    /// what each install and rollback did, kept forever), with the generation it committed
-    /// and, while that generation is still on disk (gc removes old ones), the whole state it
-    /// showed. A receipt that cannot be read is a row that says so, never a silent gap.
-    pub fn history(&self) -> Result<History> {
-        let committed = self.committed_gen()?;
-        let mut names: Vec<(u64, String)> = self
-            .names("receipts")?
-            .into_iter()
-            .filter_map(|n| parse_receipt_name(&n).map(|(seq, _)| (seq, n)))
-            .collect();
-        names.sort();
-        let mut rows = Vec::new();
-        for (seq, name) in names {
-            let p = self.path.join("receipts").join(&name);
-            let receipt = safe::read_limited(&p, RECORD_LIMIT)
-                .map_err(|e| e.to_string())
-                .and_then(|b| parse_receipt(&b).map_err(|e| e.to_string()));
-            let (receipt, unreadable) = match receipt {
-                Ok(r) => (Some(r), None),
-                Err(why) => (None, Some(why)),
-            };
-            let state = receipt.as_ref().and_then(|r| {
-                (safe::kind(&self.gen_dir(r.gen)).ok() == Some(Kind::Dir))
-                    .then(|| self.read_gen(r.gen).ok())
-                    .flatten()
-            });
-            let input_digests = state
-                .iter()
-                .flat_map(|gs| gs.layers.iter())
-                .filter_map(|(l, s)| {
-                    self.read_entry(&s.digest)
-                        .ok()
-                        .map(|e| (*l, e.input_digest))
-                })
-                .collect();
-            rows.push(HistoryRow {
-                seq,
-                receipt: format!("receipts/{name}"),
-                receipt_record: receipt,
-                unreadable,
-                state,
-                input_digests,
-            });
-        }
-        Ok(History {
-            root: self.path.clone(),
-            committed_gen: committed,
-            rows,
-        })
-    }
-
-    /// The last verification each entry got, from well-formed receipts in sequence order
-    /// (unreadable or stray receipts are skipped: they are a record, not the state).
-    fn last_verifications(&self) -> Result<BTreeMap<Sha256, (bool, String)>> {
-        let mut receipts: Vec<(u64, String)> = self
-            .names("receipts")?
-            .into_iter()
-            .filter_map(|n| parse_receipt_name(&n).map(|(seq, _)| (seq, n)))
-            .collect();
-        receipts.sort();
-        let mut out = BTreeMap::new();
-        for (seq, name) in receipts {
-            let p = self.path.join("receipts").join(name);
-            let Ok(bytes) = safe::read_limited(&p, RECORD_LIMIT) else {
-                continue;
-            };
-            let Ok(r) = parse_receipt(&bytes) else {
-                continue;
-            };
-            if r.seq != seq {
-                continue;
-            }
-            if let Some(to) = &r.to {
-                if r.verification.files > 0 || r.verification.ok {
-                    out.insert(
-                        to.digest,
-                        (r.verification.ok && !r.reverted, r.time.clone()),
-                    );
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    /// The store entry an installed layer (or `current`) shows, for a consumer that reads it
-    /// (smoke, diff): resolved once like [`Root::verify_installed`], and handed out only when
-    /// it re-hashes to its name, so a damaged or redirected entry is never used.
-    pub fn layer_entry(&self, layer: Option<Layer>) -> Result<PathBuf> {
-        let name = layer.map(|l| l.as_str()).unwrap_or("current");
-        let nothing = || match layer {
-            None => Error::input(self.path.display(), "nothing is installed")
-                .with_hint("`pinforge install ...` first"),
-            Some(l) => Error::input(format!("layer `{l}`"), "nothing is installed in that layer")
-                .with_hint("`pinforge status` lists the layers"),
-        };
-        match self.resolve(name)? {
-            Resolved::Empty => Err(nothing()),
-            Resolved::Broken(why) => Err(damaged(self.path.join(name).display(), why)),
-            Resolved::At { digest, .. } => {
-                let dir = self.entry_dir(&digest);
-                let v = self.check_entry(&dir, &digest, &self.path.join(name))?;
-                if !v.ok {
-                    return Err(mismatch_error(
-                        &dir,
-                        &format!("the {name} entry does not re-hash to its name"),
-                        &v,
-                    ));
-                }
-                Ok(dir)
-            }
-        }
-    }
-
-    /// Re-hash an installed layer (or `current`): its link chain is resolved once and that
-    /// one entry is verified, so a concurrent swap cannot mix two entries into one answer.
-    pub fn verify_installed(&self, layer: Option<Layer>) -> Result<Verification> {
-        let name = layer.map(|l| l.as_str()).unwrap_or("current");
-        self.verify_name(name, None)?.ok_or_else(|| match layer {
-            None => Error::input(self.path.display(), "nothing is installed")
-                .with_hint("`pinforge install ...` first"),
-            Some(l) => Error::input(format!("layer `{l}`"), "nothing is installed in that layer"),
-        })
-    }
-
-    /// Remove store entries and generations nothing references. Deletes only when the
-    /// committed state and every generation read and validate; otherwise refuses (exit 2).
-    /// With `dry_run`, reports what would go and removes nothing.
-    pub fn gc(&self, dry_run: bool) -> Result<GcOutcome> {
-        if safe::kind(&self.path.join("state"))? == Kind::Missing && self.is_fresh()? {
-            return Ok(GcOutcome::default_for(dry_run));
-        }
-        let _lock = self.lock()?;
-        let journal = if dry_run {
-            self.read_journal()?
-        } else {
-            self.recover()?;
-            None
-        };
-        let refuse = |e: Error| {
-            Error::input(
-                self.path.display(),
-                format!("gc refused, nothing removed: {e}"),
-            )
-            .with_hint(
-                "gc deletes only from a root whose state reads and validates; inspect the \
-                 named file (or restore it), then run gc again",
-            )
-        };
-        let committed = self.committed_gen().map_err(refuse)?;
-        let gs = self.read_gen(committed).map_err(refuse)?;
-        let mut keep = gs.referenced();
-        let mut old_gens = Vec::new();
-        for name in self.names("gens")? {
-            if let Some(n) = parse_gen_number(&name) {
-                // What an unreadable generation references is unknown: refuse.
-                self.read_gen(n).map_err(refuse)?;
-                if n != committed {
-                    old_gens.push(n);
-                }
-            }
-        }
-        if let Some(d) = journal.as_ref().and_then(|j| j.entry) {
-            keep.insert(d);
-        }
-        let mut out = GcOutcome::default_for(dry_run);
-        for d in &keep {
-            if safe::kind(&self.entry_dir(d))? == Kind::Missing {
-                out.missing_entries.push(d.to_hex());
-            }
-        }
-        for name in self.names("store")? {
-            let Ok(d) = name.parse::<Sha256>() else {
-                continue;
-            };
-            if d.to_hex() != name || keep.contains(&d) {
-                continue;
-            }
-            let p = self.entry_dir(&d);
-            out.bytes_freed += safe::tree_bytes(&p);
-            if !dry_run {
-                safe::remove_tree(&p)?;
-            }
-            out.removed_entries.push(name);
-        }
-        for n in old_gens {
-            if !dry_run {
-                safe::remove_tree(&self.gen_dir(n))?;
-            }
-            out.removed_generations += 1;
-        }
-        if !dry_run {
-            fsx::sync_dir(&self.path.join("store"))?;
-            fsx::sync_dir(&self.path.join("gens"))?;
-        }
-        out.kept_entries = keep.len();
-        Ok(out)
-    }
 }
 
 /// Result of `install`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct InstallOutcome {
     /// Receipt path.
     pub receipt: PathBuf,
@@ -1967,7 +1438,7 @@ pub struct InstallOutcome {
 }
 
 /// Result of `rollback`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct RollbackOutcome {
     /// Receipt path.
     pub receipt: PathBuf,
@@ -1996,65 +1467,6 @@ pub enum RollbackTo {
     Layer(Layer),
     /// The whole state of an earlier (or, after a rollback, later) generation.
     Generation(u64),
-}
-
-/// One transaction in [`Root::history`].
-#[derive(Debug, Clone, Serialize)]
-pub struct HistoryRow {
-    /// The receipt's sequence number.
-    pub seq: u64,
-    /// The receipt file, relative to the root.
-    pub receipt: String,
-    /// The receipt itself (None when it could not be read; see `unreadable`).
-    #[serde(rename = "record")]
-    pub receipt_record: Option<Receipt>,
-    /// Why the receipt could not be read.
-    pub unreadable: Option<String>,
-    /// The generation's whole state, while it is on disk.
-    pub state: Option<GenState>,
-    /// The input digest of each layer's build, from the store entries.
-    pub input_digests: BTreeMap<Layer, Sha256>,
-}
-
-/// Result of `history`.
-#[derive(Debug, Clone, Serialize)]
-pub struct History {
-    /// The root.
-    pub root: PathBuf,
-    /// The generation `state` shows now.
-    pub committed_gen: u64,
-    /// Oldest first.
-    pub rows: Vec<HistoryRow>,
-}
-
-/// Result of `gc`.
-#[derive(Debug, Clone, Serialize)]
-pub struct GcOutcome {
-    /// Nothing was removed: this is what `gc` would remove.
-    pub dry_run: bool,
-    /// Store entries removed (or that would be).
-    pub removed_entries: Vec<String>,
-    /// Bytes of the files in those entries.
-    pub bytes_freed: u64,
-    /// Old generations removed (or that would be).
-    pub removed_generations: usize,
-    /// Entries kept (referenced by the committed generation or the journal).
-    pub kept_entries: usize,
-    /// Referenced entries that are not in the store (damage gc cannot repair).
-    pub missing_entries: Vec<String>,
-}
-
-impl GcOutcome {
-    fn default_for(dry_run: bool) -> GcOutcome {
-        GcOutcome {
-            dry_run,
-            removed_entries: Vec::new(),
-            bytes_freed: 0,
-            removed_generations: 0,
-            kept_entries: 0,
-            missing_entries: Vec::new(),
-        }
-    }
 }
 
 /// A failed verification as an error naming the first differing file.
@@ -2269,9 +1681,7 @@ fn stage(plan: &Plan, staging: &Path, mode: Option<StageMode>) -> Result<StageMo
     } else {
         StageMode::Copy
     };
-    let fail_after: Option<u64> = std::env::var("PINFORGE_FAIL_WRITE_AFTER")
-        .ok()
-        .and_then(|v| v.parse().ok());
+    let fail_after = crate::hooks::fail_write_after();
     let mut written = 0u64;
     for (name, rec) in &plan.info.files {
         let (from, meta) = plan

@@ -29,7 +29,9 @@ pub const OFFSET_TRAILER: &str = "Pinforge-Hunk-Offset";
 
 /// A hunk that applied `offset` lines away from where its header put it (the patch is due a
 /// refresh). Written as `FILE#N ±K` in trailers and in the manifest.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct HunkOffset {
     /// The file (path after the patch), as shown.
     pub file: String,
@@ -733,87 +735,24 @@ fn no_match(p: &PatchFile, f: &FilePatch, n: usize, h: &Hunk, img: &Image, state
 /// The commit time: the patch's `Date:`, else its `Last-Update` at midnight UTC, else the
 /// epoch. Never the wall clock: the same bundle must give the same commit ids everywhere.
 fn commit_time(a: &super::lint::Attribution) -> Time {
-    let secs = a.date.as_deref().and_then(parse_rfc2822).or_else(|| {
-        a.last_update
-            .as_deref()
-            .and_then(|d| parse_ymd(d).map(|(s, _)| s))
-    });
+    let secs = a
+        .date
+        .as_deref()
+        .and_then(crate::time::parse_rfc2822)
+        .or_else(|| {
+            a.last_update
+                .as_deref()
+                .and_then(|d| crate::time::parse_ymd(d).map(|s| (s, 0)))
+        });
     match secs {
         Some((s, off)) => Time::new(s, off),
         None => Time::new(0, 0),
     }
 }
 
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let mp = (m as i64 + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146097 + doe - 719468
-}
-
-fn parse_ymd(s: &str) -> Option<((i64, i32), ())> {
-    let mut it = s.split('-');
-    let y: i64 = it.next()?.parse().ok()?;
-    let m: u32 = it.next()?.parse().ok()?;
-    let d: u32 = it.next()?.parse().ok()?;
-    Some(((days_from_civil(y, m, d) * 86400, 0), ()))
-}
-
-/// Parse `[Day, ]DD Mon YYYY HH:MM:SS +ZZZZ` into (epoch seconds, offset minutes).
-fn parse_rfc2822(s: &str) -> Option<(i64, i32)> {
-    let s = s.split_once(',').map(|(_, r)| r).unwrap_or(s);
-    let parts: Vec<&str> = s.split_whitespace().collect();
-    if parts.len() < 5 {
-        return None;
-    }
-    let day: u32 = parts[0].parse().ok()?;
-    const MONTHS: [&str; 12] = [
-        "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
-    ];
-    let month = MONTHS
-        .iter()
-        .position(|m| parts[1].to_ascii_lowercase().starts_with(m))? as u32
-        + 1;
-    let year: i64 = parts[2].parse().ok()?;
-    let hms: Vec<i64> = parts[3]
-        .split(':')
-        .map(|x| x.parse().ok())
-        .collect::<Option<_>>()?;
-    if hms.len() != 3 {
-        return None;
-    }
-    let tz = parts[4];
-    let sign = if tz.starts_with('-') { -1 } else { 1 };
-    let digits = tz.trim_start_matches(['+', '-']);
-    if digits.len() != 4 {
-        return None;
-    }
-    let hh: i32 = digits[..2].parse().ok()?;
-    let mm: i32 = digits[2..].parse().ok()?;
-    let off_min = sign * (hh * 60 + mm);
-    let local = days_from_civil(year, month, day) * 86400 + hms[0] * 3600 + hms[1] * 60 + hms[2];
-    Some((local - off_min as i64 * 60, off_min))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rfc2822_dates_parse_to_utc_seconds() {
-        assert_eq!(
-            parse_rfc2822("Thu, 1 Jan 1970 00:00:00 +0000"),
-            Some((0, 0))
-        );
-        assert_eq!(
-            parse_rfc2822("Mon, 30 Nov 2026 01:00:00 +0100"),
-            Some((1_795_996_800, 60))
-        );
-        assert_eq!(parse_rfc2822("yesterday"), None);
-    }
 
     const HEADER: &str = "From: T <t@example.invalid>\nSubject: t\nUpstream-Status: Pending\nUpstream-Issue: https://example.invalid/o/r/issues/1\nReported-by: t\n\n---\n";
 

@@ -191,7 +191,7 @@ fn is_diff_start(line: &[u8]) -> bool {
 }
 
 /// `Upstream-Status` values (DEP-3 / Yocto).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(tag = "kind", content = "detail")]
 pub enum UpstreamStatus {
     /// Not yet submitted or still under discussion upstream.

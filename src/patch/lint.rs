@@ -6,7 +6,7 @@ use super::header::{Header, UpstreamStatus};
 use serde::Serialize;
 
 /// How serious a finding is: errors make `patch lint` exit 2 and block builds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
     /// Blocks the patch.
@@ -16,7 +16,7 @@ pub enum Severity {
 }
 
 /// One lint finding.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Finding {
     /// 1-based line the finding points at.
     pub line: usize,
@@ -31,7 +31,7 @@ pub struct Finding {
 }
 
 /// A reference to an upstream issue or pull request.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct IssueRef {
     /// The number.
     pub number: u64,
@@ -40,7 +40,7 @@ pub struct IssueRef {
 }
 
 /// The validated attribution of one patch.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Attribution {
     /// One-line summary (Subject without `[PATCH]`, or the first line of Description).
     pub summary: String,
@@ -458,12 +458,7 @@ fn is_url(s: &str) -> bool {
 }
 
 fn is_date(s: &str) -> bool {
-    let parts: Vec<&str> = s.split('-').collect();
-    if parts.len() != 3 || parts[0].len() != 4 || parts[1].len() != 2 || parts[2].len() != 2 {
-        return false;
-    }
-    let nums: Option<Vec<u32>> = parts.iter().map(|p| p.parse().ok()).collect();
-    matches!(nums.as_deref(), Some([_, m, d]) if (1..=12).contains(m) && (1..=31).contains(d))
+    crate::time::parse_ymd(s).is_some()
 }
 
 /// Parse comma-separated issue or PR URLs: `https://host/owner/repo/<kind>/N`.

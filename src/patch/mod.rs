@@ -20,7 +20,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// A patch's identity: its file name inside the bundle (`0001-slug.patch`).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
 #[serde(transparent)]
 pub struct PatchId(String);
 
@@ -338,7 +338,7 @@ fn parse_series(path: &Path, text: &str) -> Result<Vec<SeriesEntry>> {
 }
 
 /// One bibliography row (the `patch list --json` contract).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct BibRow {
     /// Patch file name.
     pub file: String,

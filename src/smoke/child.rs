@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Instant;
 
 /// The child's result line.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ChildResult {
     /// Set when the decode could not run.
     pub error: Option<String>,
@@ -205,7 +205,7 @@ fn run_inner(
     gpu_layers: i32,
 ) -> Result<ChildResult, String> {
     let shim = Shim::open(shim_path)?;
-    if std::env::var("PINFORGE_SMOKE_CRASH_TEST").ok().as_deref() == Some("1") {
+    if crate::hooks::smoke_crash() {
         // SAFETY: deliberately crashes this child (test of the parent's crash reporting).
         unsafe { (shim.crash)() };
     }

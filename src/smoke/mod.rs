@@ -29,7 +29,7 @@ const TARGET: &str = env!("PINFORGE_TARGET");
 /// A build to smoke: where its libraries and headers are, and what it is. Built only by
 /// [`target_from_manifest`] and [`target_from_installed`], which recompute every digest below
 /// from the files themselves and refuse a file that differs from the record.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct SmokeTarget {
     /// Human name: `recipe/variant`.
     pub name: String,
@@ -505,7 +505,7 @@ fn compile_shim(
 }
 
 /// What the smoke found.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
     /// The restored decode equals the reference.
@@ -519,7 +519,7 @@ pub enum Verdict {
 }
 
 /// The `smoke --json` contract (and more).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct SmokeReport {
     /// ok | mismatch | crash | error.
     pub verdict: Verdict,
@@ -659,8 +659,8 @@ pub fn run(target: &SmokeTarget, opts: &SmokeOptions) -> Result<SmokeReport> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    if opts.crash_test {
-        cmd.env("PINFORGE_SMOKE_CRASH_TEST", "1");
+    if let (true, Some((k, v))) = (opts.crash_test, crate::hooks::smoke_crash_env()) {
+        cmd.env(k, v);
     }
     engine_env(&mut cmd, target);
     let (status, stdout, stderr) = run_with_timeout(&mut cmd, opts.timeout)?;

@@ -24,7 +24,7 @@ pub const PRISTINE_TAG: &str = "refs/tags/pinforge/pristine";
 const STATE_FILE: &str = "pinforge-tree.json";
 
 /// The pin after resolution and verification (what the manifest records).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ResolvedPin {
     /// crate | git | tarball | dir.
     pub kind: String,
@@ -84,7 +84,7 @@ impl ResolvedPin {
 }
 
 /// A materialized tree: a git repository and the commit its work tree must be at.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Tree {
     /// The repository (work tree root = upstream tree root).
     pub path: PathBuf,
@@ -102,7 +102,7 @@ pub struct Tree {
 }
 
 /// One applied patch as recorded in a tree's state.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AppliedRecord {
     /// Patch file name.
     pub file: String,
@@ -816,7 +816,7 @@ pub fn registry_cksum(name: &str, version: &str) -> Result<Sha256> {
 }
 
 /// The lock file's content: the resolved full commit of a git pin.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct GitLock {
     url: String,
@@ -824,7 +824,7 @@ struct GitLock {
     commit: String,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct LockFile {
     version: u32,

@@ -633,6 +633,8 @@ fn a_verified_stub_libllama_is_compiled_against_loaded_and_gets_the_error_verdic
     ]);
     assert_eq!(crate::code(&o), 2, "{}", report(&o));
     let r = crate::json(&o);
+    // issue #8: the smoke report validates against schemas/pinforge.smoke.v1.json.
+    assert_eq!(crate::schemas::validate(&r), "pinforge.smoke/v1");
     assert_eq!(r["verdict"], "error", "{r}");
     assert!(
         r["detail"]
@@ -792,6 +794,8 @@ fn install_smoke_json_carries_the_gate_report_beside_the_install_outcome() {
     assert_eq!(crate::code(&o), 0, "{}", report(&o));
     let j = crate::json(&o);
     assert_eq!(j["schema"], "pinforge.install/v1", "{j}");
+    // issue #8: the install document with its gate report validates against its schema.
+    crate::schemas::validate(&j);
     assert!(j["entry"].is_string() && j["gen"] == 1, "{j}");
     assert_eq!(j["smoke"]["verdict"], "ok", "{j}");
     assert_eq!(j["smoke"]["target"], "synthetic/engine", "{j}");
@@ -807,6 +811,10 @@ fn install_smoke_json_carries_the_gate_report_beside_the_install_outcome() {
     ]);
     assert_eq!(crate::code(&o), 0, "{}", report(&o));
     assert_eq!(crate::json(&o)["verdict"], "ok");
+    assert_eq!(
+        crate::schemas::validate(&crate::json(&o)),
+        "pinforge.smoke/v1"
+    );
 
     // Without --smoke the document has no `smoke` field (the schema is otherwise unchanged).
     let (m2, _) = stub_build(&fx, "engine2", STUB_ENGINE_OK_C);

@@ -313,3 +313,86 @@ fn a_variant_without_patches_needs_no_patch_folder() {
         stderr(&o)
     );
 }
+
+// issue #8: a hint that suggests a command repeats the --root and --workspace the user gave
+// (quoted for the shell), and only those typed on the command line.
+#[test]
+fn hints_name_the_root_and_workspace_actually_in_use() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("my root");
+    let o = pinforge(
+        dir.path(),
+        &["status", "--root", root.to_str().expect("utf8")],
+    );
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!(
+            "`pinforge install --root '{}'` creates the root",
+            root.display()
+        )),
+        "{}",
+        stderr(&o)
+    );
+    // Without --root, or with PINFORGE_ROOT: the hint is the plain command.
+    let o = pinforge(dir.path(), &["status"]);
+    assert!(
+        stderr(&o).contains("`pinforge install` creates the root"),
+        "{}",
+        stderr(&o)
+    );
+    let o = pinforge_cmd(dir.path())
+        .env("PINFORGE_ROOT", &root)
+        .arg("status")
+        .output()
+        .expect("run");
+    assert!(
+        stderr(&o).contains("`pinforge install` creates the root"),
+        "{}",
+        stderr(&o)
+    );
+
+    // --workspace (and the recipe given) reach the build the hint suggests.
+    let t = Tiny::new();
+    let parent = t.ws.parent().expect("parent").to_path_buf();
+    let recipe = t.ws.join("recipes/tiny.toml");
+    let o = pinforge(
+        &parent,
+        &[
+            "--workspace",
+            "ws",
+            "install",
+            recipe.to_str().expect("utf8"),
+            "--variant",
+            "unpatched",
+            "--layer",
+            "live",
+        ],
+    );
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!(
+            "hint: run `pinforge --workspace ws build {} --variant unpatched` first",
+            recipe.display()
+        )),
+        "{}",
+        stderr(&o)
+    );
+}
+
+// issue #8: the generation hint of an installed root names that root.
+#[test]
+fn a_missing_generation_hint_names_the_root_in_use() {
+    let i = crate::Installed::new();
+    let o = i.install(&i.patched, "live");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = i.run(&["rollback", "--to-generation", "999"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!(
+            "hint: `pinforge history --root {}` lists the generations still on disk",
+            i.root.display()
+        )),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -1,0 +1,153 @@
+//! The JSON Schema of every `--json` document, generated from the Rust types that serialize
+//! it (schemars reads the same serde attributes), so a schema cannot drift from the output.
+//! The committed copies live in `schemas/` (one file per id, `pinforge.build.v1.json` for
+//! `pinforge.build/v1`); `pinforge __schemas --out schemas` regenerates them, and the
+//! integration tests fail when a committed file is stale and validate real command output
+//! against it.
+//!
+//! A new command joins in two steps:
+//! 1. its `--json` document is a named type deriving `serde::Serialize` and
+//!    `schemars::JsonSchema` (no ad-hoc `serde_json::json!`), printed with
+//!    `print_json("pinforge.NAME/v1", &doc)` (or `print_json_line`);
+//! 2. one line in [`DOCUMENTS`] below: `doc::<Type>("pinforge.NAME/v1")`; then run
+//!    `cargo run -- __schemas --out schemas` and commit the new file. The `schemas` test
+//!    module's output cases should run the command once and validate it.
+//!
+//! The `schema` member that `print_json` adds to every document is added here too, as a
+//! required constant.
+
+use crate::error::{Error, Result};
+use crate::outln;
+use schemars::{JsonSchema, Schema};
+use std::path::{Path, PathBuf};
+
+/// One JSON document kind: its schema id and the schema of its type.
+pub struct Document {
+    /// `pinforge.COMMAND/v1`.
+    pub id: &'static str,
+    schema: fn() -> Schema,
+}
+
+fn schema_of<T: JsonSchema>() -> Schema {
+    schemars::schema_for!(T)
+}
+
+const fn doc<T: JsonSchema>(id: &'static str) -> Document {
+    Document {
+        id,
+        schema: schema_of::<T>,
+    }
+}
+
+/// Every `--json` document pinforge prints: (schema id, type). One line per document kind.
+pub const DOCUMENTS: &[Document] = &[
+    doc::<super::build::BuildLine<'static>>("pinforge.build/v1"),
+    doc::<crate::manifest::VerifyReport>("pinforge.verify/v1"),
+    doc::<crate::install::Verification>("pinforge.verify-installed/v1"),
+    doc::<crate::diff::ManifestDiff>("pinforge.diff/v1"),
+    doc::<super::install::InstallJson<'static>>("pinforge.install/v1"),
+    doc::<crate::install::RollbackOutcome>("pinforge.rollback/v1"),
+    doc::<crate::install::Status>("pinforge.status/v1"),
+    doc::<crate::install::History>("pinforge.history/v1"),
+    doc::<crate::install::GcOutcome>("pinforge.gc/v1"),
+    doc::<crate::smoke::SmokeReport>("pinforge.smoke/v1"),
+    doc::<super::patch::LintReport<'static>>("pinforge.patch-lint/v1"),
+    doc::<super::patch::ApplyReport>("pinforge.patch-apply/v1"),
+    doc::<super::patch::PatchList<'static>>("pinforge.patch-list/v1"),
+    doc::<super::patch::BundleWritten>("pinforge.patch-bundle/v1"),
+    doc::<super::model::ModelWritten<'static>>("pinforge.model-tiny/v1"),
+    doc::<super::vendor::VendorDigest>("pinforge.vendor-digest/v1"),
+];
+
+impl Document {
+    /// The schema of the whole document: the type's schema, plus the `schema` member.
+    pub fn schema(&self) -> Result<serde_json::Value> {
+        let mut v = (self.schema)().to_value();
+        let obj = v.as_object_mut().ok_or_else(|| {
+            Error::Internal(format!("{}: a document schema must be an object", self.id))
+        })?;
+        obj.insert("$id".into(), self.id.into());
+        let props = obj
+            .entry("properties")
+            .or_insert_with(|| serde_json::Value::Object(Default::default()));
+        if let Some(p) = props.as_object_mut() {
+            p.insert(
+                "schema".into(),
+                serde_json::json!({ "description": "the document's schema id", "const": self.id }),
+            );
+        }
+        let required = obj
+            .entry("required")
+            .or_insert_with(|| serde_json::Value::Array(Vec::new()));
+        if let Some(r) = required.as_array_mut() {
+            r.insert(0, "schema".into());
+        }
+        Ok(v)
+    }
+
+    /// The file name under `schemas/`: the id with `/` as `.`, then `.json`.
+    pub fn file_name(&self) -> String {
+        format!("{}.json", self.id.replace('/', "."))
+    }
+}
+
+/// The schema of a document id.
+pub fn find(id: &str) -> Option<&'static Document> {
+    DOCUMENTS.iter().find(|d| d.id == id)
+}
+
+/// Arguments of the hidden `__schemas` command.
+#[derive(Debug, clap::Args)]
+pub struct SchemasArgs {
+    /// Folder to write one `ID.json` per document into (created); without it, the ids
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Run `__schemas`: write every schema file, or list the ids.
+pub(super) fn run(a: SchemasArgs) -> Result<i32> {
+    match a.out {
+        Some(dir) => write_all(&dir)?,
+        None => {
+            for d in DOCUMENTS {
+                outln!("{}  {}", d.id, d.file_name());
+            }
+        }
+    }
+    Ok(crate::error::exit::OK)
+}
+
+fn write_all(dir: &Path) -> Result<()> {
+    crate::fsx::create_dir_all(dir)?;
+    for d in DOCUMENTS {
+        let mut text = serde_json::to_string_pretty(&d.schema()?)
+            .map_err(|e| Error::Internal(e.to_string()))?;
+        text.push('\n');
+        crate::fsx::write_atomic(&dir.join(d.file_name()), text.as_bytes())?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_document_id_is_unique_and_names_an_object_schema_with_its_id() {
+        let mut ids: Vec<&str> = DOCUMENTS.iter().map(|d| d.id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), DOCUMENTS.len(), "duplicate schema ids");
+        for d in DOCUMENTS {
+            assert!(
+                d.id.starts_with("pinforge.") && d.id.ends_with("/v1"),
+                "{}",
+                d.id
+            );
+            let s = d.schema().expect("schema");
+            assert_eq!(s["properties"]["schema"]["const"], d.id);
+            assert_eq!(s["required"][0], "schema");
+            assert_eq!(s["type"], "object", "{}: a document is an object", d.id);
+        }
+    }
+}

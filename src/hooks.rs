@@ -1,0 +1,173 @@
+//! Test hooks, compiled only with the cargo feature `test-hooks`: the crash-consistency,
+//! full-disk, filesystem-probe and smoke-crash tests steer a real `pinforge` process through
+//! these environment variables. A normal build (`cargo build --release`) has none of this code
+//! and none of these names: every function below is then a constant that reads nothing, so no
+//! variable of an operator's environment can kill, fail or bend a production run.
+//!
+//! `cargo test` enables the feature through the self dev-dependency in Cargo.toml, so
+//! `CARGO_BIN_EXE_pinforge` (the binary the integration tests run) has the hooks.
+//!
+//! | variable | effect |
+//! |---|---|
+//! | `PINFORGE_CRASH_AT=op:N` | SIGKILL right after step N of `op` (install or rollback) |
+//! | `PINFORGE_FAIL_WRITE_AFTER=BYTES` | staging copies fail with ENOSPC after that many bytes |
+//! | `PINFORGE_FS_PROBE=nosymlink` | the install root's filesystem probe reports no symlinks |
+//! | `PINFORGE_SMOKE_CRASH_TEST=1` | the smoke child crashes inside the engine call (set by `smoke --crash-test`) |
+
+/// Whether this binary was built with the test hooks.
+pub const ENABLED: bool = cfg!(feature = "test-hooks");
+
+#[cfg(feature = "test-hooks")]
+mod imp {
+    fn var(name: &str) -> Option<String> {
+        std::env::var(name).ok()
+    }
+
+    pub fn crash_point(op: &str, step: u32) {
+        if var("PINFORGE_CRASH_AT").is_some_and(|v| v == format!("{op}:{step}")) {
+            kill_self();
+        }
+    }
+
+    #[allow(unsafe_code)]
+    fn kill_self() {
+        // SAFETY: getpid and kill have no memory-safety preconditions; SIGKILL ends the
+        // process here, which is what the crash-consistency tests need (no destructors, no
+        // flushing).
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+    }
+
+    pub fn fail_write_after() -> Option<u64> {
+        var("PINFORGE_FAIL_WRITE_AFTER").and_then(|v| v.parse().ok())
+    }
+
+    pub fn fs_probe_nosymlink() -> bool {
+        var("PINFORGE_FS_PROBE").as_deref() == Some("nosymlink")
+    }
+
+    pub const SMOKE_CRASH_VAR: &str = "PINFORGE_SMOKE_CRASH_TEST";
+
+    pub fn smoke_crash() -> bool {
+        var(SMOKE_CRASH_VAR).as_deref() == Some("1")
+    }
+}
+
+#[cfg(not(feature = "test-hooks"))]
+mod imp {
+    pub fn crash_point(_op: &str, _step: u32) {}
+    pub fn fail_write_after() -> Option<u64> {
+        None
+    }
+    pub fn fs_probe_nosymlink() -> bool {
+        false
+    }
+    pub fn smoke_crash() -> bool {
+        false
+    }
+}
+
+/// `PINFORGE_CRASH_AT=op:N`: SIGKILL this process right after step `step` of `op`.
+pub fn crash_point(op: &str, step: u32) {
+    imp::crash_point(op, step)
+}
+
+/// `PINFORGE_FAIL_WRITE_AFTER=BYTES`: staging copies fail with ENOSPC after that many bytes.
+pub fn fail_write_after() -> Option<u64> {
+    imp::fail_write_after()
+}
+
+/// `PINFORGE_FS_PROBE=nosymlink`: the filesystem probe reports no symlink support.
+pub fn fs_probe_nosymlink() -> bool {
+    imp::fs_probe_nosymlink()
+}
+
+/// `PINFORGE_SMOKE_CRASH_TEST=1` in the smoke child: crash inside the engine call.
+pub fn smoke_crash() -> bool {
+    imp::smoke_crash()
+}
+
+/// The environment the smoke parent hands its child for `smoke --crash-test`; `None` in a
+/// build without hooks (the command refuses the flag there).
+pub fn smoke_crash_env() -> Option<(&'static str, &'static str)> {
+    #[cfg(feature = "test-hooks")]
+    {
+        Some((imp::SMOKE_CRASH_VAR, "1"))
+    }
+    #[cfg(not(feature = "test-hooks"))]
+    {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The hook variables' names, as they appear in code.
+    const NAMES: &[&str] = &[
+        "PINFORGE_CRASH_AT",
+        "PINFORGE_FAIL_WRITE_AFTER",
+        "PINFORGE_FS_PROBE",
+        "PINFORGE_SMOKE_CRASH_TEST",
+    ];
+
+    fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).expect("read src") {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                rust_files(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+
+    // issue #8: a release build has no hook. The names and every environment read of them
+    // live in this file's feature-gated `imp` module only, so a build without the feature
+    // cannot contain them (`tools/check-release-hooks.sh` checks the release binary's bytes).
+    #[test]
+    fn hook_variables_are_read_only_inside_the_feature_gated_module() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        assert!(files.len() > 20, "{files:?}");
+        for f in files {
+            let text = std::fs::read_to_string(&f).expect("read");
+            if f.ends_with("hooks.rs") {
+                let gated = text
+                    .split("#[cfg(feature = \"test-hooks\")]\nmod imp {")
+                    .nth(1)
+                    .and_then(|rest| rest.split("\n}\n").next())
+                    .expect("the gated imp module");
+                let code = text.split("#[cfg(test)]").next().expect("code");
+                assert_eq!(code.matches("std::env::var").count(), 1, "one reader");
+                assert!(gated.contains("std::env::var"), "the reader is gated");
+                for n in NAMES {
+                    let outside = code.replace(gated, "");
+                    let in_docs = outside.lines().filter(|l| l.contains(n));
+                    assert!(
+                        in_docs.clone().all(|l| l.trim_start().starts_with("//")),
+                        "{n} outside the gated module: {:?}",
+                        in_docs.collect::<Vec<_>>()
+                    );
+                }
+            } else {
+                for n in NAMES {
+                    assert!(!text.contains(n), "{} names {n}", f.display());
+                }
+            }
+        }
+    }
+
+    // `cargo test` builds with the feature (self dev-dependency): a test build without the
+    // hooks does not compile.
+    const _: () = assert!(
+        super::ENABLED,
+        "Cargo.toml's self dev-dependency must enable test-hooks"
+    );
+
+    #[test]
+    fn cargo_test_builds_have_the_hooks() {
+        assert!(super::smoke_crash_env().is_some());
+    }
+}
