@@ -2,12 +2,14 @@
 //! patches, build variants through CMake reproducibly, and record SHA-256 provenance that
 //! someone else can verify later. The binary is a thin layer over [`cli`].
 
+pub mod ablate;
 pub mod build;
 pub mod cli;
 pub mod cuda;
 pub mod diff;
 pub mod digest;
 pub mod error;
+pub mod flip;
 pub mod fsx;
 pub mod install;
 pub mod manifest;
