@@ -475,6 +475,12 @@ fn smoke_word(v: &SmokeVerdict) -> &'static str {
 /// not run, a different crash, a diverged decode — makes the trial invalid, with the reason.
 pub fn decide(from: &SideResult, to: &SideResult) -> (FlipVerdict, String) {
     let invalid = |why: String| (FlipVerdict::Invalid, why);
+    // A failed build is the reason, whichever side: the other side then was not smoked.
+    for (name, side) in [("from", from), ("to", to)] {
+        if let SideResult::BuildFailed(e) = side {
+            return invalid(format!("the {name} side did not build: {e}"));
+        }
+    }
     let from_sig = match from {
         SideResult::BuildFailed(e) => return invalid(format!("the from side did not build: {e}")),
         SideResult::NotRun(e) => return invalid(format!("the from side did not run: {e}")),
@@ -1407,6 +1413,12 @@ targets = ["llama", "ggml"]
                 SideResult::BuildFailed("cmake".into()),
                 Invalid,
                 "to side did not build",
+            ),
+            (
+                SideResult::NotRun("not smoked".into()),
+                SideResult::BuildFailed("cmake".into()),
+                Invalid,
+                "to side did not build: cmake",
             ),
             (
                 smoked(SmokeVerdict::Ok),

@@ -9,6 +9,7 @@
 mod artifacts;
 mod bundle;
 mod diff;
+mod flip;
 mod history;
 mod inputs;
 mod output;
