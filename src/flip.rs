@@ -924,6 +924,7 @@ impl FlipPlan<'_> {
             summary: dir.join("summary.md"),
         };
         write_json(&record.record, &record)?;
+        crash_point("flip:registered");
         Ok(record)
     }
 
@@ -1037,6 +1038,24 @@ impl FlipPlan<'_> {
         fsx::write_atomic(&record.summary, summary_markdown(&record).as_bytes())?;
         write_json(&record.record, &record)?;
         Ok(record)
+    }
+}
+
+/// Test hook: `PINFORGE_CRASH_AT=flip:registered` makes the process SIGKILL itself right
+/// after the pre-registration record is written, so a test can see what a reviewer finds when
+/// a trial dies before anything was built.
+fn crash_point(at: &str) {
+    if std::env::var("PINFORGE_CRASH_AT").is_ok_and(|v| v == at) {
+        kill_self();
+    }
+}
+
+#[allow(unsafe_code)]
+fn kill_self() {
+    // SAFETY: getpid and kill have no memory-safety preconditions; SIGKILL ends the process
+    // here (no destructors, no flushing), which is the point of the hook.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
     }
 }
 

@@ -342,3 +342,141 @@ fn ablation_shows_the_resize_alone_is_sufficient_and_the_broadcast_alone_still_o
     assert_eq!(rec["sufficient"], j["sufficient"]);
     assert!(Path::new(j["summary"].as_str().expect("summary")).is_file());
 }
+
+// issue #10 "the hypothesis and the prediction are written to the record before anything is
+// built": a flip killed right after registration leaves a registered record (hypothesis,
+// prediction, axis, both configurations, version, time) and no build folder.
+#[test]
+fn the_pre_registration_is_on_disk_before_anything_is_built() {
+    let t = Tiny::new();
+    let o = crate::pinforge_cmd(&t.ws)
+        .env("PINFORGE_CRASH_AT", "flip:registered")
+        .args([
+            "flip",
+            "recipes/tiny.toml",
+            "--from",
+            "unpatched",
+            "--to",
+            "patched",
+            "--hypothesis",
+            "tiny.c's return value is the defect",
+            "--prediction",
+            "patched returns 2",
+        ])
+        .output()
+        .expect("run pinforge");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(o.status.signal(), Some(9), "{}", stderr(&o));
+    assert!(!t.ws.join("build").exists(), "nothing was built");
+    let rec = read_json(&t.ws.join("flips/tiny--unpatched--patched-0001/record.json"));
+    assert_eq!(rec["schema"], "pinforge.flip/v1");
+    assert_eq!(rec["state"], "registered");
+    assert!(rec["verdict"].is_null());
+    assert_eq!(rec["hypothesis"], "tiny.c's return value is the defect");
+    assert_eq!(rec["prediction"], "patched returns 2");
+    assert_eq!(rec["axis"], "patches");
+    assert_eq!(
+        rec["configurations"]["from"]["patches"],
+        serde_json::json!([])
+    );
+    assert_eq!(
+        rec["configurations"]["to"]["patches"][0]["file"],
+        "0001-tiny-return-2.patch"
+    );
+    assert!(
+        rec["configurations"]["to"]["toolchain"]["tools"]["cc"]["version"]
+            .as_str()
+            .is_some_and(|v| !v.is_empty())
+    );
+    assert_eq!(rec["pinforge_version"], env!("CARGO_PKG_VERSION"));
+    assert!(rec["registered_at"].as_str().is_some());
+}
+
+#[test]
+fn flip_and_ablate_help_have_examples_and_their_exit_codes() {
+    for cmd in ["flip", "ablate"] {
+        let o = pinforge(&crate::repo_root(), &[cmd, "--help"]);
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        let help = crate::stdout(&o);
+        assert!(help.contains("Example"), "{help}");
+        assert!(help.contains("Exit codes: 0"), "{help}");
+    }
+}
+
+// issue #10 host-compiler axis, generically and fast: a tiny recipe whose second toolchain is
+// clang. The flip is one axis (toolchain) whose rows carry both compilers' exact versions; both
+// sides build, the library differs, and since the tiny project has no libllama to smoke the
+// trial is invalid (exit 1) with that reason — never counted as evidence.
+#[test]
+fn a_compiler_flip_records_both_exact_versions_and_the_artifacts_that_differ() {
+    let t = Tiny::new();
+    let path = t.ws.join("recipes/tiny.toml");
+    let text = std::fs::read_to_string(&path).expect("recipe").replace(
+        "[base]",
+        "[toolchain.clang]\ncc = \"clang\"\ncxx = \"clang++\"\n[base]",
+    ) + "[variants.clang]\ntoolchain = \"clang\"\n";
+    std::fs::write(&path, text).expect("write recipe");
+    let o = pinforge(
+        &t.ws,
+        &[
+            "flip",
+            "recipes/tiny.toml",
+            "--from",
+            "patched",
+            "--to",
+            "clang",
+            "--hypothesis",
+            "the host compiler is the defect",
+            "--json",
+        ],
+    );
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    let j = json(&o);
+    assert_eq!(j["axis"], "toolchain");
+    assert_eq!(j["single_setting"], true);
+    let row = |key: &str| {
+        j["diff"]
+            .as_array()
+            .expect("diff")
+            .iter()
+            .find(|r| r["key"] == key)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {key} row: {j}"))
+    };
+    let cc = row("cc");
+    assert!(
+        cc["from"].as_str().is_some_and(|v| v.starts_with("gcc ")),
+        "{cc}"
+    );
+    assert!(
+        cc["to"].as_str().is_some_and(|v| v.starts_with("clang ")),
+        "{cc}"
+    );
+    let to_version = j["configurations"]["to"]["toolchain"]["tools"]["cc"]["version"]
+        .as_str()
+        .expect("clang version");
+    assert!(
+        cc["to"].as_str().is_some_and(|v| v.contains(to_version)),
+        "{cc}"
+    );
+    assert_eq!(row("name")["to"], "clang");
+    // Both built; the compiled library differs between the compilers.
+    assert!(
+        j["builds"]["from"]["error"].is_null() && j["builds"]["to"]["error"].is_null(),
+        "{j}"
+    );
+    assert!(
+        j["artifacts"].as_array().expect("artifacts").iter().any(
+            |a| a["same"] == false && a["path"].as_str().is_some_and(|p| p.contains("libtiny"))
+        ),
+        "{j}"
+    );
+    assert_eq!(j["verdict"], "invalid");
+    assert!(
+        j["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("from side's smoke could not run")),
+        "{}",
+        j["reason"]
+    );
+}
