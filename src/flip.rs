@@ -614,6 +614,9 @@ pub struct ArtifactRow {
     pub to_sha256: Option<String>,
     /// Present on both sides with the same digest.
     pub same: bool,
+    /// Either manifest marks the file as embedding this machine's build paths: a difference
+    /// may then be only the two trees' paths, not the code.
+    pub embeds_machine_path: bool,
 }
 
 /// The smoke settings both sides ran with.
@@ -1005,10 +1008,18 @@ impl FlipPlan<'_> {
             }
         }
         if let (Some(a), Some(b)) = (&manifests[0], &manifests[1]) {
+            let marked = |st: &manifest::Statement, name: &str| {
+                st.subject.iter().any(|x| {
+                    x.name == name
+                        && x.annotations.get("embeds_machine_path")
+                            == Some(&serde_json::Value::Bool(true))
+                })
+            };
             record.artifacts = crate::diff::diff(a, b)
                 .artifacts
                 .into_iter()
                 .map(|r| ArtifactRow {
+                    embeds_machine_path: marked(a, &r.name) || marked(b, &r.name),
                     same: r.change == crate::diff::Change::Same,
                     path: r.name,
                     from_sha256: r.a,
@@ -1186,7 +1197,11 @@ pub fn summary_markdown(r: &FlipRecord) -> String {
                 cell(&a.path),
                 opt(&a.from_sha256),
                 opt(&a.to_sha256),
-                if a.same { "same" } else { "different" }
+                match (a.same, a.embeds_machine_path) {
+                    (true, _) => "same",
+                    (false, false) => "different",
+                    (false, true) => "different (embeds build paths)",
+                }
             ));
         }
     }

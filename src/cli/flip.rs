@@ -138,8 +138,13 @@ fn render(r: &FlipRecord, verbosity: Verbosity) {
     }
     let differ = r.artifacts.iter().filter(|a| !a.same).count();
     outln!(
-        "artifacts: {} same, {differ} different",
-        r.artifacts.len() - differ
+        "artifacts: {} same, {differ} different{}",
+        r.artifacts.len() - differ,
+        if r.artifacts.iter().any(|a| !a.same && a.embeds_machine_path) {
+            " (* embeds this machine's build paths: the difference may be only the trees' paths)"
+        } else {
+            ""
+        }
     );
     let short = |d: &Option<String>| {
         d.as_deref()
@@ -152,8 +157,12 @@ fn render(r: &FlipRecord, verbosity: Verbosity) {
         .filter(|a| !a.same || verbosity == Verbosity::Verbose)
     {
         outln!(
-            "  {:<9} {:<40} {}  {}",
-            if a.same { "same" } else { "different" },
+            "  {:<10} {:<40} {}  {}",
+            match (a.same, a.embeds_machine_path) {
+                (true, _) => "same",
+                (false, false) => "different",
+                (false, true) => "different*",
+            },
             a.path,
             short(&a.from_sha256),
             short(&a.to_sha256)
