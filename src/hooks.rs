@@ -12,6 +12,8 @@
 //! | `PINFORGE_CRASH_AT=op:N` | SIGKILL right after step N of `op` (install or rollback) |
 //! | `PINFORGE_FAIL_WRITE_AFTER=BYTES` | staging copies fail with ENOSPC after that many bytes |
 //! | `PINFORGE_FS_PROBE=nosymlink` | the install root's filesystem probe reports no symlinks |
+//! | `PINFORGE_CRASH_AT=flip:registered` | SIGKILL right after a flip's pre-registration is written |
+//! | `PINFORGE_VALIDATE_CRASH_ROWS=N,M` | the validate engine crashes on those rows |
 //! | `PINFORGE_SMOKE_CRASH_TEST=1` | the smoke child crashes inside the engine call (set by `smoke --crash-test`) |
 
 /// Whether this binary was built with the test hooks.
@@ -24,9 +26,19 @@ mod imp {
     }
 
     pub fn crash_point(op: &str, step: u32) {
-        if var("PINFORGE_CRASH_AT").is_some_and(|v| v == format!("{op}:{step}")) {
+        crash_named(&format!("{op}:{step}"));
+    }
+
+    pub fn crash_named(at: &str) {
+        if var("PINFORGE_CRASH_AT").is_some_and(|v| v == at) {
             kill_self();
         }
+    }
+
+    pub fn validate_crash_rows() -> Vec<u64> {
+        var("PINFORGE_VALIDATE_CRASH_ROWS")
+            .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+            .unwrap_or_default()
     }
 
     #[allow(unsafe_code)]
@@ -57,6 +69,10 @@ mod imp {
 #[cfg(not(feature = "test-hooks"))]
 mod imp {
     pub fn crash_point(_op: &str, _step: u32) {}
+    pub fn crash_named(_at: &str) {}
+    pub fn validate_crash_rows() -> Vec<u64> {
+        Vec::new()
+    }
     pub fn fail_write_after() -> Option<u64> {
         None
     }
@@ -71,6 +87,17 @@ mod imp {
 /// `PINFORGE_CRASH_AT=op:N`: SIGKILL this process right after step `step` of `op`.
 pub fn crash_point(op: &str, step: u32) {
     imp::crash_point(op, step)
+}
+
+/// `PINFORGE_CRASH_AT=NAME`: SIGKILL this process at the named point (`flip:registered`).
+pub fn crash_named(at: &str) {
+    imp::crash_named(at)
+}
+
+/// `PINFORGE_VALIDATE_CRASH_ROWS=3,7`: the validate engine crashes inside the engine call on
+/// those rows (the stub-engine containment test).
+pub fn validate_crash_rows() -> Vec<u64> {
+    imp::validate_crash_rows()
 }
 
 /// `PINFORGE_FAIL_WRITE_AFTER=BYTES`: staging copies fail with ENOSPC after that many bytes.
@@ -109,6 +136,7 @@ mod tests {
         "PINFORGE_FAIL_WRITE_AFTER",
         "PINFORGE_FS_PROBE",
         "PINFORGE_SMOKE_CRASH_TEST",
+        "PINFORGE_VALIDATE_CRASH_ROWS",
     ];
 
     fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {

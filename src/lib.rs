@@ -19,6 +19,7 @@
 //! | `hooks` | test hooks, compiled only with the `test-hooks` feature |
 //! | `error`, `output`, `progress`, `workspace` | errors and exit codes, stdout, progress, layout |
 
+pub mod ablate;
 pub mod audit;
 pub mod build;
 pub mod cli;
@@ -27,6 +28,7 @@ pub mod cudakit;
 pub mod diff;
 pub mod digest;
 pub mod error;
+pub mod flip;
 pub mod fsx;
 pub mod git;
 pub mod hooks;

@@ -2,9 +2,11 @@
 //! operation, render), shared argument groups, and the only place that writes to the terminal
 //! (human text, `--json`, the indicatif progress bar, error rendering with hints and exit codes).
 
+mod ablate;
 mod audit;
 mod build;
 mod diff;
+mod flip;
 mod gc;
 mod generate;
 mod hint;
@@ -191,6 +193,19 @@ build/mrope-cpu/patched/manifest.json"
         after_help = "Examples:\n  pinforge rebase recipes/mrope-cpu.toml --onto crate:llama-cpp-sys-2@0.1.137\n  pinforge rebase recipes/mrope-cpu.toml --onto crate:llama-cpp-sys-2@0.1.140 --drop 0001-batch-size-ubatch-reserve-pos-for-mrope.patch"
     )]
     Rebase(rebase::RebaseArgs),
+    /// Build and smoke two variants that differ in exactly one axis, with a hypothesis
+    /// registered before anything is built; record the artifact diff and the verdict
+    /// (supported, falsified or invalid). Exit 0 supported or falsified, 1 invalid, 2 refused.
+    #[command(
+        after_help = "Examples:\n  pinforge flip --from unpatched-asan --to patched-asan --arch qwen2vl \\\n    --hypothesis \"the M-RoPE patches are the fix\"\n  pinforge flip recipes/mrope-cpu.toml --from a --to b --hypothesis H --allow-multi --json\n\nExit codes: 0 the trial ran (verdict supported or falsified: both are evidence), 1 the trial is invalid (a build or smoke could not run, or the from side shows no signature; the record says why), 2 refused before anything was written (the variants differ in more or fewer than one axis, bad input)."
+    )]
+    Flip(flip::FlipArgs),
+    /// Build and smoke a variant with subsets of its patches; report which patches are
+    /// necessary and which sets are sufficient to remove the crash signature.
+    #[command(
+        after_help = "Example:\n  pinforge ablate --variant patched-asan --arch qwen2vl\n\nExit codes: 0 every subset was built and smoked, 1 some subset could not be (its reason is recorded), 2 bad input."
+    )]
+    Ablate(ablate::AblateArgs),
     /// Patch bundle commands.
     #[command(subcommand)]
     Patch(patch::PatchCommand),
@@ -319,6 +334,8 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Verify(a) => verify::run(ws, a),
         Command::Install(a) => install::run(ws, a),
         Command::Diff(a) => diff::run(a),
+        Command::Flip(a) => flip::run(ws, a),
+        Command::Ablate(a) => ablate::run(ws, a),
         Command::Rollback(a) => rollback::run(ws, a),
         Command::Status(a) => status::run(ws, a),
         Command::Gc(a) => gc::run(ws, a),

@@ -408,10 +408,6 @@ pub struct EngineArgs {
     pub threads: i32,
 }
 
-/// Test-only: the rows on which the engine kills itself with an invalid access (a crash
-/// without a sanitizer, to exercise containment on any build).
-pub const CRASH_ROWS_ENV: &str = "PINFORGE_VALIDATE_CRASH_ROWS";
-
 /// Serve rows on stdin/stdout until stdin closes. Returns the process exit code.
 #[allow(unsafe_code)]
 pub fn serve(a: &EngineArgs) -> i32 {
@@ -447,10 +443,7 @@ pub fn serve(a: &EngineArgs) -> i32 {
     let Ok(path) = CString::new(a.model.as_os_str().as_encoded_bytes()) else {
         return fail(&mut out, "model path contains NUL".into());
     };
-    let crash_rows: Vec<u64> = std::env::var(CRASH_ROWS_ENV)
-        .ok()
-        .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
-        .unwrap_or_default();
+    let crash_rows: Vec<u64> = crate::hooks::validate_crash_rows();
     let mut err = vec![0 as c_char; 512];
     let verbose = c_int::from(std::env::var_os("PINFORGE_SMOKE_VERBOSE").is_some());
     // SAFETY: path NUL-terminated; err has err.len() bytes.

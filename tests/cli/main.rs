@@ -12,6 +12,7 @@ mod bundle;
 mod compile_cache;
 mod cuda;
 mod diff;
+mod flip;
 mod history;
 mod inputs;
 mod noop;
@@ -52,6 +53,7 @@ const LEAKY_VARS: &[&str] = &[
     "PINFORGE_FAIL_WRITE_AFTER",
     "PINFORGE_FS_PROBE",
     "PINFORGE_SMOKE_CRASH_TEST",
+    "PINFORGE_VALIDATE_CRASH_ROWS",
     "PINFORGE_SMOKE_VERBOSE",
     "PINFORGE_CACHE",
     "PINFORGE_CACHE_DIR",

@@ -1,0 +1,137 @@
+//! `pinforge ablate`: a variant built and smoked with subsets of its patches; which patches
+//! are necessary, which sets sufficient, rendered with each subset's timing.
+
+use super::reporter::TermReporter;
+use super::{print_json, JsonArg, Verbosity};
+use crate::ablate::{self, AblationRecord};
+use crate::build::BuildOptions;
+use crate::error::{exit, Result};
+use crate::outln;
+use crate::recipe::Recipe;
+use crate::workspace::Workspace;
+use std::path::PathBuf;
+
+/// Arguments of `ablate`.
+#[derive(Debug, clap::Args)]
+pub struct AblateArgs {
+    /// Recipe TOML [default: the embedded recipes/mrope-cpu.toml]
+    pub recipe: Option<PathBuf>,
+    /// The patched variant to ablate
+    #[arg(long)]
+    pub variant: String,
+    /// A GGUF model for every smoke [default: the tiny model of --arch]
+    #[arg(long, conflicts_with = "arch")]
+    pub model: Option<PathBuf>,
+    /// Architecture of the generated tiny model: qwen2vl (M-RoPE) or qwen2 (control)
+    #[arg(long, value_parser = ["qwen2vl", "qwen2"])]
+    pub arch: Option<String>,
+    /// Tokens to generate in each smoke
+    #[arg(long, default_value_t = 16)]
+    pub tokens: usize,
+    /// Ninja parallelism
+    #[arg(long, short = 'j')]
+    pub jobs: Option<usize>,
+    #[command(flatten)]
+    pub out: JsonArg,
+}
+
+/// Run `ablate`.
+pub(super) fn run(ctx: &super::Ctx, a: AblateArgs) -> Result<i32> {
+    let ws = Workspace::new(&ctx.ws_root)?;
+    let recipe = match &a.recipe {
+        Some(p) => Recipe::load(p)?,
+        None => Recipe::embedded_default()?,
+    };
+    let smoke_opts = super::smoke::smoke_options(&ctx.ws_root, a.model, a.arch, a.tokens, false)?;
+    let reporter = TermReporter::new(ctx.verbosity == Verbosity::Quiet);
+    let record = ablate::run(
+        &ws,
+        &recipe,
+        &a.variant,
+        &smoke_opts,
+        &BuildOptions {
+            jobs: a.jobs,
+            reporter: &reporter,
+        },
+    )?;
+    if a.out.json {
+        print_json(ablate::SCHEMA, &record)?;
+    } else {
+        render(&record);
+    }
+    Ok(
+        if record.subsets.iter().any(|s| s.class == "undetermined") {
+            exit::CHECK_FAILED
+        } else {
+            exit::OK
+        },
+    )
+}
+
+fn render(r: &AblationRecord) {
+    outln!(
+        "ablate {}/{}: {} patches, {} subsets ({})",
+        r.recipe,
+        r.variant,
+        r.patches.len(),
+        r.subsets.len(),
+        r.mode
+    );
+    outln!(
+        "  {:<16} {:<36} {:>9} {:>7} {:<9} {:<13} signature or reason",
+        "subset",
+        "built as",
+        "build",
+        "smoke",
+        "verdict",
+        "class"
+    );
+    for s in &r.subsets {
+        outln!(
+            "  {:<16} {:<36} {:>8.1}s{} {:>6.1}s {:<9} {:<13} {}",
+            s.label,
+            s.built_as,
+            s.build_seconds,
+            if s.cached { "*" } else { " " },
+            s.smoke.as_ref().map(|x| x.seconds).unwrap_or(0.0),
+            s.smoke.as_ref().map(|x| x.verdict.as_str()).unwrap_or("-"),
+            s.class,
+            s.smoke
+                .as_ref()
+                .and_then(|x| x.normalized_signature.as_deref())
+                .or(s.reason.as_deref())
+                .unwrap_or("-")
+        );
+        if let Some(d) = &s.dependency {
+            outln!("    note: {d}");
+        }
+    }
+    let list = |v: &[String]| {
+        if v.is_empty() {
+            "none".to_string()
+        } else {
+            v.join(", ")
+        }
+    };
+    outln!(
+        "signature under test: {}",
+        r.target_signature.as_deref().unwrap_or("none")
+    );
+    outln!("necessary:  {}", list(&r.necessary));
+    outln!(
+        "sufficient: {}",
+        if r.sufficient.is_empty() {
+            "none".to_string()
+        } else {
+            r.sufficient
+                .iter()
+                .map(|s| format!("{{{}}}", s.join(", ")))
+                .collect::<Vec<_>>()
+                .join("; ")
+        }
+    );
+    outln!("no effect:  {}", list(&r.no_effect));
+    outln!("wall time {:.1}s (* = reused build)", r.seconds);
+    outln!("record   {}", r.record.display());
+    outln!("summary  {}", r.summary.display());
+}

@@ -1,0 +1,186 @@
+//! `pinforge flip`: two variants that differ in one axis, built and smoked side by side with a
+//! pre-registered hypothesis; the record and its verdict rendered.
+
+use super::reporter::TermReporter;
+use super::{print_json, JsonArg, Verbosity};
+use crate::build::BuildOptions;
+use crate::error::{exit, Result};
+use crate::flip::{self, FlipRecord, FlipRequest, FlipVerdict};
+use crate::outln;
+use crate::output::{paint, Tone};
+use crate::recipe::Recipe;
+use crate::workspace::Workspace;
+use std::path::PathBuf;
+
+/// Arguments of `flip`.
+#[derive(Debug, clap::Args)]
+pub struct FlipArgs {
+    /// Recipe TOML [default: the embedded recipes/mrope-cpu.toml]
+    pub recipe: Option<PathBuf>,
+    /// The variant that shows the defect
+    #[arg(long)]
+    pub from: String,
+    /// The variant that differs from it in exactly one axis
+    #[arg(long)]
+    pub to: String,
+    /// What the flip tests, written to the record before anything is built
+    #[arg(long)]
+    pub hypothesis: String,
+    /// What the hypothesis predicts the to side will show
+    #[arg(long)]
+    pub prediction: Option<String>,
+    /// A GGUF model for both smokes [default: the tiny model of --arch]
+    #[arg(long, conflicts_with = "arch")]
+    pub model: Option<PathBuf>,
+    /// Architecture of the generated tiny model: qwen2vl (M-RoPE) or qwen2 (control)
+    #[arg(long, value_parser = ["qwen2vl", "qwen2"])]
+    pub arch: Option<String>,
+    /// Tokens to generate in each smoke
+    #[arg(long, default_value_t = 16)]
+    pub tokens: usize,
+    /// Proceed when more than one axis differs (the record says it is not a single-setting trial)
+    #[arg(long)]
+    pub allow_multi: bool,
+    /// Ninja parallelism
+    #[arg(long, short = 'j')]
+    pub jobs: Option<usize>,
+    #[command(flatten)]
+    pub out: JsonArg,
+}
+
+/// Run `flip`.
+pub(super) fn run(ctx: &super::Ctx, a: FlipArgs) -> Result<i32> {
+    let ws = Workspace::new(&ctx.ws_root)?;
+    let recipe = match &a.recipe {
+        Some(p) => Recipe::load(p)?,
+        None => Recipe::embedded_default()?,
+    };
+    let smoke_opts = super::smoke::smoke_options(&ctx.ws_root, a.model, a.arch, a.tokens, false)?;
+    let plan = flip::plan(
+        &ws,
+        &FlipRequest {
+            recipe: &recipe,
+            from: &a.from,
+            to: &a.to,
+            hypothesis: &a.hypothesis,
+            prediction: a.prediction.as_deref(),
+            allow_multi: a.allow_multi,
+        },
+    )?;
+    let quiet = ctx.verbosity == Verbosity::Quiet;
+    if !a.out.json && !quiet {
+        // The mechanical diff first: the operator sees what is about to be compared before
+        // minutes of building.
+        outln!("flip {}: {} -> {}", recipe.name, a.from, a.to);
+        for line in flip::render_rows(&plan.rows).lines() {
+            outln!("  {line}");
+        }
+    }
+    let record = plan.register(&ws, &smoke_opts)?;
+    if !a.out.json && !quiet {
+        outln!("registered {}", record.record.display());
+    }
+    let reporter = TermReporter::new(quiet);
+    let record = plan.run(
+        &ws,
+        record,
+        &smoke_opts,
+        &BuildOptions {
+            jobs: a.jobs,
+            reporter: &reporter,
+        },
+    )?;
+    if a.out.json {
+        print_json(flip::SCHEMA, &record)?;
+    } else {
+        render(&record, ctx.verbosity);
+    }
+    Ok(match record.verdict {
+        Some(FlipVerdict::Supported) | Some(FlipVerdict::Falsified) => exit::OK,
+        _ => exit::CHECK_FAILED,
+    })
+}
+
+fn render(r: &FlipRecord, verbosity: Verbosity) {
+    outln!(
+        "axis {}{}",
+        r.axis,
+        if r.single_setting {
+            ""
+        } else {
+            "  (several axes: not a single-setting trial)"
+        }
+    );
+    outln!(
+        "  {:<8} {:<24} {:<8} {:<8} signature",
+        "side",
+        "variant",
+        "build",
+        "smoke"
+    );
+    for (side, b, s) in [
+        ("from", &r.builds.from, &r.smokes.from),
+        ("to", &r.builds.to, &r.smokes.to),
+    ] {
+        let build = match b {
+            None => "not run".to_string(),
+            Some(b) if b.error.is_some() => "failed".to_string(),
+            Some(b) => format!("{:.1}s{}", b.seconds, if b.cached { "*" } else { "" }),
+        };
+        outln!(
+            "  {side:<8} {:<24} {build:<8} {:<8} {}",
+            b.as_ref().map(|b| b.variant.as_str()).unwrap_or("-"),
+            s.as_ref().map(|s| s.verdict.as_str()).unwrap_or("-"),
+            s.as_ref()
+                .and_then(|s| s.normalized_signature.as_deref())
+                .unwrap_or("-")
+        );
+    }
+    let differ = r.artifacts.iter().filter(|a| !a.same).count();
+    outln!(
+        "artifacts: {} same, {differ} different{}",
+        r.artifacts.len() - differ,
+        if r.artifacts.iter().any(|a| !a.same && a.embeds_machine_path) {
+            " (* embeds this machine's build paths: the difference may be only the trees' paths)"
+        } else {
+            ""
+        }
+    );
+    let short = |d: &Option<String>| {
+        d.as_deref()
+            .map(|d| d.chars().take(12).collect::<String>())
+            .unwrap_or_else(|| "-".into())
+    };
+    for a in r
+        .artifacts
+        .iter()
+        .filter(|a| !a.same || verbosity == Verbosity::Verbose)
+    {
+        outln!(
+            "  {:<10} {:<40} {}  {}",
+            match (a.same, a.embeds_machine_path) {
+                (true, _) => "same",
+                (false, false) => "different",
+                (false, true) => "different*",
+            },
+            a.path,
+            short(&a.from_sha256),
+            short(&a.to_sha256)
+        );
+    }
+    let verdict = r.verdict.map(|v| v.as_str()).unwrap_or("-");
+    outln!(
+        "verdict: {} — {}",
+        paint(
+            if r.verdict == Some(FlipVerdict::Invalid) {
+                Tone::Bad
+            } else {
+                Tone::Good
+            },
+            verdict
+        ),
+        r.reason.as_deref().unwrap_or("")
+    );
+    outln!("record   {}", r.record.display());
+    outln!("summary  {}", r.summary.display());
+}
