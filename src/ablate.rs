@@ -105,7 +105,7 @@ pub enum Class {
 }
 
 /// What the subsets show.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Analysis {
     /// The normalized signature of the empty subset (None: nothing to ablate).
     pub target_signature: Option<String>,
@@ -185,7 +185,7 @@ pub fn analyse(n: usize, results: &[(Vec<usize>, Class)]) -> Analysis {
 }
 
 /// One subset, as recorded.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct SubsetRecord {
     /// `none`, `0001+0003`.
     pub label: String,
@@ -214,7 +214,7 @@ pub struct SubsetRecord {
 }
 
 /// An ablation record.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct AblationRecord {
     /// [`SCHEMA`].
     pub schema: String,

@@ -28,7 +28,7 @@ use std::path::{Component, Path, PathBuf};
 use std::process::Command;
 
 /// One wheel of a toolkit lock.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Wheel {
     /// Distribution name (`nvidia-cuda-nvcc`).
@@ -52,7 +52,7 @@ struct RawLock {
 }
 
 /// A toolkit lock file (`recipes/toolkits/NAME.toml`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ToolkitLock {
     /// Toolkit name (`cuda-13.1.1`).
     pub name: String,
@@ -71,7 +71,7 @@ pub struct ToolkitLock {
 }
 
 /// What `toolkit.json` records about an assembled toolkit.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolkitRecord {
     /// Schema id of this file.

@@ -29,7 +29,7 @@ use std::time::Instant;
 pub const SCHEMA: &str = "pinforge.flip/v1";
 
 /// One setting a flip can change. The order is the order rows are shown in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Axis {
     /// The upstream pin.
@@ -71,7 +71,7 @@ pub fn is_sanitizer_key(key: &str) -> bool {
 }
 
 /// One patch of a resolved configuration.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct PatchRef {
     /// File name in the bundle.
     pub file: String,
@@ -80,7 +80,7 @@ pub struct PatchRef {
 }
 
 /// One tool as resolved on this machine.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ToolConfig {
     /// What the recipe names (`gcc`, `clang++`, `cmake`).
     pub program: String,
@@ -93,7 +93,7 @@ pub struct ToolConfig {
 }
 
 /// A toolchain as resolved on this machine.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ToolchainConfig {
     /// Name in the recipe.
     pub name: String,
@@ -140,7 +140,7 @@ impl ToolchainConfig {
 }
 
 /// A variant fully resolved: what its build will be made of, axis by axis.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Config {
     /// The variant's name (not an axis: two names may describe the same build).
     pub variant: String,
@@ -215,7 +215,7 @@ pub fn config_of(
 
 /// One row of the mechanical diff: one setting that differs, with its value on each side
 /// (None: not set on that side).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct AxisRow {
     /// The axis the setting belongs to.
     pub axis: Axis,
@@ -420,7 +420,7 @@ pub fn normalize_signature(sig: &str) -> String {
 }
 
 /// A flip's verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum FlipVerdict {
     /// The signature disappeared: the hypothesis that this axis is the defect is supported.
@@ -561,7 +561,7 @@ pub fn decide(from: &SideResult, to: &SideResult) -> (FlipVerdict, String) {
 }
 
 /// A value for each side.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Pair<T> {
     /// The `from` side.
     pub from: T,
@@ -570,7 +570,7 @@ pub struct Pair<T> {
 }
 
 /// One side's build, as recorded.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct BuildSide {
     /// Variant built.
     pub variant: String,
@@ -589,7 +589,7 @@ pub struct BuildSide {
 }
 
 /// One side's smoke, as recorded.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct SmokeSide {
     /// ok | mismatch | crash | error.
     pub verdict: String,
@@ -604,7 +604,7 @@ pub struct SmokeSide {
 }
 
 /// One artifact on both sides.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ArtifactRow {
     /// Path relative to the artifact root.
     pub path: String,
@@ -620,7 +620,7 @@ pub struct ArtifactRow {
 }
 
 /// The smoke settings both sides ran with.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct SmokeSettings {
     /// Model file, or None for the generated tiny model of `arch`.
     pub model: Option<PathBuf>,
@@ -632,7 +632,7 @@ pub struct SmokeSettings {
 
 /// A flip record: written when the trial is registered (state `registered`, no results), and
 /// completed in place (state `complete`) when both sides have run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct FlipRecord {
     /// [`SCHEMA`].
     pub schema: String,

@@ -43,7 +43,7 @@ pub struct Decisions {
 }
 
 /// What happened to one patch.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Moved {
     /// Patch file name.
     pub file: String,
@@ -57,7 +57,7 @@ pub struct Moved {
 }
 
 /// The result of a completed rebase.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Report {
     /// The old pin.
     pub from: String,
@@ -74,7 +74,7 @@ pub struct Report {
 }
 
 /// A rebase that stopped before writing anything: what needs a decision, and how to give it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Stop {
     /// One line: what stopped and that nothing was written.
     pub message: String,
@@ -98,7 +98,7 @@ pub enum Rebased {
 }
 
 /// One ledger entry (`[[dropped]]`).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 struct LedgerEntry {
     file: String,
@@ -112,7 +112,7 @@ struct LedgerEntry {
     evidence: Vec<String>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, schemars::JsonSchema)]
 struct LedgerDoc {
     dropped: Vec<LedgerEntry>,
 }

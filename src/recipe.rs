@@ -145,7 +145,7 @@ struct RawVariant {
 // Resolved model.
 
 /// Where the upstream source comes from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum PinSource {
     /// A crate from the package registry, fetched with cargo.
@@ -183,7 +183,7 @@ pub enum PinSource {
 }
 
 /// The pinned upstream.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Pin {
     /// The source.
     pub source: PinSource,

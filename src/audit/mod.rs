@@ -32,7 +32,7 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 
 /// The verdict for one patch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Verdict {
     /// Upstream has the change: the patch leaves the series.
@@ -62,7 +62,7 @@ impl Verdict {
 }
 
 /// How much a piece of evidence weighs. Ordered strongest first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Strength {
     /// Decides on its own.
@@ -76,7 +76,7 @@ pub enum Strength {
 }
 
 /// What a piece of evidence is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum EvidenceKind {
     /// The patch's `Upstream-Commit` is (or is not) an ancestor of the new pin.
@@ -112,7 +112,7 @@ pub enum EvidenceKind {
 }
 
 /// One piece of evidence.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Evidence {
     /// What it is.
     pub kind: EvidenceKind,
@@ -151,7 +151,7 @@ pub enum Outcome {
 }
 
 /// The audit of one patch.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct PatchAudit {
     /// Patch file name.
     pub file: String,
@@ -165,7 +165,7 @@ pub struct PatchAudit {
 }
 
 /// The audit of a bundle.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Audit {
     /// The new pin as given.
     pub onto: String,

@@ -340,16 +340,9 @@ fn cmd_export(
         .count();
     let code = if errors > 0 { exit::INPUT } else { exit::OK };
     if json {
-        #[derive(serde::Serialize)]
-        struct Report<'a> {
-            dir: String,
-            ok: bool,
-            errors: usize,
-            patches: &'a [crate::patch::export::Exported],
-        }
         print_json(
             "pinforge.patch-export/v1",
-            &Report {
+            &ExportReport {
                 dir: dir.display().to_string(),
                 ok: errors == 0,
                 errors,
@@ -434,4 +427,13 @@ pub(super) struct BundleWritten {
     patches: usize,
     bytes: usize,
     sha256: crate::digest::Sha256,
+}
+
+/// The `patch export --json` document (see `cli::schema`).
+#[derive(serde::Serialize, schemars::JsonSchema)]
+pub(super) struct ExportReport<'a> {
+    dir: String,
+    ok: bool,
+    errors: usize,
+    patches: &'a [crate::patch::export::Exported],
 }

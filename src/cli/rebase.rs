@@ -49,17 +49,11 @@ pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<i32> {
         Rebased::Done(r) => r,
         Rebased::Stopped(stop) => {
             if a.out.json {
-                #[derive(serde::Serialize)]
-                struct Stopped<'a> {
-                    completed: bool,
-                    #[serde(flatten)]
-                    stop: &'a rebase::Stop,
-                }
                 print_json(
                     "pinforge.rebase/v1",
-                    &Stopped {
+                    &RebaseOut {
                         completed: false,
-                        stop: &stop,
+                        outcome: RebaseOutcome::Stopped(&stop),
                     },
                 )?;
             }
@@ -72,17 +66,11 @@ pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<i32> {
         }
     };
     if a.out.json {
-        #[derive(serde::Serialize)]
-        struct Done<'a> {
-            completed: bool,
-            #[serde(flatten)]
-            report: &'a rebase::Report,
-        }
         print_json(
             "pinforge.rebase/v1",
-            &Done {
+            &RebaseOut {
                 completed: true,
-                report: &report,
+                outcome: RebaseOutcome::Done(&report),
             },
         )?;
         return Ok(exit::OK);
@@ -108,4 +96,23 @@ pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<i32> {
         outln!("ledger: {l}");
     }
     Ok(exit::OK)
+}
+
+/// The `rebase --json` document (see `cli::schema`): the report of a completed rebase, or
+/// where it stopped; `completed` says which.
+#[derive(serde::Serialize, schemars::JsonSchema)]
+pub(super) struct RebaseOut<'a> {
+    completed: bool,
+    #[serde(flatten)]
+    outcome: RebaseOutcome<'a>,
+}
+
+/// The members a rebase adds beside `completed`.
+#[derive(serde::Serialize, schemars::JsonSchema)]
+#[serde(untagged)]
+pub(super) enum RebaseOutcome<'a> {
+    /// The rebase completed: the new pin, the patches and the ledger.
+    Done(&'a rebase::Report),
+    /// The rebase stopped at a decision or a conflict; nothing was written.
+    Stopped(&'a rebase::Stop),
 }

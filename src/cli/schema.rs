@@ -57,6 +57,14 @@ pub const DOCUMENTS: &[Document] = &[
     doc::<super::patch::BundleWritten>("pinforge.patch-bundle/v1"),
     doc::<super::model::ModelWritten<'static>>("pinforge.model-tiny/v1"),
     doc::<super::vendor::VendorDigest>("pinforge.vendor-digest/v1"),
+    doc::<super::toolkit::ToolkitOut<'static>>("pinforge.toolkit/v1"),
+    doc::<super::patch::ExportReport<'static>>("pinforge.patch-export/v1"),
+    doc::<super::rebase::RebaseOut<'static>>("pinforge.rebase/v1"),
+    doc::<crate::audit::Audit>("pinforge.audit/v1"),
+    doc::<crate::validate::Report>("pinforge.validate/v1"),
+    doc::<crate::validate::EvidenceCheck>("pinforge.verify-evidence/v1"),
+    doc::<crate::flip::FlipRecord>("pinforge.flip/v1"),
+    doc::<crate::ablate::AblationRecord>("pinforge.ablate/v1"),
 ];
 
 impl Document {
@@ -80,6 +88,9 @@ impl Document {
             .entry("required")
             .or_insert_with(|| serde_json::Value::Array(Vec::new()));
         if let Some(r) = required.as_array_mut() {
+            // A type may have its own `schema` member (a record file's id, which
+            // `print_json` replaces): required once, first.
+            r.retain(|m| m != "schema");
             r.insert(0, "schema".into());
         }
         Ok(v)

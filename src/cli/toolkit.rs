@@ -39,16 +39,9 @@ pub(super) fn run(ctx: &super::Ctx, a: ToolkitArgs) -> Result<i32> {
         .unwrap_or_default();
     let kit = cudakit::provision(&lock, &cache, &ws_dirs, &note)?;
     if a.out.json {
-        #[derive(serde::Serialize)]
-        struct Out<'a> {
-            root: String,
-            assembled: bool,
-            #[serde(flatten)]
-            record: &'a cudakit::ToolkitRecord,
-        }
         print_json(
             "pinforge.toolkit/v1",
-            &Out {
+            &ToolkitOut {
                 root: kit.root.display().to_string(),
                 assembled: kit.assembled,
                 record: &kit.record,
@@ -69,4 +62,13 @@ pub(super) fn run(ctx: &super::Ctx, a: ToolkitArgs) -> Result<i32> {
         );
     }
     Ok(exit::OK)
+}
+
+/// The `toolkit --json` document (see `cli::schema`): where the toolkit is, and its record.
+#[derive(serde::Serialize, schemars::JsonSchema)]
+pub(super) struct ToolkitOut<'a> {
+    root: String,
+    assembled: bool,
+    #[serde(flatten)]
+    record: &'a cudakit::ToolkitRecord,
 }

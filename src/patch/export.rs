@@ -30,7 +30,7 @@ const FIELDS: &[&str] = &[
 ];
 
 /// One exported patch.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Exported {
     /// File name written.
     pub file: String,

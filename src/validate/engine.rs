@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 pub const N_CTX: usize = 256;
 
 /// A row request.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Request {
     /// Row id.
     pub row: u64,
@@ -36,7 +36,7 @@ pub struct Request {
 }
 
 /// The engine's answer.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Response {
     /// Row id answered.
     pub row: u64,
@@ -67,7 +67,7 @@ pub struct Response {
 }
 
 /// The engine's first line.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Ready {
     /// Loading failed (the engine exits after saying so).
     pub error: Option<String>,

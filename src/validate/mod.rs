@@ -80,7 +80,7 @@ pub struct Options {
 }
 
 /// An arm as recorded in the settings and the evidence.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ArmRecord {
     /// Layer name or manifest variant (made unique).
     pub name: String,
@@ -99,7 +99,7 @@ pub struct ArmRecord {
 }
 
 /// Everything that decides a run's rows (a resume must match it).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Settings {
     /// Baseline, candidate.
     pub arms: Vec<ArmRecord>,
@@ -223,7 +223,7 @@ fn resolve_arm(src: &ArmSource) -> Result<ResolvedArm> {
 }
 
 /// What one `validate` call did.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Report {
     /// Run id.
     pub run: String,
@@ -243,7 +243,7 @@ pub struct Report {
 }
 
 /// Where the evidence manifest is.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct EvidenceRef {
     /// Path of evidence.json.
     pub manifest: PathBuf,
@@ -252,7 +252,7 @@ pub struct EvidenceRef {
 }
 
 /// Rows per second of one arm in this invocation.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Throughput {
     /// Rows run now.
     pub rows: u64,
@@ -263,7 +263,7 @@ pub struct Throughput {
 }
 
 /// The evidence manifest.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct EvidenceManifest {
     /// `pinforge.validate-evidence/v1`.
     pub schema: String,
@@ -806,7 +806,7 @@ fn worker(
 }
 
 /// What `verify` found in a run's evidence.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct EvidenceCheck {
     /// Everything matched.
     pub ok: bool,
@@ -821,7 +821,7 @@ pub struct EvidenceCheck {
 }
 
 /// One difference.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct EvidenceMismatch {
     /// The file.
     pub path: String,

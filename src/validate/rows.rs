@@ -15,7 +15,19 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// A row's outcome, each by a mechanical rule (see [`classify`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Outcome {
     /// Completed, and the restored continuation equals the uninterrupted one.
@@ -53,7 +65,7 @@ impl Outcome {
 }
 
 /// One recorded row.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Row {
     /// Row id (0-based; the same id is the same prompt on both arms).
@@ -79,7 +91,7 @@ pub struct Row {
 }
 
 /// The facts behind an outcome.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Evidence {
     /// Whether the slot's saved state was restored before this row.
@@ -300,7 +312,7 @@ impl RowFile {
 }
 
 /// A prompt of the run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Prompt {
     /// The prompt text.

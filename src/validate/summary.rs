@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// One arm as the summary names it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ArmId {
     /// Layer name or manifest variant.
     pub name: String,
@@ -17,7 +17,7 @@ pub struct ArmId {
 }
 
 /// One arm's figures.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ArmSummary {
     /// Layer name or manifest variant.
     pub name: String,
@@ -36,7 +36,7 @@ pub struct ArmSummary {
 }
 
 /// A crash signature's occurrences.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Signature {
     /// First line of the signature.
     pub signature: String,
@@ -47,7 +47,7 @@ pub struct Signature {
 }
 
 /// A row that failed on both arms (prompt-specific rather than build-specific).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CommonFailure {
     /// Row id.
     pub row: u64,
@@ -56,7 +56,7 @@ pub struct CommonFailure {
 }
 
 /// Latency percentiles (ms) of one arm's compared rows.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Latency {
     /// Median.
     pub p50: f64,
@@ -67,7 +67,7 @@ pub struct Latency {
 }
 
 /// A harness failure, listed apart.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ErrorRow {
     /// Arm name.
     pub arm: String,
@@ -79,7 +79,7 @@ pub struct ErrorRow {
 
 /// Timing per arm, from the rows (wall as the harness saw it, the engine's own time, and the
 /// bare decode loop inside it).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Timing {
     /// Mean wall ms per row.
     pub mean_wall_ms: f64,
@@ -93,7 +93,7 @@ pub struct Timing {
 }
 
 /// The derived part of the summary (recomputed by `verify`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Derived {
     /// Per arm, baseline first, candidate second.
     pub arms: Vec<ArmSummary>,

@@ -27,7 +27,7 @@ fn wheel(dir: &Path, file: &str, entries: &[(&str, &[u8], u32)]) -> String {
 
 /// A two-wheel stand-in toolkit: its lock in `recipes/toolkits/fake-13.1.1.toml` under `ws`, the
 /// wheels already in the cache's wheel folder (so no pip runs). Returns the cache folder.
-fn fake_toolkit(ws: &Path) -> PathBuf {
+pub(crate) fn fake_toolkit(ws: &Path) -> PathBuf {
     let cache = ws.join("cache");
     let wheels = cache.join("toolkits/wheels");
     std::fs::create_dir_all(&wheels).expect("mkdir");

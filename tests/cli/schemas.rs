@@ -113,7 +113,8 @@ fn a_document_that_breaks_its_schema_fails_validation() {
 
 // issue #8: real output of every command with --json validates against its schema. The
 // smoke report (pinforge.smoke/v1) is validated where a stub engine is compiled
-// (smoke_trust), from `smoke --json` and from `install --smoke --json`.
+// (smoke_trust), from `smoke --json` and from `install --smoke --json`; so are the
+// `validate --json` and `verify EVIDENCE --json` documents.
 #[test]
 fn real_output_of_every_command_validates_against_its_schema() {
     let t = Tiny::new();
@@ -209,10 +210,105 @@ fn real_output_of_every_command_validates_against_its_schema() {
     let docs = check(&run(&args), 2, &args);
     assert!(!docs[0]["findings"].as_array().expect("findings").is_empty());
 
+    // patch export: the patch applied to the clone (at v2) back as a bundle.
+    let exported = ws.join("exported");
+    let v2 = t.v2.to_string();
+    let args = [
+        "patch",
+        "export",
+        clone,
+        "--base",
+        &v2,
+        "--dir",
+        exported.to_str().expect("utf8"),
+        "--json",
+    ];
+    let docs = check(&run(&args), 0, &args);
+    assert_eq!(docs[0]["patches"][0]["from"], "note", "{:#}", docs[0]);
+
+    // toolkit: the stand-in toolkit of the cuda module (verified wheels, no pip).
+    let cache = crate::cuda::fake_toolkit(ws);
+    let args = [
+        "toolkit",
+        "recipes/toolkits/fake-13.1.1.toml",
+        "--cache-dir",
+        cache.to_str().expect("utf8"),
+        "--json",
+    ];
+    check(&run(&args), 0, &args);
+
+    // ablate: every subset of the one patch builds (the builds above, reused), and none can
+    // be smoked (the tiny project has no libllama): undetermined, exit 1, a full record.
+    let args = [
+        "ablate",
+        "recipes/tiny.toml",
+        "--variant",
+        "patched",
+        "--model",
+        model,
+        "--json",
+    ];
+    let docs = check(&run(&args), 1, &args);
+    assert_eq!(docs[0]["subsets"].as_array().map(Vec::len), Some(2));
+
+    // flip: the to side fails to configure, so the trial is invalid (exit 1); the from side
+    // is the build above (cached).
+    let recipe = ws.join("recipes/tiny.toml");
+    let mut text = std::fs::read_to_string(&recipe).expect("recipe");
+    text.push_str("[variants.broken]\ncmake = { CMAKE_C_FLAGS = \"-fpinforge-no-such-flag\" }\n");
+    std::fs::write(&recipe, text).expect("write recipe");
+    let args = [
+        "flip",
+        "recipes/tiny.toml",
+        "--from",
+        "patched",
+        "--to",
+        "broken",
+        "--hypothesis",
+        "the C flags are the defect",
+        "--json",
+    ];
+    let docs = check(&run(&args), 1, &args);
+    assert_eq!(docs[0]["verdict"], "invalid");
+
+    // audit and rebase on the tiny git pin: onto v3, which rewrote the patched line, the patch
+    // conflicts (a stopped rebase, exit 1); onto v2 it carries and the rebase completes.
+    let repo = git2::Repository::open(&t.upstream).expect("upstream");
+    let v3 = crate::commit_files(
+        &repo,
+        &[(
+            "tiny.c",
+            "const char *tiny_where(void) { return __FILE__; }\nint tiny_value(void) {\n    return 3;\n}\n",
+        )],
+        "v3",
+    );
+    let up = t.upstream.display();
+    let (v2, v3) = (format!("git:{up}@{}", t.v2), format!("git:{up}@{v3}"));
+    for (args, want) in [
+        (vec!["audit", "recipes/tiny.toml", "--onto", &v2], 0),
+        (vec!["audit", "recipes/tiny.toml", "--onto", &v3], 1),
+        (vec!["rebase", "recipes/tiny.toml", "--onto", &v3], 1),
+        (vec!["rebase", "recipes/tiny.toml", "--onto", &v2], 0),
+    ] {
+        let mut args = args;
+        args.push("--json");
+        let docs = check(&run(&args), want, &args);
+        if args[0] == "rebase" {
+            assert_eq!(docs[0]["completed"], want == 0, "{args:?}");
+        }
+    }
+
+    // Documents whose real output needs more than this test builds are validated where it
+    // is made: smoke, validate and verify-evidence need compiled stub engines (smoke_trust).
+    const ELSEWHERE: &[&str] = &[
+        "pinforge.smoke/v1",
+        "pinforge.validate/v1",
+        "pinforge.verify-evidence/v1",
+    ];
     let want: BTreeSet<String> = pinforge::cli::schema::DOCUMENTS
         .iter()
         .map(|d| d.id.to_string())
-        .filter(|id| id != "pinforge.smoke/v1")
+        .filter(|id| !ELSEWHERE.contains(&id.as_str()))
         .collect();
     let missing: Vec<&String> = want.difference(&seen).collect();
     assert!(

@@ -925,4 +925,17 @@ fn validate_contains_engine_crashes_per_arm_on_verified_stub_engines() {
     );
     let o = fx.run(&["verify", j["evidence"]["manifest"].as_str().expect("ev")]);
     assert_eq!(crate::code(&o), 0, "{}", report(&o));
+    // issue #8: both documents match their committed schemas (the `schemas` module leaves
+    // them to this test: they need compiled stub engines).
+    assert_eq!(crate::schemas::validate(&j), "pinforge.validate/v1");
+    let o = fx.run(&[
+        "verify",
+        j["evidence"]["manifest"].as_str().expect("ev"),
+        "--json",
+    ]);
+    assert_eq!(crate::code(&o), 0, "{}", report(&o));
+    assert_eq!(
+        crate::schemas::validate(&crate::json(&o)),
+        "pinforge.verify-evidence/v1"
+    );
 }
