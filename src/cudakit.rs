@@ -3,7 +3,9 @@
 //! (with pip, which checks the hashes too), checked again here, unpacked with the same refusals
 //! as archive pins (no `..`, no absolute paths, no links, no devices), assembled into a toolkit
 //! root that CMake's `FindCUDAToolkit` accepts, and recorded by tree digest. A provisioned
-//! toolkit is re-verified against that digest before every use and refused when it changed.
+//! toolkit is re-hashed before every use and refused when its tree no longer has the digest
+//! recorded at assembly (beside it, as a Nix store path's hash is kept in the store's own
+//! database: it catches damage and edits of the tree, not a rewrite of both).
 //!
 //! Why assemble: the `nvidia-*` wheels of CUDA 13 hold a complete compiler under
 //! `nvidia/cu13/`, but not in the layout a toolkit install has: `lib64`, unversioned `.so`
@@ -251,7 +253,13 @@ pub fn provision(
             .map_err(|e| Error::check(record_path.display(), format!("unreadable: {e}")))?;
         let root = dir.join("root");
         let now = tree_digest(&root)?;
-        if now != record.tree_sha256 || record.lock_sha256 != lock.sha256 {
+        // The digest is the one recorded at assembly, beside the tree (as a Nix store path's
+        // hash sits in the store's own database): it catches damage and edits of the tree,
+        // not someone who rewrites both; the wheels themselves are re-checked at assembly.
+        if now != record.tree_sha256
+            || record.lock_sha256 != lock.sha256
+            || record.wheels != lock.wheels
+        {
             return Err(Error::check(
                 root.display(),
                 format!(

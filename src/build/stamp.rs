@@ -206,6 +206,14 @@ fn key(ws: &Workspace, recipe: &Recipe, variant: &Variant) -> Result<Sha256> {
         recipe.embedded,
         variant.name.as_str(),
         search_dirs(ws),
+        // The compile cache's settings: a no-op reports them, so another setting (--no-cache,
+        // another folder or backend) takes the full path and reports what it was asked for.
+        {
+            let c = ws.compile_cache();
+            (c.enabled, &c.dir, &c.remote)
+        },
+        // A provisioned CUDA toolkit lives in this cache: another one is another build.
+        crate::cudakit::default_cache_dir().ok(),
     ))
     .map_err(|e| Error::Internal(e.to_string()))?;
     Ok(Sha256::of_bytes(&body))

@@ -196,3 +196,27 @@ fn a_same_size_rewrite_with_the_old_mtime_is_still_seen_through_its_ctime_and_by
     let v = pinforge(&t.ws, &["verify", manifest]);
     assert_eq!(code(&v), 0, "restored by the full path: {}", stderr(&v));
 }
+
+// Review finding: a no-op build reports the compile cache it was asked for. `--no-cache` after
+// a cached build is not answered from a stamp that recorded the cache as on.
+#[test]
+fn a_no_op_build_with_other_cache_settings_reports_those_settings() {
+    let t = Tiny::new();
+    fast_after_build(&t);
+    let o = pinforge(
+        &t.ws,
+        &[
+            "build",
+            "recipes/tiny.toml",
+            "--variant",
+            "patched",
+            "--no-cache",
+            "--json",
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let j = json(&o);
+    assert_eq!(j["cached"], true, "{j}");
+    assert_eq!(j["compile_cache"]["enabled"], false, "{j}");
+    assert_eq!(j["compile_cache"]["hits"], 0, "{j}");
+}
