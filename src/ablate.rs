@@ -109,8 +109,12 @@ pub enum Class {
 pub struct Analysis {
     /// The normalized signature of the empty subset (None: nothing to ablate).
     pub target_signature: Option<String>,
-    /// Patches (indices) whose removal alone from the full set brings a crash back.
+    /// Patches (indices) whose removal alone from the full set brings the target signature
+    /// back.
     pub necessary: Vec<usize>,
+    /// Patches (indices) whose removal alone from the full set gives a crash with another
+    /// signature: a different failure, not evidence that the patch fixes the target.
+    pub other_crash_when_left_out: Vec<usize>,
     /// Minimal clean subsets.
     pub sufficient: Vec<Vec<usize>>,
     /// Patches whose addition never changes a tested subset's outcome.
@@ -129,6 +133,7 @@ pub fn analyse(n: usize, results: &[(Vec<usize>, Class)]) -> Analysis {
         return Analysis {
             target_signature,
             necessary: Vec::new(),
+            other_crash_when_left_out: Vec::new(),
             sufficient: Vec::new(),
             no_effect: Vec::new(),
         };
@@ -147,16 +152,20 @@ pub fn analyse(n: usize, results: &[(Vec<usize>, Class)]) -> Analysis {
         .collect();
     sufficient.sort_by(|a, b| a.len().cmp(&b.len()).then_with(|| a.cmp(b)));
     sufficient.dedup();
-    let necessary = if class_of(&full) == Some(&Class::Clean) {
-        (0..n)
-            .filter(|p| {
-                let without: Vec<usize> = full.iter().copied().filter(|x| x != p).collect();
-                matches!(class_of(&without), Some(Class::Crash(_)))
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
+    // Only the target signature coming back makes a patch necessary; another crash is a
+    // different failure and is reported on its own.
+    let mut necessary = Vec::new();
+    let mut other_crash_when_left_out = Vec::new();
+    if class_of(&full) == Some(&Class::Clean) {
+        for p in 0..n {
+            let without: Vec<usize> = full.iter().copied().filter(|x| *x != p).collect();
+            match class_of(&without) {
+                Some(Class::Crash(s)) if Some(s) == target_signature.as_ref() => necessary.push(p),
+                Some(Class::Crash(_)) => other_crash_when_left_out.push(p),
+                _ => {}
+            }
+        }
+    }
     let no_effect = (0..n)
         .filter(|p| {
             let mut pairs = 0;
@@ -179,6 +188,7 @@ pub fn analyse(n: usize, results: &[(Vec<usize>, Class)]) -> Analysis {
     Analysis {
         target_signature,
         necessary,
+        other_crash_when_left_out,
         sufficient,
         no_effect,
     }
@@ -234,8 +244,10 @@ pub struct AblationRecord {
     pub subsets: Vec<SubsetRecord>,
     /// The normalized signature of the empty subset.
     pub target_signature: Option<String>,
-    /// Patch files whose removal alone brings a crash back.
+    /// Patch files whose removal alone brings the target signature back.
     pub necessary: Vec<String>,
+    /// Patch files whose removal alone gives a crash with another signature.
+    pub other_crash_when_left_out: Vec<String>,
     /// Minimal sets sufficient to remove the signature.
     pub sufficient: Vec<Vec<String>>,
     /// Patch files that do not touch the signature.
@@ -343,6 +355,7 @@ pub fn run(
         subsets: Vec::new(),
         target_signature: None,
         necessary: Vec::new(),
+        other_crash_when_left_out: Vec::new(),
         sufficient: Vec::new(),
         no_effect: Vec::new(),
         pinforge_version: env!("CARGO_PKG_VERSION").into(),
@@ -473,6 +486,7 @@ pub fn run(
     let names = |v: &[usize]| v.iter().map(|&i| files[i].clone()).collect::<Vec<_>>();
     record.target_signature = a.target_signature.clone();
     record.necessary = names(&a.necessary);
+    record.other_crash_when_left_out = names(&a.other_crash_when_left_out);
     record.sufficient = a.sufficient.iter().map(|s| names(s)).collect();
     record.no_effect = names(&a.no_effect);
     record.finished_at = Some(manifest::now_rfc3339());
@@ -533,6 +547,12 @@ pub fn summary_markdown(r: &AblationRecord) -> String {
         }
     };
     s.push_str(&format!("- **Necessary:** {}\n", list(&r.necessary)));
+    if !r.other_crash_when_left_out.is_empty() {
+        s.push_str(&format!(
+            "- **Another crash when left out (not the target signature):** {}\n",
+            list(&r.other_crash_when_left_out)
+        ));
+    }
     s.push_str(&format!(
         "- **Sufficient (minimal):** {}\n",
         if r.sufficient.is_empty() {
@@ -643,8 +663,14 @@ mod tests {
             Some("heap-buffer-overflow in llama_kv_cache::apply_ubatch")
         );
         assert_eq!(a.sufficient, vec![vec![0]]);
-        assert_eq!(a.necessary, vec![0]);
+        // Leaving 0 out ({1,2}) overflows with another top frame: a different failure, so 0
+        // is reported as "another crash when left out", not as necessary.
+        assert!(a.necessary.is_empty());
+        assert_eq!(a.other_crash_when_left_out, vec![0]);
         assert_eq!(a.no_effect, vec![2]);
+        let mut same = r.clone();
+        same[6].1 = sig();
+        assert_eq!(analyse(3, &same).necessary, vec![0]);
     }
 
     #[test]
@@ -665,5 +691,22 @@ mod tests {
         // 1 never changes a determined pair (none -> {1}), 0 has no determined pair but one
         // that changes ({1} -> {0,1}).
         assert_eq!(a.no_effect, vec![1]);
+    }
+
+    // review: leaving a patch out of the full set and getting a *different* crash does not
+    // make it necessary; it is reported as another crash.
+    #[test]
+    fn only_the_target_signature_coming_back_makes_a_patch_necessary() {
+        let r = vec![
+            (vec![], sig()),
+            (vec![0], other()),
+            (vec![1], sig()),
+            (vec![0, 1], Class::Clean),
+        ];
+        let a = analyse(2, &r);
+        // Without 0 ({1}): the target signature -> 0 is necessary. Without 1 ({0}): another
+        // crash -> not necessary, reported separately.
+        assert_eq!(a.necessary, vec![0]);
+        assert_eq!(a.other_crash_when_left_out, vec![1]);
     }
 }
