@@ -57,14 +57,26 @@ pub fn subsets(n: usize) -> Vec<Vec<usize>> {
     out
 }
 
-/// The short label of a patch file: its leading number (`0001` of `0001-fix.patch`), else its
-/// 1-based position as four digits.
-pub fn short_id(file: &str, index: usize) -> String {
-    let lead: String = file.chars().take_while(|c| c.is_ascii_digit()).collect();
-    if lead.is_empty() || lead.len() > 8 {
-        format!("{:04}", index + 1)
+/// The short labels of a variant's patches, one per patch: each file's leading number (`0001`
+/// of `0001-fix.patch`) when every file has one and no two repeat; otherwise every patch gets
+/// its 1-based position as four digits. Mixing the two could collide (`fix.patch` at position
+/// 1 and `0001-x.patch`), and a label names a derived variant and its build folder, so the
+/// labels must be unique.
+pub fn short_ids(patches: &[PatchRef]) -> Vec<String> {
+    let leads: Vec<String> = patches
+        .iter()
+        .map(|p| p.file.chars().take_while(char::is_ascii_digit).collect())
+        .collect();
+    let usable = leads.iter().all(|l| !l.is_empty() && l.len() <= 8)
+        && leads
+            .iter()
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+            == leads.len();
+    if usable {
+        leads
     } else {
-        lead
+        (1..=patches.len()).map(|i| format!("{i:04}")).collect()
     }
 }
 
@@ -73,9 +85,10 @@ pub fn label(patches: &[PatchRef], subset: &[usize]) -> String {
     if subset.is_empty() {
         return "none".into();
     }
+    let ids = short_ids(patches);
     subset
         .iter()
-        .map(|&i| short_id(&patches[i].file, i))
+        .map(|&i| ids[i].clone())
         .collect::<Vec<_>>()
         .join("+")
 }
@@ -213,6 +226,9 @@ pub struct SubsetRecord {
     pub cached: bool,
     /// Manifest path.
     pub manifest: Option<PathBuf>,
+    /// The manifest's digest when the subset was built, so that a later rebuild or gc of that
+    /// folder cannot silently change what the record points to.
+    pub manifest_sha256: Option<Sha256>,
     /// Build wall time in seconds.
     pub build_seconds: f64,
     /// The smoke.
@@ -425,6 +441,7 @@ pub fn run(
             existing_variant: existing.is_some(),
             cached: false,
             manifest: None,
+            manifest_sha256: None,
             build_seconds: 0.0,
             smoke: None,
             class: "undetermined".into(),
@@ -444,6 +461,7 @@ pub fn run(
                     rec.cached = o.cached;
                     build_opts.reporter.stage("smoke", to_build.name.as_str());
                     let (result, side) = flip::smoke_one(&o.manifest, smoke_opts);
+                    rec.manifest_sha256 = Some(Sha256::of_file(&o.manifest)?.0);
                     rec.manifest = Some(o.manifest);
                     rec.smoke = Some(side);
                     match result {
@@ -634,6 +652,40 @@ mod tests {
         );
         assert_eq!(n, derived_name(&long, &patches, &[0]));
         assert_ne!(n, derived_name(&long, &patches, &[1]));
+    }
+
+    // review: labels name derived variants and build folders, so they must never collide —
+    // not for a repeated leading number, nor for a file without one next to `0001-…`.
+    #[test]
+    fn patch_labels_are_unique_whatever_the_file_names() {
+        let p = |f: &str| PatchRef {
+            file: f.into(),
+            sha256: Sha256::of_bytes(f.as_bytes()),
+        };
+        let numbered = vec![p("0001-a.patch"), p("0002-b.patch")];
+        assert_eq!(short_ids(&numbered), vec!["0001", "0002"]);
+        for patches in [
+            vec![p("0001-a.patch"), p("0001-b.patch")],
+            vec![p("fix.patch"), p("0001-x.patch")],
+            vec![p("0002-a.patch"), p("2-b.patch"), p("x.patch")],
+        ] {
+            let ids = short_ids(&patches);
+            let unique: std::collections::BTreeSet<_> = ids.iter().collect();
+            assert_eq!(unique.len(), patches.len(), "{ids:?}");
+            let all: Vec<usize> = (0..patches.len()).collect();
+            let names: std::collections::BTreeSet<String> = subsets(patches.len())
+                .iter()
+                .map(|s| derived_name("v", &patches, s).to_string())
+                .collect();
+            assert_eq!(names.len(), subsets(patches.len()).len(), "{names:?}");
+            assert_eq!(
+                label(&patches, &all),
+                (1..=patches.len())
+                    .map(|i| format!("{i:04}"))
+                    .collect::<Vec<_>>()
+                    .join("+")
+            );
+        }
     }
 
     fn sig() -> Class {
