@@ -722,9 +722,28 @@ fn worker(
                         started_once = true;
                         start_failures = 0;
                     }
-                    Ok(Err(msg)) => {
+                    Ok(Err(engine::StartFailure::Died(death))) if death.is_crash() => {
+                        // The engine crashed while loading: a crash row of this arm, with its
+                        // signature, not a harness error excluded from the comparison.
                         start_failures += 1;
-                        rec.evidence.detail = Some(format!("the engine did not start: {msg}"));
+                        if death.symbolized {
+                            symbols.need = false;
+                        }
+                        let text = symbols.process(&death.stderr, death.symbolized);
+                        let signature = smoke::asan_signature(&text).unwrap_or(death.signature);
+                        rec.outcome = Outcome::Crash;
+                        rec.evidence.signature = Some(signature);
+                        rec.evidence.rows_since_restart = Some(0);
+                        rec.evidence.detail = Some(if death.stderr_tail.is_empty() {
+                            "the engine crashed while loading".to_string()
+                        } else {
+                            format!("the engine crashed while loading:\n{}", death.stderr_tail)
+                        });
+                    }
+                    Ok(Err(f)) => {
+                        start_failures += 1;
+                        rec.evidence.detail =
+                            Some(format!("the engine did not start: {}", f.message()));
                     }
                     Err(e) => {
                         start_failures += 1;

@@ -873,6 +873,45 @@ fn a_libllama_link_redirected_out_of_the_build_fails_the_check() {
 /// row is a `crash` with the signal on both arms, the engine restarts and the run goes on,
 /// the rows after a restart count from it, the verdict is the candidate's (exit 1), and the
 /// evidence re-verifies. Fast: no llama.cpp build needed.
+// review item 4: an engine that dies with a signal while loading is a crash of that arm (with
+// its signature), not a harness `error` excluded from the comparison.
+#[test]
+fn validate_records_an_engine_crash_while_loading_as_a_crash_row() {
+    let fx = Fx::new();
+    let crashing = STUB_ENGINE_OK_C
+    // A real fault (raise() would be swallowed by Rust's stack-overflow SIGSEGV handler).
+        .replace(
+            "(void) path; (void) p; return (struct llama_model *) &model_;",
+            "(void) path; (void) p; *(volatile int *) 0 = 1; return (struct llama_model *) &model_;",
+        );
+    assert_ne!(crashing, STUB_ENGINE_OK_C);
+    let (a, _) = stub_build(&fx, "base", STUB_ENGINE_OK_C);
+    let (b, _) = stub_build(&fx, "cand", &crashing);
+    let mut c = crate::pinforge_cmd(&fx.ws);
+    c.args([
+        "validate",
+        a.to_str().expect("utf8"),
+        b.to_str().expect("utf8"),
+        "--rows",
+        "4",
+        "--arch",
+        "qwen2",
+        "--json",
+    ]);
+    let o = run_timeout(c, HANG).expect("validate hung");
+    assert_eq!(crate::code(&o), 1, "{}", report(&o));
+    let j = crate::json(&o);
+    let arms = j["arms"].as_array().expect("arms");
+    assert_eq!(arms[0]["counts"]["crash"], 0, "{}", arms[0]);
+    let cand = &arms[1];
+    assert!(
+        cand["counts"]["crash"].as_u64().is_some_and(|n| n >= 1),
+        "{cand}"
+    );
+    let sig = cand["signatures"][0]["signature"].as_str().expect("sig");
+    assert!(sig.contains("SIGSEGV"), "{sig}");
+}
+
 #[test]
 fn validate_contains_engine_crashes_per_arm_on_verified_stub_engines() {
     let fx = Fx::new();
