@@ -964,4 +964,89 @@ fn validate_contains_engine_crashes_per_arm_on_verified_stub_engines() {
     );
     let o = fx.run(&["verify", j["evidence"]["manifest"].as_str().expect("ev")]);
     assert_eq!(crate::code(&o), 0, "{}", report(&o));
+    // review item 6: a missing file of the run's own set is a mismatch, not "absent".
+    let run_dir = Path::new(j["run_dir"].as_str().expect("run_dir"));
+    std::fs::remove_file(run_dir.join("prompts.jsonl")).expect("rm prompts");
+    let o = fx.run(&[
+        "verify",
+        j["evidence"]["manifest"].as_str().expect("ev"),
+        "--json",
+    ]);
+    assert_eq!(crate::code(&o), 1, "{}", report(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("verify json");
+    assert!(
+        v["mismatches"]
+            .as_array()
+            .expect("mismatches")
+            .iter()
+            .any(|m| m["role"] == "prompts.jsonl" && m["actual"] == "missing"),
+        "{v}"
+    );
+}
+
+// review item 5: --resume refuses a grammar.gbnf that changed since the run started (exit 2,
+// naming the file), and verify checks the grammar against the settings.
+#[test]
+fn validate_resume_refuses_a_changed_grammar_and_verify_reports_it() {
+    let fx = Fx::new();
+    let (a, _) = stub_build(&fx, "base", STUB_ENGINE_OK_C);
+    let (b, _) = stub_build(&fx, "cand", STUB_ENGINE_OK_C);
+    let schema = fx.dir.path().join("s.json");
+    std::fs::write(
+        &schema,
+        r#"{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]}"#,
+    )
+    .expect("schema");
+    let args = [
+        "validate",
+        a.to_str().expect("utf8"),
+        b.to_str().expect("utf8"),
+        "--rows",
+        "2",
+        "--arch",
+        "qwen2",
+        "--schema",
+        schema.to_str().expect("utf8"),
+    ];
+    let mut c = crate::pinforge_cmd(&fx.ws);
+    c.args(args).arg("--json");
+    let o = run_timeout(c, HANG).expect("validate hung");
+    let j = crate::json(&o);
+    let run_dir = PathBuf::from(j["run_dir"].as_str().expect("run_dir"));
+    let grammar = run_dir.join("grammar.gbnf");
+    let mut g = std::fs::read(&grammar).expect("grammar");
+    g.extend_from_slice(b"\n# edited\n");
+    std::fs::write(&grammar, &g).expect("edit");
+    let run_id = run_dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("id")
+        .to_string();
+    let rows_before = std::fs::read(run_dir.join("rows.jsonl")).expect("rows");
+    let mut c = crate::pinforge_cmd(&fx.ws);
+    c.args(args).args(["--resume", &run_id]);
+    let o = run_timeout(c, HANG).expect("resume hung");
+    assert_eq!(crate::code(&o), 2, "{}", report(&o));
+    assert!(crate::stderr(&o).contains("grammar.gbnf"), "{}", report(&o));
+    assert_eq!(
+        std::fs::read(run_dir.join("rows.jsonl")).expect("rows"),
+        rows_before
+    );
+    let o = fx.run(&[
+        "verify",
+        j["evidence"]["manifest"].as_str().expect("ev"),
+        "--json",
+    ]);
+    assert_eq!(crate::code(&o), 1, "{}", report(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("verify json");
+    assert!(
+        v["mismatches"]
+            .as_array()
+            .expect("mismatches")
+            .iter()
+            .any(|m| m["path"]
+                .as_str()
+                .is_some_and(|p| p.ends_with("grammar.gbnf"))),
+        "{v}"
+    );
 }
