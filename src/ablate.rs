@@ -57,14 +57,26 @@ pub fn subsets(n: usize) -> Vec<Vec<usize>> {
     out
 }
 
-/// The short label of a patch file: its leading number (`0001` of `0001-fix.patch`), else its
-/// 1-based position as four digits.
-pub fn short_id(file: &str, index: usize) -> String {
-    let lead: String = file.chars().take_while(|c| c.is_ascii_digit()).collect();
-    if lead.is_empty() || lead.len() > 8 {
-        format!("{:04}", index + 1)
+/// The short labels of a variant's patches, one per patch: each file's leading number (`0001`
+/// of `0001-fix.patch`) when every file has one and no two repeat; otherwise every patch gets
+/// its 1-based position as four digits. Mixing the two could collide (`fix.patch` at position
+/// 1 and `0001-x.patch`), and a label names a derived variant and its build folder, so the
+/// labels must be unique.
+pub fn short_ids(patches: &[PatchRef]) -> Vec<String> {
+    let leads: Vec<String> = patches
+        .iter()
+        .map(|p| p.file.chars().take_while(char::is_ascii_digit).collect())
+        .collect();
+    let usable = leads.iter().all(|l| !l.is_empty() && l.len() <= 8)
+        && leads
+            .iter()
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+            == leads.len();
+    if usable {
+        leads
     } else {
-        lead
+        (1..=patches.len()).map(|i| format!("{i:04}")).collect()
     }
 }
 
@@ -73,9 +85,10 @@ pub fn label(patches: &[PatchRef], subset: &[usize]) -> String {
     if subset.is_empty() {
         return "none".into();
     }
+    let ids = short_ids(patches);
     subset
         .iter()
-        .map(|&i| short_id(&patches[i].file, i))
+        .map(|&i| ids[i].clone())
         .collect::<Vec<_>>()
         .join("+")
 }
@@ -109,8 +122,12 @@ pub enum Class {
 pub struct Analysis {
     /// The normalized signature of the empty subset (None: nothing to ablate).
     pub target_signature: Option<String>,
-    /// Patches (indices) whose removal alone from the full set brings a crash back.
+    /// Patches (indices) whose removal alone from the full set brings the target signature
+    /// back.
     pub necessary: Vec<usize>,
+    /// Patches (indices) whose removal alone from the full set gives a crash with another
+    /// signature: a different failure, not evidence that the patch fixes the target.
+    pub other_crash_when_left_out: Vec<usize>,
     /// Minimal clean subsets.
     pub sufficient: Vec<Vec<usize>>,
     /// Patches whose addition never changes a tested subset's outcome.
@@ -129,6 +146,7 @@ pub fn analyse(n: usize, results: &[(Vec<usize>, Class)]) -> Analysis {
         return Analysis {
             target_signature,
             necessary: Vec::new(),
+            other_crash_when_left_out: Vec::new(),
             sufficient: Vec::new(),
             no_effect: Vec::new(),
         };
@@ -147,16 +165,20 @@ pub fn analyse(n: usize, results: &[(Vec<usize>, Class)]) -> Analysis {
         .collect();
     sufficient.sort_by(|a, b| a.len().cmp(&b.len()).then_with(|| a.cmp(b)));
     sufficient.dedup();
-    let necessary = if class_of(&full) == Some(&Class::Clean) {
-        (0..n)
-            .filter(|p| {
-                let without: Vec<usize> = full.iter().copied().filter(|x| x != p).collect();
-                matches!(class_of(&without), Some(Class::Crash(_)))
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
+    // Only the target signature coming back makes a patch necessary; another crash is a
+    // different failure and is reported on its own.
+    let mut necessary = Vec::new();
+    let mut other_crash_when_left_out = Vec::new();
+    if class_of(&full) == Some(&Class::Clean) {
+        for p in 0..n {
+            let without: Vec<usize> = full.iter().copied().filter(|x| *x != p).collect();
+            match class_of(&without) {
+                Some(Class::Crash(s)) if Some(s) == target_signature.as_ref() => necessary.push(p),
+                Some(Class::Crash(_)) => other_crash_when_left_out.push(p),
+                _ => {}
+            }
+        }
+    }
     let no_effect = (0..n)
         .filter(|p| {
             let mut pairs = 0;
@@ -179,6 +201,7 @@ pub fn analyse(n: usize, results: &[(Vec<usize>, Class)]) -> Analysis {
     Analysis {
         target_signature,
         necessary,
+        other_crash_when_left_out,
         sufficient,
         no_effect,
     }
@@ -203,6 +226,9 @@ pub struct SubsetRecord {
     pub cached: bool,
     /// Manifest path.
     pub manifest: Option<PathBuf>,
+    /// The manifest's digest when the subset was built, so that a later rebuild or gc of that
+    /// folder cannot silently change what the record points to.
+    pub manifest_sha256: Option<Sha256>,
     /// Build wall time in seconds.
     pub build_seconds: f64,
     /// The smoke.
@@ -234,8 +260,10 @@ pub struct AblationRecord {
     pub subsets: Vec<SubsetRecord>,
     /// The normalized signature of the empty subset.
     pub target_signature: Option<String>,
-    /// Patch files whose removal alone brings a crash back.
+    /// Patch files whose removal alone brings the target signature back.
     pub necessary: Vec<String>,
+    /// Patch files whose removal alone gives a crash with another signature.
+    pub other_crash_when_left_out: Vec<String>,
     /// Minimal sets sufficient to remove the signature.
     pub sufficient: Vec<Vec<String>>,
     /// Patch files that do not touch the signature.
@@ -343,6 +371,7 @@ pub fn run(
         subsets: Vec::new(),
         target_signature: None,
         necessary: Vec::new(),
+        other_crash_when_left_out: Vec::new(),
         sufficient: Vec::new(),
         no_effect: Vec::new(),
         pinforge_version: env!("CARGO_PKG_VERSION").into(),
@@ -412,6 +441,7 @@ pub fn run(
             existing_variant: existing.is_some(),
             cached: false,
             manifest: None,
+            manifest_sha256: None,
             build_seconds: 0.0,
             smoke: None,
             class: "undetermined".into(),
@@ -431,6 +461,7 @@ pub fn run(
                     rec.cached = o.cached;
                     build_opts.reporter.stage("smoke", to_build.name.as_str());
                     let (result, side) = flip::smoke_one(&o.manifest, smoke_opts);
+                    rec.manifest_sha256 = Some(Sha256::of_file(&o.manifest)?.0);
                     rec.manifest = Some(o.manifest);
                     rec.smoke = Some(side);
                     match result {
@@ -473,6 +504,7 @@ pub fn run(
     let names = |v: &[usize]| v.iter().map(|&i| files[i].clone()).collect::<Vec<_>>();
     record.target_signature = a.target_signature.clone();
     record.necessary = names(&a.necessary);
+    record.other_crash_when_left_out = names(&a.other_crash_when_left_out);
     record.sufficient = a.sufficient.iter().map(|s| names(s)).collect();
     record.no_effect = names(&a.no_effect);
     record.finished_at = Some(manifest::now_rfc3339());
@@ -533,6 +565,12 @@ pub fn summary_markdown(r: &AblationRecord) -> String {
         }
     };
     s.push_str(&format!("- **Necessary:** {}\n", list(&r.necessary)));
+    if !r.other_crash_when_left_out.is_empty() {
+        s.push_str(&format!(
+            "- **Another crash when left out (not the target signature):** {}\n",
+            list(&r.other_crash_when_left_out)
+        ));
+    }
     s.push_str(&format!(
         "- **Sufficient (minimal):** {}\n",
         if r.sufficient.is_empty() {
@@ -616,6 +654,40 @@ mod tests {
         assert_ne!(n, derived_name(&long, &patches, &[1]));
     }
 
+    // review: labels name derived variants and build folders, so they must never collide —
+    // not for a repeated leading number, nor for a file without one next to `0001-…`.
+    #[test]
+    fn patch_labels_are_unique_whatever_the_file_names() {
+        let p = |f: &str| PatchRef {
+            file: f.into(),
+            sha256: Sha256::of_bytes(f.as_bytes()),
+        };
+        let numbered = vec![p("0001-a.patch"), p("0002-b.patch")];
+        assert_eq!(short_ids(&numbered), vec!["0001", "0002"]);
+        for patches in [
+            vec![p("0001-a.patch"), p("0001-b.patch")],
+            vec![p("fix.patch"), p("0001-x.patch")],
+            vec![p("0002-a.patch"), p("2-b.patch"), p("x.patch")],
+        ] {
+            let ids = short_ids(&patches);
+            let unique: std::collections::BTreeSet<_> = ids.iter().collect();
+            assert_eq!(unique.len(), patches.len(), "{ids:?}");
+            let all: Vec<usize> = (0..patches.len()).collect();
+            let names: std::collections::BTreeSet<String> = subsets(patches.len())
+                .iter()
+                .map(|s| derived_name("v", &patches, s).to_string())
+                .collect();
+            assert_eq!(names.len(), subsets(patches.len()).len(), "{names:?}");
+            assert_eq!(
+                label(&patches, &all),
+                (1..=patches.len())
+                    .map(|i| format!("{i:04}"))
+                    .collect::<Vec<_>>()
+                    .join("+")
+            );
+        }
+    }
+
     fn sig() -> Class {
         Class::Crash("heap-buffer-overflow in llama_kv_cache::apply_ubatch".into())
     }
@@ -643,8 +715,14 @@ mod tests {
             Some("heap-buffer-overflow in llama_kv_cache::apply_ubatch")
         );
         assert_eq!(a.sufficient, vec![vec![0]]);
-        assert_eq!(a.necessary, vec![0]);
+        // Leaving 0 out ({1,2}) overflows with another top frame: a different failure, so 0
+        // is reported as "another crash when left out", not as necessary.
+        assert!(a.necessary.is_empty());
+        assert_eq!(a.other_crash_when_left_out, vec![0]);
         assert_eq!(a.no_effect, vec![2]);
+        let mut same = r.clone();
+        same[6].1 = sig();
+        assert_eq!(analyse(3, &same).necessary, vec![0]);
     }
 
     #[test]
@@ -665,5 +743,22 @@ mod tests {
         // 1 never changes a determined pair (none -> {1}), 0 has no determined pair but one
         // that changes ({1} -> {0,1}).
         assert_eq!(a.no_effect, vec![1]);
+    }
+
+    // review: leaving a patch out of the full set and getting a *different* crash does not
+    // make it necessary; it is reported as another crash.
+    #[test]
+    fn only_the_target_signature_coming_back_makes_a_patch_necessary() {
+        let r = vec![
+            (vec![], sig()),
+            (vec![0], other()),
+            (vec![1], sig()),
+            (vec![0, 1], Class::Clean),
+        ];
+        let a = analyse(2, &r);
+        // Without 0 ({1}): the target signature -> 0 is necessary. Without 1 ({0}): another
+        // crash -> not necessary, reported separately.
+        assert_eq!(a.necessary, vec![0]);
+        assert_eq!(a.other_crash_when_left_out, vec![1]);
     }
 }

@@ -419,6 +419,24 @@ pub fn normalize_signature(sig: &str) -> String {
     out
 }
 
+/// Whether a signature carries a stack frame to compare (a sanitizer kind and the top frame's
+/// function). A signal, a hang or an exit without a result names no frame: two unrelated
+/// failures of that kind read the same, so they can neither falsify a hypothesis nor show that
+/// "the" failure disappeared.
+pub fn has_frame(sig: &str) -> bool {
+    let first = normalize_signature(sig);
+    if ["killed by signal", "hang:", "exited with"]
+        .iter()
+        .any(|p| first.starts_with(p))
+    {
+        return false;
+    }
+    match first.rsplit_once(" in ") {
+        Some((kind, func)) => !kind.trim().is_empty() && !matches!(func.trim(), "" | "?"),
+        None => false,
+    }
+}
+
 /// A flip's verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -507,6 +525,12 @@ pub fn decide(from: &SideResult, to: &SideResult) -> (FlipVerdict, String) {
         }
     };
     let want = normalize_signature(from_sig);
+    if !has_frame(from_sig) {
+        return invalid(format!(
+            "the from side's signature `{want}` has no frame to compare (no sanitizer kind and \
+             top function): another failure would read the same"
+        ));
+    }
     match to {
         SideResult::BuildFailed(e) => invalid(format!("the to side did not build: {e}")),
         SideResult::NotRun(e) => invalid(format!("the to side did not run: {e}")),
@@ -517,6 +541,18 @@ pub fn decide(from: &SideResult, to: &SideResult) -> (FlipVerdict, String) {
             FlipVerdict::Supported,
             format!("the signature `{want}` disappeared on the to side (smoke ok)"),
         ),
+        SideResult::Smoked {
+            verdict: SmokeVerdict::Crash,
+            signature,
+            ..
+        } if !signature.as_deref().is_some_and(has_frame) => invalid(format!(
+            "the to side crashed with a signature that has no frame to compare (`{}`): it \
+             cannot be told apart from `{want}` or from another failure",
+            signature
+                .as_deref()
+                .map(normalize_signature)
+                .unwrap_or_else(|| "none".into())
+        )),
         SideResult::Smoked {
             verdict: SmokeVerdict::Crash,
             signature: Some(s),
@@ -1376,6 +1412,12 @@ targets = ["llama", "ggml"]
             normalize_signature("killed by signal 11 (SIGSEGV)"),
             "killed by signal 11 (SIGSEGV)"
         );
+        assert!(has_frame(SIG));
+        assert!(has_frame("SEGV on unknown address 0x000000001234 in f"));
+        assert!(!has_frame("killed by signal 11 (SIGSEGV)"));
+        assert!(!has_frame("hang: no result within 60s"));
+        assert!(!has_frame("exited with 3 without a result"));
+        assert!(!has_frame("heap-buffer-overflow in ?"));
     }
 
     fn crash(sig: &str) -> SideResult {
@@ -1461,6 +1503,30 @@ targets = ["llama", "ggml"]
                 "from side did not build",
             ),
         ];
+        // A frameless signature (signal, hang, exit without a result) on either side: two
+        // unrelated failures would compare equal, so the trial is invalid, never falsified.
+        let frameless = [
+            "killed by signal 11 (SIGSEGV)",
+            "hang: no result within 60s",
+            "exited with 1 without a result",
+            "heap-buffer-overflow in ?",
+        ];
+        let mut cases = cases;
+        for f in frameless {
+            cases.push((crash(f), crash(f), Invalid, "no frame to compare"));
+            cases.push((crash(f), smoked(SmokeVerdict::Ok), Invalid, "no frame"));
+            cases.push((crash(SIG), crash(f), Invalid, "no frame to compare"));
+        }
+        cases.push((
+            crash(SIG),
+            SideResult::Smoked {
+                verdict: SmokeVerdict::Crash,
+                signature: None,
+                detail: None,
+            },
+            Invalid,
+            "no frame to compare",
+        ));
         for (from, to, want, why) in cases {
             let (v, reason) = decide(&from, &to);
             assert_eq!(v, want, "{from:?} -> {to:?}: {reason}");

@@ -118,6 +118,12 @@ fn render(r: &AblationRecord) {
         r.target_signature.as_deref().unwrap_or("none")
     );
     outln!("necessary:  {}", list(&r.necessary));
+    if !r.other_crash_when_left_out.is_empty() {
+        outln!(
+            "another crash when left out (not the signature under test): {}",
+            list(&r.other_crash_when_left_out)
+        );
+    }
     outln!(
         "sufficient: {}",
         if r.sufficient.is_empty() {

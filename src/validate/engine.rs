@@ -619,6 +619,35 @@ pub struct Spawn {
     pub timeout: Duration,
 }
 
+/// Why an engine did not become ready.
+#[derive(Debug)]
+pub enum StartFailure {
+    /// It answered with an error (or garbage) instead of its ready line: a harness failure.
+    Refused(String),
+    /// It died (or hung) before its ready line.
+    Died(Death),
+}
+
+impl StartFailure {
+    /// The one-line reason.
+    pub fn message(&self) -> String {
+        match self {
+            StartFailure::Refused(m) => m.clone(),
+            StartFailure::Died(d) => format!("the engine died while loading: {}", d.signature),
+        }
+    }
+}
+
+impl Death {
+    /// Whether this death is the engine crashing (a sanitizer report or a signal), as opposed
+    /// to a hang or a plain exit: a crash while loading is evidence about the build, not a
+    /// harness failure.
+    pub fn is_crash(&self) -> bool {
+        smoke::asan_signature(&self.stderr).is_some()
+            || self.signature.starts_with("killed by signal")
+    }
+}
+
 /// A running engine process.
 pub struct Engine {
     child: Child,
@@ -638,7 +667,7 @@ const STDERR_KEEP: usize = 256 << 10;
 impl Engine {
     /// Spawn and wait for the engine to say it is ready. `Err(Death)` when it dies or hangs
     /// while loading; `Ok(Err(msg))` when it refused to load.
-    pub fn start(s: &Spawn, symbolize: bool) -> Result<std::result::Result<Engine, String>> {
+    pub fn start(s: &Spawn, symbolize: bool) -> Result<std::result::Result<Engine, StartFailure>> {
         let exe =
             std::env::current_exe().map_err(|e| Error::io("locate", Path::new("pinforge"), e))?;
         let mut cmd = Command::new(exe);
@@ -708,19 +737,16 @@ impl Engine {
                 Ok(Ready { error: None, .. }) => Ok(Ok(e)),
                 Ok(Ready { error: Some(m), .. }) => {
                     e.kill();
-                    Ok(Err(m))
+                    Ok(Err(StartFailure::Refused(m)))
                 }
                 Err(err) => {
                     e.kill();
-                    Ok(Err(format!(
+                    Ok(Err(StartFailure::Refused(format!(
                         "the engine's first line is not its ready line: {err}"
-                    )))
+                    ))))
                 }
             },
-            Err(d) => Ok(Err(format!(
-                "the engine died while loading: {}",
-                d.signature
-            ))),
+            Err(d) => Ok(Err(StartFailure::Died(d))),
         }
     }
 

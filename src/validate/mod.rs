@@ -488,6 +488,26 @@ pub fn run(opts: &Options, reporter: &dyn Reporter) -> Result<Report> {
         }
         fsx::write_atomic(&run_dir.join("settings.json"), &canonical(&settings)?)?;
     } else {
+        // The engine loads the run's grammar file: it must still be the grammar the run
+        // recorded (and the schema it came from), or resumed rows would run under another
+        // constraint than the recorded ones.
+        for (name, want) in [
+            ("grammar.gbnf", settings.grammar_sha256),
+            ("schema.json", settings.schema_sha256),
+        ] {
+            let Some(want) = want else { continue };
+            let p = run_dir.join(name);
+            let (got, _) = Sha256::of_file(&p)?;
+            if got != want {
+                return Err(Error::input(
+                    p.display(),
+                    format!("has sha256 {got}, the run recorded {want}: it changed since the run started"),
+                )
+                .with_hint(format!(
+                    "restore {name} of run {run_id}, or start a new run instead of --resume"
+                )));
+            }
+        }
         // The engine loads the run's own model copy: it must still be the recorded bytes.
         let (got, _) = Sha256::of_file(&settings.model)?;
         if got != settings.model_sha256 {
@@ -722,9 +742,28 @@ fn worker(
                         started_once = true;
                         start_failures = 0;
                     }
-                    Ok(Err(msg)) => {
+                    Ok(Err(engine::StartFailure::Died(death))) if death.is_crash() => {
+                        // The engine crashed while loading: a crash row of this arm, with its
+                        // signature, not a harness error excluded from the comparison.
                         start_failures += 1;
-                        rec.evidence.detail = Some(format!("the engine did not start: {msg}"));
+                        if death.symbolized {
+                            symbols.need = false;
+                        }
+                        let text = symbols.process(&death.stderr, death.symbolized);
+                        let signature = smoke::asan_signature(&text).unwrap_or(death.signature);
+                        rec.outcome = Outcome::Crash;
+                        rec.evidence.signature = Some(signature);
+                        rec.evidence.rows_since_restart = Some(0);
+                        rec.evidence.detail = Some(if death.stderr_tail.is_empty() {
+                            "the engine crashed while loading".to_string()
+                        } else {
+                            format!("the engine crashed while loading:\n{}", death.stderr_tail)
+                        });
+                    }
+                    Ok(Err(f)) => {
+                        start_failures += 1;
+                        rec.evidence.detail =
+                            Some(format!("the engine did not start: {}", f.message()));
                     }
                     Err(e) => {
                         start_failures += 1;
@@ -877,10 +916,26 @@ pub fn verify_evidence(path: &Path) -> Result<EvidenceCheck> {
         mismatches: Vec::new(),
         absent: Vec::new(),
     };
-    let check = |p: &Path, role: &str, want: Sha256, out: &mut EvidenceCheck| -> Result<()> {
+    // `required`: a file of the run's own set, whose loss is a mismatch; only the arms' build
+    // manifests (which gc may remove) may be absent.
+    let check = |p: &Path,
+                 role: &str,
+                 want: Sha256,
+                 required: bool,
+                 out: &mut EvidenceCheck|
+     -> Result<()> {
         match std::fs::symlink_metadata(p) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                out.absent.push(p.display().to_string());
+                if required {
+                    out.mismatches.push(EvidenceMismatch {
+                        path: p.display().to_string(),
+                        role: role.into(),
+                        expected: want.to_string(),
+                        actual: "missing".into(),
+                    });
+                } else {
+                    out.absent.push(p.display().to_string());
+                }
                 return Ok(());
             }
             _ => {}
@@ -905,7 +960,17 @@ pub fn verify_evidence(path: &Path) -> Result<EvidenceCheck> {
                 format!("names `{}`, which is not a run file", name.escape_debug()),
             ));
         }
-        check(&dir.join(name), name, *want, &mut out)?;
+        check(&dir.join(name), name, *want, true, &mut out)?;
+    }
+    // The grammar, schema and model the engine used must be the ones the settings record,
+    // not only the ones the manifest lists.
+    for (name, want) in [
+        ("grammar.gbnf", ev.settings.grammar_sha256),
+        ("schema.json", ev.settings.schema_sha256),
+    ] {
+        if let Some(want) = want.filter(|w| ev.files.get(name) != Some(w)) {
+            check(&dir.join(name), name, want, true, &mut out)?;
+        }
     }
     for required in [
         "rows.jsonl",
@@ -920,11 +985,16 @@ pub fn verify_evidence(path: &Path) -> Result<EvidenceCheck> {
             ));
         }
     }
-    if !ev.settings.model.starts_with(&dir) {
+    let model_listed = ev
+        .files
+        .iter()
+        .any(|(n, w)| dir.join(n) == ev.settings.model && *w == ev.settings.model_sha256);
+    if !model_listed {
         check(
             &ev.settings.model,
             "model",
             ev.settings.model_sha256,
+            true,
             &mut out,
         )?;
     }
@@ -933,8 +1003,17 @@ pub fn verify_evidence(path: &Path) -> Result<EvidenceCheck> {
             &a.manifest,
             &format!("manifest of arm {}", a.name),
             a.manifest_sha256,
+            false,
             &mut out,
         )?;
+    }
+    // Without these there is nothing to recompute: the missing file is the finding.
+    if ["settings.json", "rows.jsonl", "summary.json"]
+        .iter()
+        .any(|n| !dir.join(n).exists())
+    {
+        out.ok = false;
+        return Ok(out);
     }
     // The settings file must be the settings the evidence states.
     let settings_file: Settings =

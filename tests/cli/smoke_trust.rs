@@ -873,6 +873,45 @@ fn a_libllama_link_redirected_out_of_the_build_fails_the_check() {
 /// row is a `crash` with the signal on both arms, the engine restarts and the run goes on,
 /// the rows after a restart count from it, the verdict is the candidate's (exit 1), and the
 /// evidence re-verifies. Fast: no llama.cpp build needed.
+// review item 4: an engine that dies with a signal while loading is a crash of that arm (with
+// its signature), not a harness `error` excluded from the comparison.
+#[test]
+fn validate_records_an_engine_crash_while_loading_as_a_crash_row() {
+    let fx = Fx::new();
+    let crashing = STUB_ENGINE_OK_C
+    // A real fault (raise() would be swallowed by Rust's stack-overflow SIGSEGV handler).
+        .replace(
+            "(void) path; (void) p; return (struct llama_model *) &model_;",
+            "(void) path; (void) p; *(volatile int *) 0 = 1; return (struct llama_model *) &model_;",
+        );
+    assert_ne!(crashing, STUB_ENGINE_OK_C);
+    let (a, _) = stub_build(&fx, "base", STUB_ENGINE_OK_C);
+    let (b, _) = stub_build(&fx, "cand", &crashing);
+    let mut c = crate::pinforge_cmd(&fx.ws);
+    c.args([
+        "validate",
+        a.to_str().expect("utf8"),
+        b.to_str().expect("utf8"),
+        "--rows",
+        "4",
+        "--arch",
+        "qwen2",
+        "--json",
+    ]);
+    let o = run_timeout(c, HANG).expect("validate hung");
+    assert_eq!(crate::code(&o), 1, "{}", report(&o));
+    let j = crate::json(&o);
+    let arms = j["arms"].as_array().expect("arms");
+    assert_eq!(arms[0]["counts"]["crash"], 0, "{}", arms[0]);
+    let cand = &arms[1];
+    assert!(
+        cand["counts"]["crash"].as_u64().is_some_and(|n| n >= 1),
+        "{cand}"
+    );
+    let sig = cand["signatures"][0]["signature"].as_str().expect("sig");
+    assert!(sig.contains("SIGSEGV"), "{sig}");
+}
+
 #[test]
 fn validate_contains_engine_crashes_per_arm_on_verified_stub_engines() {
     let fx = Fx::new();
@@ -937,5 +976,90 @@ fn validate_contains_engine_crashes_per_arm_on_verified_stub_engines() {
     assert_eq!(
         crate::schemas::validate(&crate::json(&o)),
         "pinforge.verify-evidence/v1"
+    );
+    // review item 6: a missing file of the run's own set is a mismatch, not "absent".
+    let run_dir = Path::new(j["run_dir"].as_str().expect("run_dir"));
+    std::fs::remove_file(run_dir.join("prompts.jsonl")).expect("rm prompts");
+    let o = fx.run(&[
+        "verify",
+        j["evidence"]["manifest"].as_str().expect("ev"),
+        "--json",
+    ]);
+    assert_eq!(crate::code(&o), 1, "{}", report(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("verify json");
+    assert!(
+        v["mismatches"]
+            .as_array()
+            .expect("mismatches")
+            .iter()
+            .any(|m| m["role"] == "prompts.jsonl" && m["actual"] == "missing"),
+        "{v}"
+    );
+}
+
+// review item 5: --resume refuses a grammar.gbnf that changed since the run started (exit 2,
+// naming the file), and verify checks the grammar against the settings.
+#[test]
+fn validate_resume_refuses_a_changed_grammar_and_verify_reports_it() {
+    let fx = Fx::new();
+    let (a, _) = stub_build(&fx, "base", STUB_ENGINE_OK_C);
+    let (b, _) = stub_build(&fx, "cand", STUB_ENGINE_OK_C);
+    let schema = fx.dir.path().join("s.json");
+    std::fs::write(
+        &schema,
+        r#"{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]}"#,
+    )
+    .expect("schema");
+    let args = [
+        "validate",
+        a.to_str().expect("utf8"),
+        b.to_str().expect("utf8"),
+        "--rows",
+        "2",
+        "--arch",
+        "qwen2",
+        "--schema",
+        schema.to_str().expect("utf8"),
+    ];
+    let mut c = crate::pinforge_cmd(&fx.ws);
+    c.args(args).arg("--json");
+    let o = run_timeout(c, HANG).expect("validate hung");
+    let j = crate::json(&o);
+    let run_dir = PathBuf::from(j["run_dir"].as_str().expect("run_dir"));
+    let grammar = run_dir.join("grammar.gbnf");
+    let mut g = std::fs::read(&grammar).expect("grammar");
+    g.extend_from_slice(b"\n# edited\n");
+    std::fs::write(&grammar, &g).expect("edit");
+    let run_id = run_dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("id")
+        .to_string();
+    let rows_before = std::fs::read(run_dir.join("rows.jsonl")).expect("rows");
+    let mut c = crate::pinforge_cmd(&fx.ws);
+    c.args(args).args(["--resume", &run_id]);
+    let o = run_timeout(c, HANG).expect("resume hung");
+    assert_eq!(crate::code(&o), 2, "{}", report(&o));
+    assert!(crate::stderr(&o).contains("grammar.gbnf"), "{}", report(&o));
+    assert_eq!(
+        std::fs::read(run_dir.join("rows.jsonl")).expect("rows"),
+        rows_before
+    );
+    let o = fx.run(&[
+        "verify",
+        j["evidence"]["manifest"].as_str().expect("ev"),
+        "--json",
+    ]);
+    assert_eq!(crate::code(&o), 1, "{}", report(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("verify json");
+    assert!(
+        v["mismatches"]
+            .as_array()
+            .expect("mismatches")
+            .iter()
+            .any(|m| m["path"]
+                .as_str()
+                .is_some_and(|p| p.ends_with("grammar.gbnf"))),
+        "{v}"
     );
 }
