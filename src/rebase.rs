@@ -341,17 +341,23 @@ pub fn rebase(
     let base_dir = fsx::parent_of(&fsx::absolute(recipe_path)?);
     Recipe::parse(&new_text, recipe_path, Some(&base_dir))?;
 
-    // Commit: the bundle (one exchange), the lock, then the recipe (the commit point).
-    exchange(&new_dir, &dir)?;
+    // Everything after the exchange is a rename: the lock and the recipe are staged as temp
+    // files in their own folders first, so a full disk or a bad folder fails before anything moved.
+    let mut staged_files = Vec::new();
     if let (PinSource::Git { url, tag, .. }, Some(commit), Some(lock)) = (
         &onto.source,
         session.new_tree.pin.git_commit,
         recipe.lock_path(),
     ) {
-        crate::upstream::write_git_lock(&lock, url, tag.as_deref(), commit)?;
+        let text = crate::upstream::git_lock_text(&lock, url, tag.as_deref(), commit)?;
+        staged_files.push((stage_file(&lock, text.as_bytes())?, lock));
     }
-    fsx::write_atomic(recipe_path, new_text.as_bytes())?;
-    drop(stage);
+    staged_files.push((
+        stage_file(recipe_path, new_text.as_bytes())?,
+        recipe_path.to_path_buf(),
+    ));
+    // Commit: the bundle (one exchange), the lock, then the recipe (the commit point).
+    commit_swap(stage, &dir, staged_files)?;
     Ok(Rebased::Done(Report {
         from: report.from.clone(),
         onto: report.onto.clone(),
@@ -360,6 +366,88 @@ pub fn rebase(
         patches: rows,
         audit: session.audit.clone(),
     }))
+}
+
+/// `bytes` in a synced temp file beside `dest`, with `dest`'s mode when it exists (0644 else).
+fn stage_file(dest: &Path, bytes: &[u8]) -> Result<tempfile::TempPath> {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = fsx::parent_of(dest);
+    let mode = std::fs::metadata(dest)
+        .map(|m| m.permissions().mode() & 0o7777)
+        .unwrap_or(0o644);
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".pinforge-tmp-")
+        .tempfile_in(&dir)
+        .at("create temp file in", &dir)?;
+    tmp.write_all(bytes).at("write", tmp.path())?;
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(mode))
+        .at("chmod", tmp.path())?;
+    tmp.as_file().sync_all().at("fsync", tmp.path())?;
+    Ok(tmp.into_temp_path())
+}
+
+/// Exchange the staged bundle `new_dir` with `dir`, then rename each staged file onto its
+/// destination in order (the last is the commit point). On any failure after the exchange the
+/// bundle is swapped back and the destinations already replaced get their old bytes back: the
+/// old bundle (then in the stage, deleted with it) must never go while the recipe names it.
+fn commit_swap(
+    stage: tempfile::TempDir,
+    dir: &Path,
+    files: Vec<(tempfile::TempPath, std::path::PathBuf)>,
+) -> Result<()> {
+    let new_dir = &stage.path().join("bundle");
+    // Each destination with its old bytes and mode, to put back.
+    type Previous = (std::path::PathBuf, Option<(Vec<u8>, u32)>);
+    let mut previous: Vec<Previous> = Vec::new();
+    for (_, dest) in &files {
+        use std::os::unix::fs::PermissionsExt;
+        let old = match std::fs::symlink_metadata(dest) {
+            Ok(m) if m.is_file() => Some((fsx::read(dest)?, m.permissions().mode() & 0o7777)),
+            _ => None,
+        };
+        previous.push((dest.clone(), old));
+    }
+    exchange(new_dir, dir)?;
+    let mut done = 0;
+    let mut failure = None;
+    for (tmp, dest) in files {
+        match tmp.persist(&dest) {
+            Ok(()) => done += 1,
+            Err(e) => {
+                failure = Some(Error::io("rename into", &dest, e.error));
+                break;
+            }
+        }
+    }
+    let Some(err) = failure else {
+        for (dest, _) in &previous {
+            fsx::sync_dir(&fsx::parent_of(dest))?;
+        }
+        return Ok(());
+    };
+    for (dest, old) in previous.iter().take(done) {
+        let undone = match old {
+            Some((bytes, mode)) => fsx::write_atomic_mode(dest, bytes, *mode),
+            None => std::fs::remove_file(dest).at("remove", dest),
+        };
+        if let Err(e) = undone {
+            return Err(Error::Internal(format!(
+                "{err}; and restoring {} failed: {e}",
+                dest.display()
+            )));
+        }
+    }
+    if let Err(e) = exchange(new_dir, dir) {
+        // The old bundle is in the stage: keep it on disk for the operator.
+        let kept = stage.keep();
+        return Err(Error::Internal(format!(
+            "{err}; and swapping the old bundle back failed: {e} (the old bundle is at {})",
+            kept.join("bundle").display()
+        )));
+    }
+    Err(err)
 }
 
 /// Copy the regular files of `src` (and of its `dropped/`) into a new folder `dest`.
@@ -562,6 +650,60 @@ fn moved_recipe_text(
 mod tests {
     use super::*;
     use crate::patch::PatchId;
+
+    fn tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
+        let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+            .expect("read")
+            .map(|e| {
+                let p = e.expect("entry").path();
+                let name = p.file_name().expect("name").to_string_lossy().into_owned();
+                (name, std::fs::read(&p).expect("read"))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    // review item 1: a failure after the bundle exchange (here the recipe's rename, onto a
+    // directory: deterministic as root too) swaps the old bundle back and restores the lock.
+    #[test]
+    fn a_failed_rename_after_the_exchange_puts_the_old_bundle_and_lock_back() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = root.path().join("patches");
+        std::fs::create_dir(&dir).expect("mkdir");
+        std::fs::write(dir.join("0001-a.patch"), b"old a").expect("write");
+        std::fs::write(dir.join("series"), b"0001-a.patch\n").expect("write");
+        let before = tree(&dir);
+        let stage = tempfile::Builder::new()
+            .prefix(".rebase-")
+            .tempdir_in(root.path())
+            .expect("stage");
+        let new_dir = stage.path().join("bundle");
+        std::fs::create_dir(&new_dir).expect("mkdir");
+        std::fs::write(new_dir.join("series"), b"\n").expect("write");
+        let lock = root.path().join("up.lock");
+        std::fs::write(&lock, b"old lock").expect("write");
+        let recipe = root.path().join("up.toml");
+        std::fs::create_dir(&recipe).expect("mkdir");
+        std::fs::write(recipe.join("x"), b"x").expect("write");
+        let files = vec![
+            (stage_file(&lock, b"new lock").expect("stage"), lock.clone()),
+            (
+                stage_file(&recipe, b"new recipe").expect("stage"),
+                recipe.clone(),
+            ),
+        ];
+        let err = commit_swap(stage, &dir, files).expect_err("the recipe rename fails");
+        assert!(err.to_string().contains("up.toml"), "{err}");
+        assert_eq!(tree(&dir), before, "the old bundle is back, byte for byte");
+        assert_eq!(std::fs::read(&lock).expect("lock"), b"old lock");
+        let left: Vec<_> = std::fs::read_dir(root.path())
+            .expect("read")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with('.'))
+            .collect();
+        assert!(left.is_empty(), "no stage or temp file is left: {left:?}");
+    }
 
     #[test]
     fn applied_upstream_is_replaced_or_added_after_the_last_field() {
