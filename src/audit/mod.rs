@@ -415,6 +415,10 @@ pub fn run(
         .and_then(|c| c.tree())
         .git_at(&work.display())?;
 
+    let pin_url = match &onto.source {
+        PinSource::Git { url, .. } => url.as_str(),
+        _ => "",
+    };
     let mut rows = Vec::new();
     for (i, p) in patches.iter().enumerate() {
         let record = old_patched
@@ -430,7 +434,7 @@ pub fn run(
                     format!("read {} commit(s): {}", log.len(), log.range),
                     Strength::Note,
                 ));
-                ev.extend(history::evidence(hrepo, log, tip.raw(), a));
+                ev.extend(history::evidence(hrepo, log, tip.raw(), a, pin_url));
             }
             None => ev.push(Evidence::new(
                 EvidenceKind::NoHistory,
