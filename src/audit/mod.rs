@@ -598,6 +598,9 @@ fn judge(
                 Strength::Moderate,
             ));
         }
+        if conflicted {
+            ev.push(conflict_evidence(repo, &index, Strength::Note));
+        }
         let how = applied_from(&ev).unwrap_or_else(|| "history".into());
         (Verdict::Merged, dropped(&how))
     } else if let Ok((diff, offsets)) = &forward {
@@ -670,7 +673,9 @@ fn judge(
                 bytes: refreshed(p, &diff, today),
             },
         )
-    } else if versions.iter().any(|v| v.superseded) {
+    } else if !versions.is_empty() && versions.iter().all(|v| v.superseded) {
+        // Every hunk that no longer applies must look superseded: one real conflict beside a
+        // superseded hunk is a conflict, never a drop.
         for v in &versions {
             ev.push(Evidence::new(
                 EvidenceKind::Superseded,
@@ -678,19 +683,15 @@ fn judge(
                 Strength::Moderate,
             ));
         }
+        if conflicted {
+            ev.push(conflict_evidence(repo, &index, Strength::Moderate));
+        }
         (
             Verdict::Superseded,
             dropped("superseded: upstream changed these lines, confirmed by the operator"),
         )
     } else {
-        ev.push(Evidence::new(
-            EvidenceKind::Conflict,
-            format!(
-                "a three-way merge of the patch onto the new base conflicts:\n{}",
-                content::render_conflicts(repo, &index)
-            ),
-            Strength::Strong,
-        ));
+        ev.push(conflict_evidence(repo, &index, Strength::Strong));
         (Verdict::Conflicts, Outcome::Stopped)
     };
     ev.sort_by_key(|e| e.strength);
@@ -711,6 +712,19 @@ fn judge(
         evidence: ev,
         outcome,
     })
+}
+
+/// The three-way merge's conflicts, shown: attached whenever the merge conflicts, whatever the
+/// verdict, so a person confirming a drop sees what did not merge.
+fn conflict_evidence(repo: &Repository, index: &git2::Index, strength: Strength) -> Evidence {
+    Evidence::new(
+        EvidenceKind::Conflict,
+        format!(
+            "a three-way merge of the patch onto the new base conflicts:\n{}",
+            content::render_conflicts(repo, index)
+        ),
+        strength,
+    )
 }
 
 /// `Applied-Upstream` from the strongest history evidence: the commit that carries the fix.

@@ -884,6 +884,72 @@ fn rebase_over_a_git_history_fills_the_ledger_moves_pin_and_lock_and_the_recipe_
     );
 }
 
+// review item 3: one hunk upstream superseded (its removed line is gone), the other a real
+// conflict (upstream changed the adjacent line): the patch conflicts, it is not superseded, and
+// the conflict is shown.
+#[test]
+fn a_patch_with_one_superseded_hunk_and_one_conflicting_hunk_conflicts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let upstream = dir.path().join("upstream");
+    let repo = Repository::init(&upstream).expect("init");
+    let cmake = (
+        "CMakeLists.txt".to_string(),
+        "cmake_minimum_required(VERSION 3.14)\nproject(up C)\nadd_library(up SHARED x.c)\n"
+            .to_string(),
+    );
+    let v1 = put(
+        &repo,
+        &[("x.c".into(), src("x", 0, 1, 0, 0, 9)), cmake.clone()],
+        "v1",
+    );
+    repo.tag_lightweight("v1", &repo.find_object(v1, None).expect("obj"), false)
+        .expect("tag");
+    let moved = src("x", 0, 3, 0, 0, 9).replace("    int b = 2;\n", "    int b = 7;\n");
+    let v2 = put(
+        &repo,
+        &[("x.c".into(), moved), cmake],
+        "x: v starts at 3, b at 7",
+    );
+    repo.tag_lightweight("v2", &repo.find_object(v2, None).expect("obj"), false)
+        .expect("tag");
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(ws.join("recipes")).expect("mkdir");
+    std::fs::create_dir_all(ws.join("patches")).expect("mkdir");
+    let mut text = patch(
+        "x",
+        201,
+        "Upstream-Status: Pending\nUpstream-Issue: https://example.invalid/o/up/issues/201\n",
+    );
+    text.push_str("@@ -13,6 +13,6 @@ int x_value(void) {\n \n int x_more(void) {\n-    int a = 1;\n+    int a = 5;\n     int b = 2;\n     int c = 3;\n     return a + b + c;\n");
+    std::fs::write(ws.join("patches/0001-x.patch"), text).expect("write");
+    std::fs::write(ws.join("patches/series"), "0001-x.patch\n").expect("series");
+    let recipe = ws.join("recipes/up.toml");
+    std::fs::write(
+        &recipe,
+        format!(
+            "name = \"up\"\ndefault-variant = \"patched\"\n[pin]\nkind = \"git\"\nurl = \"{}\"\ntag = \"v1\"\ncommit = \"{v1}\"\n\n[toolchain.cpu]\ncc = \"gcc\"\ncxx = \"g++\"\ncmake-version = \">=3.24\"\n[base]\ntoolchain = \"cpu\"\ntargets = [\"up\"]\n[variants.patched]\n",
+            upstream.display()
+        ),
+    )
+    .expect("recipe");
+    let o = pinforge(
+        &ws,
+        &[
+            "audit",
+            recipe.to_str().expect("utf8"),
+            "--onto",
+            &format!("git:{}@v2", upstream.display()),
+            "--json",
+        ],
+    );
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    let j = json(&o);
+    assert_eq!(verdicts(&j), ["conflicts"], "{}", stdout(&o));
+    let ev = evidence_of(&j, 0);
+    let conflict = find(&ev, "conflict").expect("the conflict is shown");
+    assert!(conflict.2.contains("int b = 7;"), "{}", conflict.2);
+}
+
 // issue #9: a bad --onto is an input error naming the value, and nothing is written.
 #[test]
 fn a_malformed_onto_pin_exits_2_and_names_it() {
