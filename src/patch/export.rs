@@ -102,6 +102,17 @@ pub fn export(repo_path: &Path, base: Option<&str>) -> Result<Vec<Exported>> {
             Some(f) => f,
             None => file_name(n + 1, c.summary().unwrap_or("patch")),
         };
+        // Two commits naming one file (a copied trailer, or a generated name equal to a
+        // trailer's) would overwrite each other's patch: refuse before anything is written.
+        if let Some(first) = out.iter().find(|e| e.file == file) {
+            return Err(Error::input(
+                format!("{subject}: commits {} and {oid}", first.commit),
+                format!("both export to {file}; one patch would overwrite the other"),
+            )
+            .with_hint(format!(
+                "give one of them its own file name: amend its `Pinforge-Patch: {file}` trailer (or remove it to get a generated name)"
+            )));
+        }
         let id = PatchId::new(&file).map_err(|m| Error::Internal(m.to_string()))?;
         let parsed = PatchFile::from_bytes(id, file.clone().into(), bytes.clone());
         out.push(Exported {

@@ -1014,6 +1014,55 @@ fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&o.stdout).trim().to_string()
 }
 
+// review item 4: two commits carrying one `Pinforge-Patch` file name are refused with exit 2,
+// naming both commits, and nothing is written.
+#[test]
+fn patch_export_refuses_two_commits_that_export_to_one_file_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let co = dir.path().join("co");
+    std::fs::create_dir(&co).expect("mkdir");
+    git(&co, &["init", "-q"]);
+    std::fs::write(co.join("x.c"), "int x;\n").expect("write");
+    git(&co, &["add", "x.c"]);
+    git(&co, &["commit", "-qm", "base"]);
+    let base = git(&co, &["rev-parse", "HEAD"]);
+    let mut ids = Vec::new();
+    for (n, body) in ["int x = 1;\n", "int x = 2;\n"].iter().enumerate() {
+        std::fs::write(co.join("x.c"), body).expect("write");
+        git(&co, &["add", "x.c"]);
+        git(
+            &co,
+            &[
+                "commit",
+                "-qm",
+                &format!("x: step {n}\n\nPinforge-Patch: 0001-x.patch"),
+            ],
+        );
+        ids.push(git(&co, &["rev-parse", "HEAD"]));
+    }
+    let out = dir.path().join("exported");
+    let o = pinforge(
+        dir.path(),
+        &[
+            "patch",
+            "export",
+            co.to_str().expect("utf8"),
+            "--base",
+            &base,
+            "--dir",
+            out.to_str().expect("utf8"),
+        ],
+    );
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains(&ids[0]) && err.contains(&ids[1]) && err.contains("0001-x.patch"),
+        "{err}"
+    );
+    assert!(err.contains("hint:"), "{err}");
+    assert!(!out.exists(), "nothing is written");
+}
+
 // issue #9: apply the bundle, export it, the files are byte-identical; a hand-made commit
 // exports as a new patch with lint errors (no attribution), not silently.
 #[test]
