@@ -238,14 +238,15 @@ pub fn rebase(
         let (_, original) = file;
         match (&p.outcome, row.action) {
             (Outcome::Carried { bytes }, "refreshed") => {
-                fsx::write_atomic(&new_dir.join(&p.file), bytes)?;
+                fsx::write_atomic_keep_mode(&new_dir.join(&p.file), bytes)?;
             }
             (_, "dropped") => {
                 let applied = row.applied_upstream.clone().unwrap_or_default();
                 let kept = with_applied_upstream(original, &applied);
                 let rel = format!("{DROPPED_DIR}/{}", p.file);
                 fsx::create_dir_all(&new_dir.join(DROPPED_DIR))?;
-                fsx::write_atomic(&new_dir.join(&rel), &kept)?;
+                let mode = fsx::mode_of(&new_dir.join(&p.file)).unwrap_or(0o644);
+                fsx::write_atomic_mode(&new_dir.join(&rel), &kept, mode)?;
                 std::fs::remove_file(new_dir.join(&p.file)).at("remove", &new_dir.join(&p.file))?;
                 ledger_entries.push(LedgerEntry {
                     file: p.file.clone(),
@@ -294,7 +295,7 @@ pub fn rebase(
             out.push_str(line);
             out.push('\n');
         }
-        fsx::write_atomic(&new_dir.join("series"), out.as_bytes())?;
+        fsx::write_atomic_keep_mode(&new_dir.join("series"), out.as_bytes())?;
     }
     let ledger_path = dir.join(LEDGER);
     if !ledger_entries.is_empty() {
@@ -313,7 +314,7 @@ pub fn rebase(
             })
             .map_err(|e| Error::Internal(e.to_string()))?,
         );
-        fsx::write_atomic(&new_dir.join(LEDGER), text.as_bytes())?;
+        fsx::write_atomic_keep_mode(&new_dir.join(LEDGER), text.as_bytes())?;
     }
     // The staged bundle must load, and every carried patch lint clean.
     let staged = Bundle::load(&new_dir)?;
@@ -373,9 +374,7 @@ fn stage_file(dest: &Path, bytes: &[u8]) -> Result<tempfile::TempPath> {
     use std::io::Write;
     use std::os::unix::fs::PermissionsExt;
     let dir = fsx::parent_of(dest);
-    let mode = std::fs::metadata(dest)
-        .map(|m| m.permissions().mode() & 0o7777)
-        .unwrap_or(0o644);
+    let mode = fsx::mode_of(dest).unwrap_or(0o644);
     let mut tmp = tempfile::Builder::new()
         .prefix(".pinforge-tmp-")
         .tempfile_in(&dir)
@@ -468,7 +467,12 @@ fn copy_flat(src: &Path, dest: &Path) -> Result<()> {
             let e = e.at("read directory", &from)?;
             let m = std::fs::symlink_metadata(e.path()).at("inspect", &e.path())?;
             if m.is_file() {
-                fsx::write_atomic(&to.join(e.file_name()), &fsx::read(&e.path())?)?;
+                use std::os::unix::fs::PermissionsExt;
+                fsx::write_atomic_mode(
+                    &to.join(e.file_name()),
+                    &fsx::read(&e.path())?,
+                    m.permissions().mode() & 0o7777,
+                )?;
             } else if !(sub.is_none() && m.is_dir() && e.file_name() == DROPPED_DIR) {
                 // The old folder is replaced as a whole: anything not copied would be lost.
                 return Err(Error::input(

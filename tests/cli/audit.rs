@@ -950,6 +950,85 @@ fn a_patch_with_one_superseded_hunk_and_one_conflicting_hunk_conflicts() {
     assert!(conflict.2.contains("int b = 7;"), "{}", conflict.2);
 }
 
+fn mode(p: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).expect("stat").permissions().mode() & 0o7777
+}
+
+fn chmod(p: &Path, m: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).expect("chmod");
+}
+
+// review item 5: a rebase keeps the modes of the files it replaces: a 0600 recipe, lock,
+// series and patches (carried, refreshed, dropped) stay 0600.
+#[test]
+fn rebase_over_a_history_keeps_the_modes_of_the_recipe_lock_and_bundle_files() {
+    let h = History::new();
+    let r = h.recipe.to_str().expect("utf8");
+    let p = h.ws.join("patches");
+    let lock = h.ws.join("recipes/up.lock");
+    std::fs::write(
+        &lock,
+        format!(
+            "version = 1\n[pin]\nurl = \"{}\"\ntag = \"v1\"\ncommit = \"{}\"\n",
+            h.upstream.display(),
+            h.v1
+        ),
+    )
+    .expect("lock");
+    for f in [
+        h.recipe.clone(),
+        lock.clone(),
+        p.join("series"),
+        p.join("0001-a.patch"),
+        p.join("0002-b.patch"),
+        p.join("0008-h.patch"),
+    ] {
+        chmod(&f, 0o600);
+    }
+    let o = pinforge(
+        &h.ws,
+        &[
+            "rebase",
+            r,
+            "--onto",
+            &h.onto("v2"),
+            "--drop",
+            "0006-f.patch",
+            "--drop",
+            "0009-i.patch",
+            "--keep",
+            "0007-g.patch",
+            "--keep",
+            "0011-k.patch",
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        std::fs::read_to_string(&lock).expect("lock").contains(
+            &Repository::open(&h.upstream)
+                .expect("repo")
+                .revparse_single("v2")
+                .expect("v2")
+                .id()
+                .to_string()
+        ),
+        "the lock moved"
+    );
+    for f in [
+        h.recipe.clone(),
+        lock,
+        p.join("series"),
+        p.join("dropped/0001-a.patch"),
+        p.join("0002-b.patch"),
+        p.join("0008-h.patch"),
+    ] {
+        assert_eq!(mode(&f), 0o600, "{}", f.display());
+    }
+    assert_eq!(mode(&p.join("0003-c.patch")), 0o644);
+}
+
 // issue #9: a bad --onto is an input error naming the value, and nothing is written.
 #[test]
 fn a_malformed_onto_pin_exits_2_and_names_it() {
@@ -1111,6 +1190,9 @@ fn patch_export_gives_back_the_applied_bundle_byte_for_byte_and_lints_a_hand_mad
     let exported_series = std::fs::read_to_string(out.join("series")).expect("series");
     assert_eq!(exported_series.lines().collect::<Vec<_>>(), names);
 
+    // review item 5: a re-export keeps an exported file's mode.
+    chmod(&out.join(names[0]), 0o600);
+    chmod(&out.join("series"), 0o600);
     std::fs::write(co.join("NOTES"), "hand-made\n").expect("write");
     git(&co, &["add", "NOTES"]);
     git(
@@ -1139,6 +1221,9 @@ fn patch_export_gives_back_the_applied_bundle_byte_for_byte_and_lints_a_hand_mad
         text.contains("0012-notes-add-NOTES.patch") && text.contains("missing-status"),
         "{text}"
     );
+    assert_eq!(mode(&out.join(names[0])), 0o600);
+    assert_eq!(mode(&out.join("series")), 0o600);
+    assert_eq!(mode(&out.join("0012-notes-add-NOTES.patch")), 0o644);
     let new = std::fs::read_to_string(out.join("0012-notes-add-NOTES.patch")).expect("new patch");
     assert!(
         new.starts_with("From: Op <op@example.invalid>\n")
