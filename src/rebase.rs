@@ -143,8 +143,33 @@ pub fn rebase(
             .with_hint(format!("the series is {}", bundle.series_path.display())));
         }
     }
+    if let Some(both) = decisions.drop.intersection(&decisions.keep).next() {
+        return Err(Error::input(
+            format!("--drop {both} --keep {both}"),
+            "the patch is both dropped and kept",
+        )
+        .with_hint(format!("pass one of `--drop {both}` or `--keep {both}`")));
+    }
     let session = audit::run(ws, recipe, &bundle, onto, today, &decisions.drop)?;
     let report = &session.audit;
+    // A kept patch upstream already has would be dropped anyway: say so, never ignore it.
+    if let Some(p) = report
+        .patches
+        .iter()
+        .find(|p| p.verdict == Verdict::Merged && decisions.keep.contains(&p.file))
+    {
+        return Err(Error::input(
+            format!("--keep {}", p.file),
+            format!(
+                "the audit finds the patch merged upstream in {}: it leaves the series, a keep cannot carry it",
+                report.onto
+            ),
+        )
+        .with_hint(format!(
+            "remove `--keep {}`; if upstream's version is wrong, refresh the patch as a new fix (`pinforge patch export`) and rebase again",
+            p.file
+        )));
+    }
 
     // Every decision is made before anything is written.
     let mut rows = Vec::new();

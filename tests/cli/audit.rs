@@ -950,6 +950,33 @@ fn a_patch_with_one_superseded_hunk_and_one_conflicting_hunk_conflicts() {
     assert!(conflict.2.contains("int b = 7;"), "{}", conflict.2);
 }
 
+// review item 6: conflicting decisions are refused with exit 2 and a hint, and nothing moves:
+// `--keep` on a merged patch, and one patch both dropped and kept.
+#[test]
+fn rebase_over_a_history_refuses_keeping_a_merged_patch_and_dropping_and_keeping_one() {
+    let h = History::new();
+    let r = h.recipe.to_str().expect("utf8");
+    let before = listing(&h.ws.join("patches"));
+    let recipe = std::fs::read(&h.recipe).expect("recipe");
+    for (args, needle) in [
+        (vec!["--keep", "0001-a.patch"], "--keep 0001-a.patch"),
+        (
+            vec!["--drop", "0006-f.patch", "--keep", "0006-f.patch"],
+            "--drop 0006-f.patch --keep 0006-f.patch",
+        ),
+    ] {
+        let onto = h.onto("v2");
+        let mut all = vec!["rebase", r, "--onto", onto.as_str()];
+        all.extend(args);
+        let o = pinforge(&h.ws, &all);
+        assert_eq!(code(&o), 2, "{needle}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{}", stderr(&o));
+        assert!(stderr(&o).contains("hint:"), "{}", stderr(&o));
+        assert_eq!(listing(&h.ws.join("patches")), before);
+        assert_eq!(std::fs::read(&h.recipe).expect("recipe"), recipe);
+    }
+}
+
 fn mode(p: &Path) -> u32 {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(p).expect("stat").permissions().mode() & 0o7777
