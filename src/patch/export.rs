@@ -168,26 +168,7 @@ fn file_name(n: usize, subject: &str) -> String {
 }
 
 fn rfc2822(t: git2::Time) -> String {
-    let off = t.offset_minutes();
-    let local = t.seconds() + i64::from(off) * 60;
-    let days = local.div_euclid(86400);
-    let secs = local.rem_euclid(86400);
-    let (y, m, d) = crate::audit::civil_from_days(days);
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
-    let sign = if off < 0 { '-' } else { '+' };
-    format!(
-        "{}, {d} {} {y} {:02}:{:02}:{:02} {sign}{:02}{:02}",
-        DAYS[days.rem_euclid(7) as usize],
-        MONTHS[(m - 1) as usize],
-        secs / 3600,
-        secs % 3600 / 60,
-        secs % 60,
-        off.abs() / 60,
-        off.abs() % 60
-    )
+    crate::time::rfc2822(t.seconds(), t.offset_minutes())
 }
 
 /// A patch file rebuilt from a commit: mail header, attribution from its trailers, the body as
