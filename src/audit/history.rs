@@ -168,9 +168,12 @@ pub fn mentions(text: &str, n: u64, slug: Option<&str>) -> bool {
                 if text[i + m.len()..].starts_with(|c: char| c.is_ascii_digit()) {
                     return false;
                 }
+                // The URL starts after the last separator (a multi-byte space included).
                 let url_start = text[..i]
-                    .rfind(|c: char| c.is_whitespace() || matches!(c, '(' | '<' | '['))
-                    .map(|j| j + 1)
+                    .char_indices()
+                    .rev()
+                    .find(|(_, c)| c.is_whitespace() || matches!(c, '(' | '<' | '['))
+                    .map(|(j, c)| j + c.len_utf8())
                     .unwrap_or(0);
                 let named = ref_slug(&text[url_start..i + m.len()]);
                 !matches!((slug, named.as_deref()), (Some(a), Some(b)) if a != b)
@@ -371,6 +374,12 @@ mod tests {
             1234,
             me
         ));
+        assert!(!mentions(
+            "see\u{3000}https://github.com/ggml-org/ggml/pull/1234",
+            1234,
+            me
+        ));
+        assert!(mentions("\u{3000}/pull/1234", 1234, me));
         assert_eq!(
             repo_slug("https://github.com/ggml-org/llama.cpp.git").as_deref(),
             me
