@@ -15,7 +15,9 @@
 //! Writing: the whole new bundle folder is staged beside the old one, checked (it loads and
 //! every carried patch lints clean), and exchanged with the old folder in one `renameat2`
 //! (`RENAME_EXCHANGE`); then the lock (git pins) and last the recipe, the commit point, are
-//! replaced atomically. A stopped or failed rebase writes nothing.
+//! replaced atomically. The lock and the recipe are staged as temp files before the exchange, so
+//! only renames follow it; a failed one swaps the old bundle back and restores the lock. A
+//! stopped or failed rebase writes nothing.
 
 use crate::audit::{self, Outcome, Verdict};
 use crate::error::{Error, IoContext, Result};
@@ -732,6 +734,38 @@ mod tests {
             .filter(|n| n.starts_with('.'))
             .collect();
         assert!(left.is_empty(), "no stage or temp file is left: {left:?}");
+    }
+
+    // review item 1: the lock's rename fails (its path is a directory): the recipe is never
+    // touched and the old bundle is back.
+    #[test]
+    fn a_failed_lock_rename_leaves_the_recipe_and_the_bundle_as_they_were() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = root.path().join("patches");
+        std::fs::create_dir(&dir).expect("mkdir");
+        std::fs::write(dir.join("series"), b"0001-a.patch\n").expect("write");
+        let before = tree(&dir);
+        let stage = tempfile::Builder::new()
+            .prefix(".rebase-")
+            .tempdir_in(root.path())
+            .expect("stage");
+        std::fs::create_dir(stage.path().join("bundle")).expect("mkdir");
+        let lock = root.path().join("up.lock");
+        std::fs::create_dir(&lock).expect("mkdir");
+        std::fs::write(lock.join("x"), b"x").expect("write");
+        let recipe = root.path().join("up.toml");
+        std::fs::write(&recipe, b"old recipe").expect("write");
+        let files = vec![
+            (stage_file(&lock, b"new lock").expect("stage"), lock.clone()),
+            (
+                stage_file(&recipe, b"new recipe").expect("stage"),
+                recipe.clone(),
+            ),
+        ];
+        let err = commit_swap(stage, &dir, files).expect_err("the lock rename fails");
+        assert!(err.to_string().contains("up.lock"), "{err}");
+        assert_eq!(tree(&dir), before);
+        assert_eq!(std::fs::read(&recipe).expect("recipe"), b"old recipe");
     }
 
     #[test]
