@@ -73,6 +73,21 @@ pub fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     sync_dir(&dir)
 }
 
+/// The permission bits of the regular file at `path`, if there is one (a link is not followed).
+pub fn mode_of(path: &Path) -> Option<u32> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|m| m.permissions().mode() & 0o7777)
+}
+
+/// [`write_atomic`] keeping the mode of the file it replaces (0644 for a new one): an
+/// operator's 0600 recipe or patch must not come back world-readable.
+pub fn write_atomic_keep_mode(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomic_mode(path, bytes, mode_of(path).unwrap_or(0o644))
+}
+
 /// The directory a path lives in (`.` for a bare file name).
 pub fn parent_of(path: &Path) -> PathBuf {
     match path.parent() {

@@ -15,7 +15,9 @@
 //! Writing: the whole new bundle folder is staged beside the old one, checked (it loads and
 //! every carried patch lints clean), and exchanged with the old folder in one `renameat2`
 //! (`RENAME_EXCHANGE`); then the lock (git pins) and last the recipe, the commit point, are
-//! replaced atomically. A stopped or failed rebase writes nothing.
+//! replaced atomically. The lock and the recipe are staged as temp files before the exchange, so
+//! only renames follow it; a failed one swaps the old bundle back and restores the lock. A
+//! stopped or failed rebase writes nothing.
 
 use crate::audit::{self, Outcome, Verdict};
 use crate::error::{Error, IoContext, Result};
@@ -143,8 +145,33 @@ pub fn rebase(
             .with_hint(format!("the series is {}", bundle.series_path.display())));
         }
     }
+    if let Some(both) = decisions.drop.intersection(&decisions.keep).next() {
+        return Err(Error::input(
+            format!("--drop {both} --keep {both}"),
+            "the patch is both dropped and kept",
+        )
+        .with_hint(format!("pass one of `--drop {both}` or `--keep {both}`")));
+    }
     let session = audit::run(ws, recipe, &bundle, onto, today, &decisions.drop)?;
     let report = &session.audit;
+    // A kept patch upstream already has would be dropped anyway: say so, never ignore it.
+    if let Some(p) = report
+        .patches
+        .iter()
+        .find(|p| p.verdict == Verdict::Merged && decisions.keep.contains(&p.file))
+    {
+        return Err(Error::input(
+            format!("--keep {}", p.file),
+            format!(
+                "the audit finds the patch merged upstream in {}: it leaves the series, a keep cannot carry it",
+                report.onto
+            ),
+        )
+        .with_hint(format!(
+            "remove `--keep {}`; if upstream's version is wrong, refresh the patch as a new fix (`pinforge patch export`) and rebase again",
+            p.file
+        )));
+    }
 
     // Every decision is made before anything is written.
     let mut rows = Vec::new();
@@ -238,14 +265,15 @@ pub fn rebase(
         let (_, original) = file;
         match (&p.outcome, row.action) {
             (Outcome::Carried { bytes }, "refreshed") => {
-                fsx::write_atomic(&new_dir.join(&p.file), bytes)?;
+                fsx::write_atomic_keep_mode(&new_dir.join(&p.file), bytes)?;
             }
             (_, "dropped") => {
                 let applied = row.applied_upstream.clone().unwrap_or_default();
                 let kept = with_applied_upstream(original, &applied);
                 let rel = format!("{DROPPED_DIR}/{}", p.file);
                 fsx::create_dir_all(&new_dir.join(DROPPED_DIR))?;
-                fsx::write_atomic(&new_dir.join(&rel), &kept)?;
+                let mode = fsx::mode_of(&new_dir.join(&p.file)).unwrap_or(0o644);
+                fsx::write_atomic_mode(&new_dir.join(&rel), &kept, mode)?;
                 std::fs::remove_file(new_dir.join(&p.file)).at("remove", &new_dir.join(&p.file))?;
                 ledger_entries.push(LedgerEntry {
                     file: p.file.clone(),
@@ -294,7 +322,7 @@ pub fn rebase(
             out.push_str(line);
             out.push('\n');
         }
-        fsx::write_atomic(&new_dir.join("series"), out.as_bytes())?;
+        fsx::write_atomic_keep_mode(&new_dir.join("series"), out.as_bytes())?;
     }
     let ledger_path = dir.join(LEDGER);
     if !ledger_entries.is_empty() {
@@ -313,7 +341,7 @@ pub fn rebase(
             })
             .map_err(|e| Error::Internal(e.to_string()))?,
         );
-        fsx::write_atomic(&new_dir.join(LEDGER), text.as_bytes())?;
+        fsx::write_atomic_keep_mode(&new_dir.join(LEDGER), text.as_bytes())?;
     }
     // The staged bundle must load, and every carried patch lint clean.
     let staged = Bundle::load(&new_dir)?;
@@ -341,17 +369,23 @@ pub fn rebase(
     let base_dir = fsx::parent_of(&fsx::absolute(recipe_path)?);
     Recipe::parse(&new_text, recipe_path, Some(&base_dir))?;
 
-    // Commit: the bundle (one exchange), the lock, then the recipe (the commit point).
-    exchange(&new_dir, &dir)?;
+    // Everything after the exchange is a rename: the lock and the recipe are staged as temp
+    // files in their own folders first, so a full disk or a bad folder fails before anything moved.
+    let mut staged_files = Vec::new();
     if let (PinSource::Git { url, tag, .. }, Some(commit), Some(lock)) = (
         &onto.source,
         session.new_tree.pin.git_commit,
         recipe.lock_path(),
     ) {
-        crate::upstream::write_git_lock(&lock, url, tag.as_deref(), commit)?;
+        let text = crate::upstream::git_lock_text(&lock, url, tag.as_deref(), commit)?;
+        staged_files.push((stage_file(&lock, text.as_bytes())?, lock));
     }
-    fsx::write_atomic(recipe_path, new_text.as_bytes())?;
-    drop(stage);
+    staged_files.push((
+        stage_file(recipe_path, new_text.as_bytes())?,
+        recipe_path.to_path_buf(),
+    ));
+    // Commit: the bundle (one exchange), the lock, then the recipe (the commit point).
+    commit_swap(stage, &dir, staged_files)?;
     Ok(Rebased::Done(Report {
         from: report.from.clone(),
         onto: report.onto.clone(),
@@ -360,6 +394,86 @@ pub fn rebase(
         patches: rows,
         audit: session.audit.clone(),
     }))
+}
+
+/// `bytes` in a synced temp file beside `dest`, with `dest`'s mode when it exists (0644 else).
+fn stage_file(dest: &Path, bytes: &[u8]) -> Result<tempfile::TempPath> {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = fsx::parent_of(dest);
+    let mode = fsx::mode_of(dest).unwrap_or(0o644);
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".pinforge-tmp-")
+        .tempfile_in(&dir)
+        .at("create temp file in", &dir)?;
+    tmp.write_all(bytes).at("write", tmp.path())?;
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(mode))
+        .at("chmod", tmp.path())?;
+    tmp.as_file().sync_all().at("fsync", tmp.path())?;
+    Ok(tmp.into_temp_path())
+}
+
+/// Exchange the staged bundle `new_dir` with `dir`, then rename each staged file onto its
+/// destination in order (the last is the commit point). On any failure after the exchange the
+/// bundle is swapped back and the destinations already replaced get their old bytes back: the
+/// old bundle (then in the stage, deleted with it) must never go while the recipe names it.
+fn commit_swap(
+    stage: tempfile::TempDir,
+    dir: &Path,
+    files: Vec<(tempfile::TempPath, std::path::PathBuf)>,
+) -> Result<()> {
+    let new_dir = &stage.path().join("bundle");
+    // Each destination with its old bytes and mode, to put back.
+    type Previous = (std::path::PathBuf, Option<(Vec<u8>, u32)>);
+    let mut previous: Vec<Previous> = Vec::new();
+    for (_, dest) in &files {
+        use std::os::unix::fs::PermissionsExt;
+        let old = match std::fs::symlink_metadata(dest) {
+            Ok(m) if m.is_file() => Some((fsx::read(dest)?, m.permissions().mode() & 0o7777)),
+            _ => None,
+        };
+        previous.push((dest.clone(), old));
+    }
+    exchange(new_dir, dir)?;
+    let mut done = 0;
+    let mut failure = None;
+    for (tmp, dest) in files {
+        match tmp.persist(&dest) {
+            Ok(()) => done += 1,
+            Err(e) => {
+                failure = Some(Error::io("rename into", &dest, e.error));
+                break;
+            }
+        }
+    }
+    let Some(err) = failure else {
+        for (dest, _) in &previous {
+            fsx::sync_dir(&fsx::parent_of(dest))?;
+        }
+        return Ok(());
+    };
+    for (dest, old) in previous.iter().take(done) {
+        let undone = match old {
+            Some((bytes, mode)) => fsx::write_atomic_mode(dest, bytes, *mode),
+            None => std::fs::remove_file(dest).at("remove", dest),
+        };
+        if let Err(e) = undone {
+            return Err(Error::Internal(format!(
+                "{err}; and restoring {} failed: {e}",
+                dest.display()
+            )));
+        }
+    }
+    if let Err(e) = exchange(new_dir, dir) {
+        // The old bundle is in the stage: keep it on disk for the operator.
+        let kept = stage.keep();
+        return Err(Error::Internal(format!(
+            "{err}; and swapping the old bundle back failed: {e} (the old bundle is at {})",
+            kept.join("bundle").display()
+        )));
+    }
+    Err(err)
 }
 
 /// Copy the regular files of `src` (and of its `dropped/`) into a new folder `dest`.
@@ -380,7 +494,12 @@ fn copy_flat(src: &Path, dest: &Path) -> Result<()> {
             let e = e.at("read directory", &from)?;
             let m = std::fs::symlink_metadata(e.path()).at("inspect", &e.path())?;
             if m.is_file() {
-                fsx::write_atomic(&to.join(e.file_name()), &fsx::read(&e.path())?)?;
+                use std::os::unix::fs::PermissionsExt;
+                fsx::write_atomic_mode(
+                    &to.join(e.file_name()),
+                    &fsx::read(&e.path())?,
+                    m.permissions().mode() & 0o7777,
+                )?;
             } else if !(sub.is_none() && m.is_dir() && e.file_name() == DROPPED_DIR) {
                 // The old folder is replaced as a whole: anything not copied would be lost.
                 return Err(Error::input(
@@ -562,6 +681,92 @@ fn moved_recipe_text(
 mod tests {
     use super::*;
     use crate::patch::PatchId;
+
+    fn tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
+        let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+            .expect("read")
+            .map(|e| {
+                let p = e.expect("entry").path();
+                let name = p.file_name().expect("name").to_string_lossy().into_owned();
+                (name, std::fs::read(&p).expect("read"))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    // review item 1: a failure after the bundle exchange (here the recipe's rename, onto a
+    // directory: deterministic as root too) swaps the old bundle back and restores the lock.
+    #[test]
+    fn a_failed_rename_after_the_exchange_puts_the_old_bundle_and_lock_back() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = root.path().join("patches");
+        std::fs::create_dir(&dir).expect("mkdir");
+        std::fs::write(dir.join("0001-a.patch"), b"old a").expect("write");
+        std::fs::write(dir.join("series"), b"0001-a.patch\n").expect("write");
+        let before = tree(&dir);
+        let stage = tempfile::Builder::new()
+            .prefix(".rebase-")
+            .tempdir_in(root.path())
+            .expect("stage");
+        let new_dir = stage.path().join("bundle");
+        std::fs::create_dir(&new_dir).expect("mkdir");
+        std::fs::write(new_dir.join("series"), b"\n").expect("write");
+        let lock = root.path().join("up.lock");
+        std::fs::write(&lock, b"old lock").expect("write");
+        let recipe = root.path().join("up.toml");
+        std::fs::create_dir(&recipe).expect("mkdir");
+        std::fs::write(recipe.join("x"), b"x").expect("write");
+        let files = vec![
+            (stage_file(&lock, b"new lock").expect("stage"), lock.clone()),
+            (
+                stage_file(&recipe, b"new recipe").expect("stage"),
+                recipe.clone(),
+            ),
+        ];
+        let err = commit_swap(stage, &dir, files).expect_err("the recipe rename fails");
+        assert!(err.to_string().contains("up.toml"), "{err}");
+        assert_eq!(tree(&dir), before, "the old bundle is back, byte for byte");
+        assert_eq!(std::fs::read(&lock).expect("lock"), b"old lock");
+        let left: Vec<_> = std::fs::read_dir(root.path())
+            .expect("read")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with('.'))
+            .collect();
+        assert!(left.is_empty(), "no stage or temp file is left: {left:?}");
+    }
+
+    // review item 1: the lock's rename fails (its path is a directory): the recipe is never
+    // touched and the old bundle is back.
+    #[test]
+    fn a_failed_lock_rename_leaves_the_recipe_and_the_bundle_as_they_were() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = root.path().join("patches");
+        std::fs::create_dir(&dir).expect("mkdir");
+        std::fs::write(dir.join("series"), b"0001-a.patch\n").expect("write");
+        let before = tree(&dir);
+        let stage = tempfile::Builder::new()
+            .prefix(".rebase-")
+            .tempdir_in(root.path())
+            .expect("stage");
+        std::fs::create_dir(stage.path().join("bundle")).expect("mkdir");
+        let lock = root.path().join("up.lock");
+        std::fs::create_dir(&lock).expect("mkdir");
+        std::fs::write(lock.join("x"), b"x").expect("write");
+        let recipe = root.path().join("up.toml");
+        std::fs::write(&recipe, b"old recipe").expect("write");
+        let files = vec![
+            (stage_file(&lock, b"new lock").expect("stage"), lock.clone()),
+            (
+                stage_file(&recipe, b"new recipe").expect("stage"),
+                recipe.clone(),
+            ),
+        ];
+        let err = commit_swap(stage, &dir, files).expect_err("the lock rename fails");
+        assert!(err.to_string().contains("up.lock"), "{err}");
+        assert_eq!(tree(&dir), before);
+        assert_eq!(std::fs::read(&recipe).expect("recipe"), b"old recipe");
+    }
 
     #[test]
     fn applied_upstream_is_replaced_or_added_after_the_last_field() {

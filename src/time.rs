@@ -72,6 +72,48 @@ pub fn rfc3339(secs: i64) -> String {
     )
 }
 
+/// `YYYY-MM-DD` (UTC) of epoch seconds.
+pub fn ymd(secs: i64) -> String {
+    let (y, m, d) = civil_from_days(secs.div_euclid(86400));
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// Today's date (UTC, `YYYY-MM-DD`): `SOURCE_DATE_EPOCH` when set to a number (a reproducible
+/// run), else this thread's clock.
+pub fn today() -> String {
+    let secs = std::env::var("SOURCE_DATE_EPOCH")
+        .ok()
+        .and_then(|s| s.trim().parse::<i64>().ok())
+        .unwrap_or_else(now_secs);
+    ymd(secs)
+}
+
+/// An RFC 2822 mail date (`Mon, 30 Nov 2026 01:00:00 +0100`, what `git format-patch` writes)
+/// of epoch seconds shown at `offset_minutes` east of UTC: the inverse of [`parse_rfc2822`].
+pub fn rfc2822(secs: i64, offset_minutes: i32) -> String {
+    let local = secs + i64::from(offset_minutes) * 60;
+    let days = local.div_euclid(86400);
+    let rem = local.rem_euclid(86400);
+    let (y, m, d) = civil_from_days(days);
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    // 1970-01-01 was a Thursday.
+    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    let sign = if offset_minutes < 0 { '-' } else { '+' };
+    let off = offset_minutes.unsigned_abs();
+    format!(
+        "{}, {d} {} {y} {:02}:{:02}:{:02} {sign}{:02}{:02}",
+        DAYS[days.rem_euclid(7) as usize],
+        MONTHS[(m - 1).clamp(0, 11) as usize],
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        off / 60,
+        off % 60
+    )
+}
+
 /// (year, month, day) of a day count since the epoch (Howard Hinnant's civil_from_days).
 fn civil_from_days(days: i64) -> (i64, i64, i64) {
     let z = days + 719468;
@@ -198,7 +240,24 @@ mod tests {
         assert!(now_secs() > 1_795_996_800 - 86400 * 365 * 10);
     }
 
+    #[test]
+    fn ymd_and_mail_dates_format_known_instants() {
+        assert_eq!(ymd(0), "1970-01-01");
+        assert_eq!(ymd(1_795_996_800), "2026-11-30");
+        assert_eq!(ymd(-1), "1969-12-31");
+        assert_eq!(
+            rfc2822(1_795_996_800, 60),
+            "Mon, 30 Nov 2026 01:00:00 +0100"
+        );
+        assert_eq!(rfc2822(0, -90), "Wed, 31 Dec 1969 22:30:00 -0130");
+    }
+
     proptest::proptest! {
+        #[test]
+        fn mail_dates_round_trip(secs in -4_000_000_000i64..8_000_000_000, off in -720i32..840) {
+            proptest::prop_assert_eq!(parse_rfc2822(&rfc2822(secs, off)), Some((secs, off)));
+        }
+
         #[test]
         fn civil_days_round_trip(days in -1_000_000i64..1_000_000) {
             let (y, m, d) = civil_from_days(days);

@@ -415,6 +415,10 @@ pub fn run(
         .and_then(|c| c.tree())
         .git_at(&work.display())?;
 
+    let pin_url = match &onto.source {
+        PinSource::Git { url, .. } => url.as_str(),
+        _ => "",
+    };
     let mut rows = Vec::new();
     for (i, p) in patches.iter().enumerate() {
         let record = old_patched
@@ -430,7 +434,7 @@ pub fn run(
                     format!("read {} commit(s): {}", log.len(), log.range),
                     Strength::Note,
                 ));
-                ev.extend(history::evidence(hrepo, log, tip.raw(), a));
+                ev.extend(history::evidence(hrepo, log, tip.raw(), a, pin_url));
             }
             None => ev.push(Evidence::new(
                 EvidenceKind::NoHistory,
@@ -594,6 +598,9 @@ fn judge(
                 Strength::Moderate,
             ));
         }
+        if conflicted {
+            ev.push(conflict_evidence(repo, &index, Strength::Note));
+        }
         let how = applied_from(&ev).unwrap_or_else(|| "history".into());
         (Verdict::Merged, dropped(&how))
     } else if let Ok((diff, offsets)) = &forward {
@@ -666,7 +673,9 @@ fn judge(
                 bytes: refreshed(p, &diff, today),
             },
         )
-    } else if versions.iter().any(|v| v.superseded) {
+    } else if !versions.is_empty() && versions.iter().all(|v| v.superseded) {
+        // Every hunk that no longer applies must look superseded: one real conflict beside a
+        // superseded hunk is a conflict, never a drop.
         for v in &versions {
             ev.push(Evidence::new(
                 EvidenceKind::Superseded,
@@ -674,19 +683,15 @@ fn judge(
                 Strength::Moderate,
             ));
         }
+        if conflicted {
+            ev.push(conflict_evidence(repo, &index, Strength::Moderate));
+        }
         (
             Verdict::Superseded,
             dropped("superseded: upstream changed these lines, confirmed by the operator"),
         )
     } else {
-        ev.push(Evidence::new(
-            EvidenceKind::Conflict,
-            format!(
-                "a three-way merge of the patch onto the new base conflicts:\n{}",
-                content::render_conflicts(repo, &index)
-            ),
-            Strength::Strong,
-        ));
+        ev.push(conflict_evidence(repo, &index, Strength::Strong));
         (Verdict::Conflicts, Outcome::Stopped)
     };
     ev.sort_by_key(|e| e.strength);
@@ -707,6 +712,19 @@ fn judge(
         evidence: ev,
         outcome,
     })
+}
+
+/// The three-way merge's conflicts, shown: attached whenever the merge conflicts, whatever the
+/// verdict, so a person confirming a drop sees what did not merge.
+fn conflict_evidence(repo: &Repository, index: &git2::Index, strength: Strength) -> Evidence {
+    Evidence::new(
+        EvidenceKind::Conflict,
+        format!(
+            "a three-way merge of the patch onto the new base conflicts:\n{}",
+            content::render_conflicts(repo, index)
+        ),
+        strength,
+    )
 }
 
 /// `Applied-Upstream` from the strongest history evidence: the commit that carries the fix.
@@ -783,33 +801,9 @@ fn tree_diff(
     Ok(out)
 }
 
-/// Today's date (UTC, `YYYY-MM-DD`) for `Last-Update`: `SOURCE_DATE_EPOCH` when set (a
-/// reproducible run), else the clock.
+/// Today's date (UTC, `YYYY-MM-DD`) for `Last-Update` ([`crate::time::today`]).
 pub fn today() -> String {
-    let secs = std::env::var("SOURCE_DATE_EPOCH")
-        .ok()
-        .and_then(|s| s.parse::<i64>().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs() as i64)
-                .unwrap_or(0)
-        });
-    let (y, m, d) = civil_from_days(secs.div_euclid(86400));
-    format!("{y:04}-{m:02}-{d:02}")
-}
-
-pub(crate) fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719468;
-    let era = if z >= 0 { z } else { z - 146096 } / 146097;
-    let doe = z - era * 146097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
+    crate::time::today()
 }
 
 /// Where a path in the scratch tree would be shown.
@@ -821,10 +815,13 @@ pub fn scratch_path(s: &Session) -> PathBuf {
 mod tests {
     use super::*;
 
+    // review item 7: the date comes from time.rs's clock, so a pinned clock pins it.
     #[test]
-    fn civil_dates_round_the_epoch() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(20787), (2026, 11, 30));
+    fn today_reads_the_injectable_clock() {
+        let t = crate::time::with_clock(&crate::time::FixedClock(1_795_996_800 + 3600), today);
+        if std::env::var_os("SOURCE_DATE_EPOCH").is_none() {
+            assert_eq!(t, "2026-11-30");
+        }
     }
 
     #[test]

@@ -330,9 +330,9 @@ fn cmd_export(
         series.push('\n');
     }
     for e in &exported {
-        crate::fsx::write_atomic(&dir.join(&e.file), &e.bytes)?;
+        crate::fsx::write_atomic_keep_mode(&dir.join(&e.file), &e.bytes)?;
     }
-    crate::fsx::write_atomic(&series_path, series.as_bytes())?;
+    crate::fsx::write_atomic_keep_mode(&series_path, series.as_bytes())?;
     let errors = exported
         .iter()
         .flat_map(|e| &e.findings)

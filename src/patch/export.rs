@@ -102,6 +102,17 @@ pub fn export(repo_path: &Path, base: Option<&str>) -> Result<Vec<Exported>> {
             Some(f) => f,
             None => file_name(n + 1, c.summary().unwrap_or("patch")),
         };
+        // Two commits naming one file (a copied trailer, or a generated name equal to a
+        // trailer's) would overwrite each other's patch: refuse before anything is written.
+        if let Some(first) = out.iter().find(|e| e.file == file) {
+            return Err(Error::input(
+                format!("{subject}: commits {} and {oid}", first.commit),
+                format!("both export to {file}; one patch would overwrite the other"),
+            )
+            .with_hint(format!(
+                "give one of them its own file name: amend its `Pinforge-Patch: {file}` trailer (or remove it to get a generated name)"
+            )));
+        }
         let id = PatchId::new(&file).map_err(|m| Error::Internal(m.to_string()))?;
         let parsed = PatchFile::from_bytes(id, file.clone().into(), bytes.clone());
         out.push(Exported {
@@ -157,26 +168,7 @@ fn file_name(n: usize, subject: &str) -> String {
 }
 
 fn rfc2822(t: git2::Time) -> String {
-    let off = t.offset_minutes();
-    let local = t.seconds() + i64::from(off) * 60;
-    let days = local.div_euclid(86400);
-    let secs = local.rem_euclid(86400);
-    let (y, m, d) = crate::audit::civil_from_days(days);
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
-    let sign = if off < 0 { '-' } else { '+' };
-    format!(
-        "{}, {d} {} {y} {:02}:{:02}:{:02} {sign}{:02}{:02}",
-        DAYS[days.rem_euclid(7) as usize],
-        MONTHS[(m - 1) as usize],
-        secs / 3600,
-        secs % 3600 / 60,
-        secs % 60,
-        off.abs() / 60,
-        off.abs() % 60
-    )
+    crate::time::rfc2822(t.seconds(), t.offset_minutes())
 }
 
 /// A patch file rebuilt from a commit: mail header, attribution from its trailers, the body as

@@ -846,7 +846,24 @@ fn read_lock(path: &Path) -> std::result::Result<Option<GitLock>, (String, Strin
     Ok(Some(lock.pin))
 }
 
+/// The text [`write_git_lock`] writes: the rebase stages it beside the lock before its commit
+/// point, so that only a rename is left once the bundle is swapped in.
+pub fn git_lock_text(path: &Path, url: &str, tag: Option<&str>, commit: GitOid) -> Result<String> {
+    lock_text(
+        path,
+        &GitLock {
+            url: url.to_string(),
+            tag: tag.map(str::to_string),
+            commit: commit.to_string(),
+        },
+    )
+}
+
 fn write_lock(path: &Path, lock: &GitLock) -> Result<()> {
+    fsx::write_atomic(path, lock_text(path, lock)?.as_bytes())
+}
+
+fn lock_text(path: &Path, lock: &GitLock) -> Result<String> {
     let body = toml::to_string(&LockFile {
         version: 1,
         pin: lock.clone(),
@@ -859,5 +876,5 @@ fn write_lock(path: &Path, lock: &GitLock) -> Result<()> {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default()
     );
-    fsx::write_atomic(path, text.as_bytes())
+    Ok(text)
 }

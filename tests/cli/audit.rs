@@ -884,6 +884,178 @@ fn rebase_over_a_git_history_fills_the_ledger_moves_pin_and_lock_and_the_recipe_
     );
 }
 
+// review item 3: one hunk upstream superseded (its removed line is gone), the other a real
+// conflict (upstream changed the adjacent line): the patch conflicts, it is not superseded, and
+// the conflict is shown.
+#[test]
+fn a_patch_with_one_superseded_hunk_and_one_conflicting_hunk_conflicts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let upstream = dir.path().join("upstream");
+    let repo = Repository::init(&upstream).expect("init");
+    let cmake = (
+        "CMakeLists.txt".to_string(),
+        "cmake_minimum_required(VERSION 3.14)\nproject(up C)\nadd_library(up SHARED x.c)\n"
+            .to_string(),
+    );
+    let v1 = put(
+        &repo,
+        &[("x.c".into(), src("x", 0, 1, 0, 0, 9)), cmake.clone()],
+        "v1",
+    );
+    repo.tag_lightweight("v1", &repo.find_object(v1, None).expect("obj"), false)
+        .expect("tag");
+    let moved = src("x", 0, 3, 0, 0, 9).replace("    int b = 2;\n", "    int b = 7;\n");
+    let v2 = put(
+        &repo,
+        &[("x.c".into(), moved), cmake],
+        "x: v starts at 3, b at 7",
+    );
+    repo.tag_lightweight("v2", &repo.find_object(v2, None).expect("obj"), false)
+        .expect("tag");
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(ws.join("recipes")).expect("mkdir");
+    std::fs::create_dir_all(ws.join("patches")).expect("mkdir");
+    let mut text = patch(
+        "x",
+        201,
+        "Upstream-Status: Pending\nUpstream-Issue: https://example.invalid/o/up/issues/201\n",
+    );
+    text.push_str("@@ -13,6 +13,6 @@ int x_value(void) {\n \n int x_more(void) {\n-    int a = 1;\n+    int a = 5;\n     int b = 2;\n     int c = 3;\n     return a + b + c;\n");
+    std::fs::write(ws.join("patches/0001-x.patch"), text).expect("write");
+    std::fs::write(ws.join("patches/series"), "0001-x.patch\n").expect("series");
+    let recipe = ws.join("recipes/up.toml");
+    std::fs::write(
+        &recipe,
+        format!(
+            "name = \"up\"\ndefault-variant = \"patched\"\n[pin]\nkind = \"git\"\nurl = \"{}\"\ntag = \"v1\"\ncommit = \"{v1}\"\n\n[toolchain.cpu]\ncc = \"gcc\"\ncxx = \"g++\"\ncmake-version = \">=3.24\"\n[base]\ntoolchain = \"cpu\"\ntargets = [\"up\"]\n[variants.patched]\n",
+            upstream.display()
+        ),
+    )
+    .expect("recipe");
+    let o = pinforge(
+        &ws,
+        &[
+            "audit",
+            recipe.to_str().expect("utf8"),
+            "--onto",
+            &format!("git:{}@v2", upstream.display()),
+            "--json",
+        ],
+    );
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    let j = json(&o);
+    assert_eq!(verdicts(&j), ["conflicts"], "{}", stdout(&o));
+    let ev = evidence_of(&j, 0);
+    let conflict = find(&ev, "conflict").expect("the conflict is shown");
+    assert!(conflict.2.contains("int b = 7;"), "{}", conflict.2);
+}
+
+// review item 6: conflicting decisions are refused with exit 2 and a hint, and nothing moves:
+// `--keep` on a merged patch, and one patch both dropped and kept.
+#[test]
+fn rebase_over_a_history_refuses_keeping_a_merged_patch_and_dropping_and_keeping_one() {
+    let h = History::new();
+    let r = h.recipe.to_str().expect("utf8");
+    let before = listing(&h.ws.join("patches"));
+    let recipe = std::fs::read(&h.recipe).expect("recipe");
+    for (args, needle) in [
+        (vec!["--keep", "0001-a.patch"], "--keep 0001-a.patch"),
+        (
+            vec!["--drop", "0006-f.patch", "--keep", "0006-f.patch"],
+            "--drop 0006-f.patch --keep 0006-f.patch",
+        ),
+    ] {
+        let onto = h.onto("v2");
+        let mut all = vec!["rebase", r, "--onto", onto.as_str()];
+        all.extend(args);
+        let o = pinforge(&h.ws, &all);
+        assert_eq!(code(&o), 2, "{needle}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{}", stderr(&o));
+        assert!(stderr(&o).contains("hint:"), "{}", stderr(&o));
+        assert_eq!(listing(&h.ws.join("patches")), before);
+        assert_eq!(std::fs::read(&h.recipe).expect("recipe"), recipe);
+    }
+}
+
+fn mode(p: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).expect("stat").permissions().mode() & 0o7777
+}
+
+fn chmod(p: &Path, m: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).expect("chmod");
+}
+
+// review item 5: a rebase keeps the modes of the files it replaces: a 0600 recipe, lock,
+// series and patches (carried, refreshed, dropped) stay 0600.
+#[test]
+fn rebase_over_a_history_keeps_the_modes_of_the_recipe_lock_and_bundle_files() {
+    let h = History::new();
+    let r = h.recipe.to_str().expect("utf8");
+    let p = h.ws.join("patches");
+    let lock = h.ws.join("recipes/up.lock");
+    std::fs::write(
+        &lock,
+        format!(
+            "version = 1\n[pin]\nurl = \"{}\"\ntag = \"v1\"\ncommit = \"{}\"\n",
+            h.upstream.display(),
+            h.v1
+        ),
+    )
+    .expect("lock");
+    for f in [
+        h.recipe.clone(),
+        lock.clone(),
+        p.join("series"),
+        p.join("0001-a.patch"),
+        p.join("0002-b.patch"),
+        p.join("0008-h.patch"),
+    ] {
+        chmod(&f, 0o600);
+    }
+    let o = pinforge(
+        &h.ws,
+        &[
+            "rebase",
+            r,
+            "--onto",
+            &h.onto("v2"),
+            "--drop",
+            "0006-f.patch",
+            "--drop",
+            "0009-i.patch",
+            "--keep",
+            "0007-g.patch",
+            "--keep",
+            "0011-k.patch",
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        std::fs::read_to_string(&lock).expect("lock").contains(
+            &Repository::open(&h.upstream)
+                .expect("repo")
+                .revparse_single("v2")
+                .expect("v2")
+                .id()
+                .to_string()
+        ),
+        "the lock moved"
+    );
+    for f in [
+        h.recipe.clone(),
+        lock,
+        p.join("series"),
+        p.join("dropped/0001-a.patch"),
+        p.join("0002-b.patch"),
+        p.join("0008-h.patch"),
+    ] {
+        assert_eq!(mode(&f), 0o600, "{}", f.display());
+    }
+    assert_eq!(mode(&p.join("0003-c.patch")), 0o644);
+}
+
 // issue #9: a bad --onto is an input error naming the value, and nothing is written.
 #[test]
 fn a_malformed_onto_pin_exits_2_and_names_it() {
@@ -948,6 +1120,55 @@ fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&o.stdout).trim().to_string()
 }
 
+// review item 4: two commits carrying one `Pinforge-Patch` file name are refused with exit 2,
+// naming both commits, and nothing is written.
+#[test]
+fn patch_export_refuses_two_commits_that_export_to_one_file_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let co = dir.path().join("co");
+    std::fs::create_dir(&co).expect("mkdir");
+    git(&co, &["init", "-q"]);
+    std::fs::write(co.join("x.c"), "int x;\n").expect("write");
+    git(&co, &["add", "x.c"]);
+    git(&co, &["commit", "-qm", "base"]);
+    let base = git(&co, &["rev-parse", "HEAD"]);
+    let mut ids = Vec::new();
+    for (n, body) in ["int x = 1;\n", "int x = 2;\n"].iter().enumerate() {
+        std::fs::write(co.join("x.c"), body).expect("write");
+        git(&co, &["add", "x.c"]);
+        git(
+            &co,
+            &[
+                "commit",
+                "-qm",
+                &format!("x: step {n}\n\nPinforge-Patch: 0001-x.patch"),
+            ],
+        );
+        ids.push(git(&co, &["rev-parse", "HEAD"]));
+    }
+    let out = dir.path().join("exported");
+    let o = pinforge(
+        dir.path(),
+        &[
+            "patch",
+            "export",
+            co.to_str().expect("utf8"),
+            "--base",
+            &base,
+            "--dir",
+            out.to_str().expect("utf8"),
+        ],
+    );
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains(&ids[0]) && err.contains(&ids[1]) && err.contains("0001-x.patch"),
+        "{err}"
+    );
+    assert!(err.contains("hint:"), "{err}");
+    assert!(!out.exists(), "nothing is written");
+}
+
 // issue #9: apply the bundle, export it, the files are byte-identical; a hand-made commit
 // exports as a new patch with lint errors (no attribution), not silently.
 #[test]
@@ -996,6 +1217,9 @@ fn patch_export_gives_back_the_applied_bundle_byte_for_byte_and_lints_a_hand_mad
     let exported_series = std::fs::read_to_string(out.join("series")).expect("series");
     assert_eq!(exported_series.lines().collect::<Vec<_>>(), names);
 
+    // review item 5: a re-export keeps an exported file's mode.
+    chmod(&out.join(names[0]), 0o600);
+    chmod(&out.join("series"), 0o600);
     std::fs::write(co.join("NOTES"), "hand-made\n").expect("write");
     git(&co, &["add", "NOTES"]);
     git(
@@ -1024,6 +1248,9 @@ fn patch_export_gives_back_the_applied_bundle_byte_for_byte_and_lints_a_hand_mad
         text.contains("0012-notes-add-NOTES.patch") && text.contains("missing-status"),
         "{text}"
     );
+    assert_eq!(mode(&out.join(names[0])), 0o600);
+    assert_eq!(mode(&out.join("series")), 0o600);
+    assert_eq!(mode(&out.join("0012-notes-add-NOTES.patch")), 0o644);
     let new = std::fs::read_to_string(out.join("0012-notes-add-NOTES.patch")).expect("new patch");
     assert!(
         new.starts_with("From: Op <op@example.invalid>\n")
