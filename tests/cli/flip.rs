@@ -339,7 +339,11 @@ fn ablation_shows_the_resize_alone_is_sufficient_and_the_broadcast_alone_still_o
     // top frame is the broadcast's (state_read_meta), not the signature under test: the
     // record says so apart rather than calling 0001 necessary for this signature.
     assert_eq!(j["necessary"], serde_json::json!([]), "{j}");
-    assert_eq!(j["other_crash_when_left_out"], serde_json::json!([p1]), "{j}");
+    assert_eq!(
+        j["other_crash_when_left_out"],
+        serde_json::json!([p1]),
+        "{j}"
+    );
     assert_eq!(by("0002+0003")["class"], "other-crash");
     assert_eq!(
         j["no_effect"],
