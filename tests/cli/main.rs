@@ -460,6 +460,16 @@ fn a_moved_tag_is_refused_after_the_lock_recorded_it() {
     let repo = Repository::open(&t.upstream).expect("open");
     repo.tag_lightweight("v1", &repo.find_object(t.v2, None).expect("obj"), true)
         .expect("move tag");
+    // A no-op build is answered from its stamp and the lock, like cargo's: it does not ask
+    // upstream again (the commit it builds is the locked one, unchanged).
+    let o = t.build("unpatched");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(json(&o)["cached"], true);
+    // The next build that resolves the pin (here: the recipe was rewritten) refuses the drift.
+    let recipe = t.ws.join("recipes/tiny.toml");
+    let text = std::fs::read(&recipe).expect("recipe");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(&recipe, text).expect("rewrite recipe");
     let o = t.build("unpatched");
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     assert!(stderr(&o).contains("refuses drift"), "{}", stderr(&o));
