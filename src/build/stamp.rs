@@ -149,6 +149,9 @@ struct Stamp {
     stage_listing: Sha256,
     tools: ResolvedToolchain,
     tree_path: PathBuf,
+    /// A `dir` pin's folder and its listing.
+    #[serde(default)]
+    pin_dir: Option<(PathBuf, Sha256)>,
     /// The notes the full build reported (a moved hunk, skipped `.git` entries, embedded
     /// machine paths): the fast path says them again, since nothing that caused them changed.
     notes: Vec<String>,
@@ -236,6 +239,16 @@ pub(super) struct Before {
     paths: Vec<PathBuf>,
     files: Files,
     tree_listing: Sha256,
+    pin_dir: Option<(PathBuf, Sha256)>,
+}
+
+/// A `dir` pin's folder is an input itself (no archive stands for it): its listing is in the
+/// stamp, so an edit there sends the build down the full path, which re-checks its digest.
+fn pin_dir(recipe: &Recipe) -> Option<(PathBuf, Sha256)> {
+    match &recipe.pin.source {
+        crate::recipe::PinSource::Dir { path, .. } => Some((path.clone(), listing(path))),
+        _ => None,
+    }
 }
 
 impl Before {
@@ -265,6 +278,7 @@ impl Before {
             files: measure(&paths),
             paths,
             tree_listing: listing(&tree.path),
+            pin_dir: pin_dir(recipe),
         }
     }
 }
@@ -294,7 +308,10 @@ pub(super) fn write(
     let vdir = ws.variant_dir(&recipe.name, variant.name.as_str());
     let path = vdir.join(FILE);
     let _ = std::fs::remove_file(&path);
-    if measure(&before.paths) != before.files || listing(&before.tree_path) != before.tree_listing {
+    if measure(&before.paths) != before.files
+        || listing(&before.tree_path) != before.tree_listing
+        || pin_dir(recipe) != before.pin_dir
+    {
         return Ok(());
     }
     let mut files = before.files;
@@ -307,6 +324,7 @@ pub(super) fn write(
         stage_listing: listing(&vdir.join(ARTIFACT_ROOT)),
         tools: before.tools,
         tree_path: before.tree_path,
+        pin_dir: before.pin_dir,
         notes: notes.notes(),
         outcome: outcome.clone(),
     };
@@ -336,6 +354,7 @@ pub(super) fn fresh(
         || key(ws, recipe, variant).ok()? != stamp.key
         || listing(&vdir.join(ARTIFACT_ROOT)) != stamp.stage_listing
         || listing(&stamp.tree_path) != stamp.tree_listing
+        || pin_dir(recipe) != stamp.pin_dir
     {
         return None;
     }
