@@ -31,7 +31,7 @@ pub struct ChildResult {
     pub gpu_memory_used_bytes: Option<u64>,
 }
 
-type LoadFn = unsafe extern "C" fn(
+pub(crate) type LoadFn = unsafe extern "C" fn(
     *const c_char,
     c_int,
     c_int,
@@ -40,14 +40,15 @@ type LoadFn = unsafe extern "C" fn(
     *mut c_char,
     usize,
 ) -> *mut c_void;
-type NVocabFn = unsafe extern "C" fn(*mut c_void) -> c_int;
-type TokenizeFn = unsafe extern "C" fn(*mut c_void, *const c_char, *mut i32, c_int) -> c_int;
-type DecodeFn = unsafe extern "C" fn(*mut c_void, *const i32, c_int, c_int) -> c_int;
-type LogitsFn = unsafe extern "C" fn(*mut c_void, *mut f32, c_int) -> c_int;
-type SizeFn = unsafe extern "C" fn(*mut c_void) -> usize;
-type StateGetFn = unsafe extern "C" fn(*mut c_void, *mut u8, usize) -> usize;
-type StateSetFn = unsafe extern "C" fn(*mut c_void, *const u8, usize) -> usize;
-type VoidFn = unsafe extern "C" fn(*mut c_void);
+pub(crate) type NVocabFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+pub(crate) type TokenizeFn =
+    unsafe extern "C" fn(*mut c_void, *const c_char, *mut i32, c_int) -> c_int;
+pub(crate) type DecodeFn = unsafe extern "C" fn(*mut c_void, *const i32, c_int, c_int) -> c_int;
+pub(crate) type LogitsFn = unsafe extern "C" fn(*mut c_void, *mut f32, c_int) -> c_int;
+pub(crate) type SizeFn = unsafe extern "C" fn(*mut c_void) -> usize;
+pub(crate) type StateGetFn = unsafe extern "C" fn(*mut c_void, *mut u8, usize) -> usize;
+pub(crate) type StateSetFn = unsafe extern "C" fn(*mut c_void, *const u8, usize) -> usize;
+pub(crate) type VoidFn = unsafe extern "C" fn(*mut c_void);
 type InfoFn = unsafe extern "C" fn() -> *const c_char;
 type AbiFn = unsafe extern "C" fn() -> c_int;
 type CrashFn = unsafe extern "C" fn();

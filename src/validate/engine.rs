@@ -75,23 +75,11 @@ pub struct Ready {
     pub n_vocab: u32,
 }
 
-type LoadFn = unsafe extern "C" fn(
-    *const c_char,
-    c_int,
-    c_int,
-    c_int,
-    c_int,
-    *mut c_char,
-    usize,
-) -> *mut c_void;
-type HInt = unsafe extern "C" fn(*mut c_void) -> c_int;
-type TokenizeFn = unsafe extern "C" fn(*mut c_void, *const c_char, *mut i32, c_int) -> c_int;
-type DecodeFn = unsafe extern "C" fn(*mut c_void, *const i32, c_int, c_int) -> c_int;
-type LogitsFn = unsafe extern "C" fn(*mut c_void, *mut f32, c_int) -> c_int;
-type SizeFn = unsafe extern "C" fn(*mut c_void) -> usize;
-type StateGetFn = unsafe extern "C" fn(*mut c_void, *mut u8, usize) -> usize;
-type StateSetFn = unsafe extern "C" fn(*mut c_void, *const u8, usize) -> usize;
-type VoidFn = unsafe extern "C" fn(*mut c_void);
+// The shim's C ABI, declared once beside the smoke child that loads the same shim.
+use crate::smoke::child::{
+    DecodeFn, LoadFn, LogitsFn, NVocabFn as HInt, SizeFn, StateGetFn, StateSetFn, TokenizeFn,
+    VoidFn,
+};
 type SeqRmFn = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
 type GrammarInitFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 type GrammarPickFn = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
