@@ -26,29 +26,9 @@ fn trimmed(l: &[u8]) -> String {
 fn map_line(ops: &[DiffOp], i: usize, is_end: bool) -> usize {
     let mut last_new_end = 0usize;
     for op in ops {
-        let (o, ol, n, nl) = match *op {
-            DiffOp::Equal {
-                old_index,
-                new_index,
-                len,
-            } => (old_index, len, new_index, len),
-            DiffOp::Delete {
-                old_index,
-                old_len,
-                new_index,
-            } => (old_index, old_len, new_index, 0),
-            DiffOp::Insert {
-                old_index,
-                new_index,
-                new_len,
-            } => (old_index, 0, new_index, new_len),
-            DiffOp::Replace {
-                old_index,
-                old_len,
-                new_index,
-                new_len,
-            } => (old_index, old_len, new_index, new_len),
-        };
+        // similar's own ranges: (start, length) of the op on each side.
+        let (o, ol) = (op.old_range().start, op.old_range().len());
+        let (n, nl) = (op.new_range().start, op.new_range().len());
         last_new_end = n + nl;
         if ol == 0 {
             if o == i && is_end {
@@ -114,25 +94,11 @@ pub fn region_changes(f: &FilePatch, old: &[u8], new: &[u8]) -> Option<String> {
         let mut changes = String::new();
         let mut count = 0usize;
         for op in &ops {
-            let (o, olen, n, nlen) = match *op {
-                DiffOp::Equal { .. } => continue,
-                DiffOp::Delete {
-                    old_index,
-                    old_len,
-                    new_index,
-                } => (old_index, old_len, new_index, 0),
-                DiffOp::Insert {
-                    old_index,
-                    new_index,
-                    new_len,
-                } => (old_index, 0, new_index, new_len),
-                DiffOp::Replace {
-                    old_index,
-                    old_len,
-                    new_index,
-                    new_len,
-                } => (old_index, old_len, new_index, new_len),
-            };
+            if op.tag() == similar::DiffTag::Equal {
+                continue;
+            }
+            let (o, olen) = (op.old_range().start, op.old_range().len());
+            let (n, nlen) = (op.new_range().start, op.new_range().len());
             let inside = if olen == 0 {
                 o > fs && o < fe
             } else {
