@@ -348,6 +348,15 @@ impl Recipe {
         Recipe::parse(text, path, base_dir)
     }
 
+    /// The recipe at `path`, or the embedded default when none is named (what every command
+    /// taking an optional RECIPE means).
+    pub fn load_or_default(path: Option<&Path>) -> Result<Recipe> {
+        match path {
+            Some(p) => Recipe::load(p),
+            None => Recipe::embedded_default(),
+        }
+    }
+
     /// The recipe compiled into the binary.
     pub fn embedded_default() -> Result<Recipe> {
         Recipe::parse(EMBEDDED_DEFAULT, Path::new(EMBEDDED_DEFAULT_PATH), None)

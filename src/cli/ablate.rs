@@ -38,10 +38,7 @@ pub struct AblateArgs {
 /// Run `ablate`.
 pub(super) fn run(ctx: &super::Ctx, a: AblateArgs) -> Result<i32> {
     let ws = Workspace::new(&ctx.ws_root)?;
-    let recipe = match &a.recipe {
-        Some(p) => Recipe::load(p)?,
-        None => Recipe::embedded_default()?,
-    };
+    let recipe = Recipe::load_or_default(a.recipe.as_deref())?;
     let smoke_opts = super::smoke::smoke_options(&ctx.ws_root, a.model, a.arch, a.tokens, false)?;
     let reporter = TermReporter::new(ctx.verbosity == Verbosity::Quiet);
     let record = ablate::run(

@@ -78,10 +78,7 @@ fn cmd_build(
 ) -> Result<i32> {
     let mut ws = Workspace::new(ws_root)?;
     ws.set_compile_cache(cache.settings());
-    let recipe = match &recipe_path {
-        Some(p) => Recipe::load(p)?,
-        None => Recipe::embedded_default()?,
-    };
+    let recipe = Recipe::load_or_default(recipe_path.as_deref())?;
     let names = if variants.is_empty() {
         vec![recipe.default_variant.to_string()]
     } else {

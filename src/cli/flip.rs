@@ -51,10 +51,7 @@ pub struct FlipArgs {
 /// Run `flip`.
 pub(super) fn run(ctx: &super::Ctx, a: FlipArgs) -> Result<i32> {
     let ws = Workspace::new(&ctx.ws_root)?;
-    let recipe = match &a.recipe {
-        Some(p) => Recipe::load(p)?,
-        None => Recipe::embedded_default()?,
-    };
+    let recipe = Recipe::load_or_default(a.recipe.as_deref())?;
     let smoke_opts = super::smoke::smoke_options(&ctx.ws_root, a.model, a.arch, a.tokens, false)?;
     let plan = flip::plan(
         &ws,

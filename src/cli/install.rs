@@ -73,10 +73,7 @@ fn manifest_for(
             return Ok(t.clone());
         }
     }
-    let recipe = match &target {
-        Some(p) => Recipe::load(p)?,
-        None => Recipe::embedded_default()?,
-    };
+    let recipe = Recipe::load_or_default(target.as_deref())?;
     let v = recipe.variant(
         variant
             .as_deref()
