@@ -2,12 +2,15 @@
 //! the vendor tree, configure CMake (only when its arguments changed), build the targets with
 //! Ninja while feeding its own progress to the reporter and the full output to a log, stage
 //! what the project's install rules install (`stage`), check with CMake's file API (`fileapi`)
-//! that every built library is covered, hash the artifacts, and write the manifest.
+//! that every built library is covered, ship the CUDA runtime beside a CUDA engine (`runtime`),
+//! hash the artifacts (with a normalized digest where nvcc left pid noise, see
+//! [`crate::normalize`]), and write the manifest.
 //! Machine-specific paths are kept out of the binaries (prefix maps, `$ORIGIN` run paths, a
 //! fixed install prefix, build info from the pin).
 
 pub mod cache;
 pub mod fileapi;
+pub mod runtime;
 pub mod stage;
 mod stamp;
 
@@ -23,7 +26,7 @@ use crate::upstream::{self, Tree};
 use crate::workspace::Workspace;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -308,6 +311,8 @@ pub fn build(
             ),
         );
     }
+    // After the machine-path scan: the shipped libraries are the toolkit's bytes, not ours.
+    let shipped = ship_cuda_runtime(&stage_dir, &tools, toolkit.as_ref(), reporter)?;
     let (artifacts, links) = stage::collect(&stage_dir)?;
     if artifacts.is_empty() {
         return Err(Error::check(
@@ -333,21 +338,26 @@ pub fn build(
     let input_digest = manifest::input_digest(&params, &deps)?;
 
     let previous = Statement::read(&manifest_path).ok();
-    let subjects: Vec<Resource> = artifacts
-        .iter()
-        .map(|a| Resource {
+    let mut rules_used = BTreeSet::new();
+    let mut subjects: Vec<Resource> = Vec::with_capacity(artifacts.len());
+    for a in &artifacts {
+        let mut ann = BTreeMap::from([("size".to_string(), Value::from(a.size))]);
+        if machine_paths.iter().any(|(f, _)| f == &a.path) {
+            ann.insert("embeds_machine_path".into(), Value::from(true));
+        }
+        if let Some((_, source)) = shipped.iter().find(|(p, _)| p == &a.path) {
+            ann.insert("shipped_from".into(), Value::from(source.clone()));
+        } else if let Some(n) = crate::normalize::normalize_file(&stage_dir.join(&a.path))? {
+            rules_used.insert(n.rule);
+            ann.insert("normalized".into(), normalized_annotation(&n));
+        }
+        subjects.push(Resource {
             name: a.path.clone(),
             uri: None,
             digest: BTreeMap::from([("sha256".to_string(), a.sha256.to_string())]),
-            annotations: {
-                let mut ann = BTreeMap::from([("size".to_string(), Value::from(a.size))]);
-                if machine_paths.iter().any(|(f, _)| f == &a.path) {
-                    ann.insert("embeds_machine_path".into(), Value::from(true));
-                }
-                ann
-            },
-        })
-        .collect();
+            annotations: ann,
+        });
+    }
     let cached = steps_run == 0
         && previous
             .as_ref()
@@ -372,6 +382,17 @@ pub fn build(
             ("target".to_string(), Value::from(c.target.clone())),
             ("installed_as".to_string(), Value::from(c.artifact.clone())),
         ]),
+    }));
+    // The reproducibility rule any subject's `normalized` digest follows, stated in words so
+    // that a reader of this manifest alone knows what the normalized digest leaves out.
+    byproducts.extend(rules_used.iter().map(|rule| Resource {
+        name: format!("normalization:{rule}"),
+        uri: None,
+        digest: BTreeMap::new(),
+        annotations: BTreeMap::from([(
+            "rule".to_string(),
+            Value::from(crate::normalize::NVCC_TMPXFT_TEXT),
+        )]),
     }));
     // Run details, not inputs: a hit gives the bytes a compile would, so it names no build.
     byproducts.push(compile_cache.byproduct(tools.tool(cache::ROLE)?));
@@ -442,6 +463,54 @@ pub fn build(
     // A stamp that cannot be written only costs the next build its fast path.
     let _ = stamp::write(ws, recipe, variant, before, &outcome, &notes);
     Ok(outcome)
+}
+
+/// A subject's `normalized` annotation: the rule, the normalized digest, and what it masked.
+pub fn normalized_annotation(n: &crate::normalize::Normalized) -> Value {
+    serde_json::json!({
+        "rule": n.rule,
+        "sha256": n.sha256.to_string(),
+        "masked_names": n.masked_names,
+        "build_id_masked": n.build_id_masked,
+    })
+}
+
+/// Ship the CUDA runtime libraries the staged engine needs from the toolkit it was built with
+/// (see [`runtime`]): a provisioned toolkit's root, else a system toolkit's `cuda-root`, else
+/// the folder above the `nvcc` found. Returns each shipped artifact path with the dependency
+/// it came from (`toolkit:NAME` or `tool:nvcc`).
+fn ship_cuda_runtime(
+    stage_dir: &Path,
+    tools: &ResolvedToolchain,
+    toolkit: Option<&crate::cudakit::Toolkit>,
+    reporter: &dyn Reporter,
+) -> Result<Vec<(String, String)>> {
+    let Some(nvcc) = tools.tools.get("nvcc") else {
+        return Ok(vec![]);
+    };
+    let (root, source) = match (toolkit, &tools.cuda_root) {
+        (Some(k), _) => (k.root.clone(), format!("toolkit:{}", k.record.name)),
+        (None, Some(r)) => (PathBuf::from(r), "tool:nvcc".to_string()),
+        (None, None) => {
+            let real = std::fs::canonicalize(&nvcc.path).unwrap_or_else(|_| nvcc.path.clone());
+            match real.parent().and_then(Path::parent) {
+                Some(r) => (r.to_path_buf(), "tool:nvcc".to_string()),
+                None => return Ok(vec![]),
+            }
+        }
+    };
+    let shipped = runtime::ship(stage_dir, &root)?;
+    if !shipped.is_empty() {
+        let names: Vec<&str> = shipped.iter().map(|s| s.path.as_str()).collect();
+        reporter.stage(
+            "ship",
+            &format!("CUDA runtime from {source}: {}", names.join(", ")),
+        );
+    }
+    Ok(shipped
+        .into_iter()
+        .map(|s| (s.path, source.clone()))
+        .collect())
 }
 
 fn fsx_create(p: &Path) -> Result<()> {

@@ -21,6 +21,9 @@ pub enum Change {
     OnlyA,
     /// Only on side B.
     OnlyB,
+    /// An artifact whose bytes differ only where a normalization rule both manifests state
+    /// masks them (the row's `rule`, see [`crate::normalize`]): equal under that rule.
+    Equivalent,
 }
 
 /// One row of a comparison: a name, its value on each side, and how they compare.
@@ -34,6 +37,9 @@ pub struct Row {
     pub b: Option<String>,
     /// How they compare.
     pub change: Change,
+    /// The normalization rule under which the two sides are equal ([`Change::Equivalent`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
 }
 
 /// The whole comparison.
@@ -65,6 +71,22 @@ impl ManifestDiff {
         .all(|rows| rows.iter().all(|r| r.change == Change::Same))
     }
 
+    /// True when inputs are the same and every output is the same or equal under a stated
+    /// normalization rule: what "the build is reproducible" means for a CUDA build.
+    pub fn equivalent(&self) -> bool {
+        [
+            &self.parameters,
+            &self.dependencies,
+            &self.artifacts,
+            &self.links,
+        ]
+        .iter()
+        .all(|rows| {
+            rows.iter()
+                .all(|r| matches!(r.change, Change::Same | Change::Equivalent))
+        })
+    }
+
     /// The rows of every section that are not the same, with the section's name.
     pub fn changes(&self) -> impl Iterator<Item = (&'static str, &Row)> {
         let sections: [(&'static str, &Vec<Row>); 4] = [
@@ -94,7 +116,7 @@ pub fn diff(a: &Statement, b: &Statement) -> ManifestDiff {
             resources(&da.resolved_dependencies),
             resources(&db.resolved_dependencies),
         ),
-        artifacts: rows(digests(&a.subject), digests(&b.subject)),
+        artifacts: normalized(rows(digests(&a.subject), digests(&b.subject)), a, b),
         links: rows(links(a), links(b)),
     }
 }
@@ -172,6 +194,7 @@ fn rows(a: BTreeMap<String, String>, b: BTreeMap<String, String>) -> Vec<Row> {
                 a: va,
                 b: vb,
                 change,
+                rule: None,
             }
         })
         .collect()
@@ -233,6 +256,33 @@ fn digests(list: &[Resource]) -> BTreeMap<String, String> {
             (r.name.clone(), sha)
         })
         .collect()
+}
+
+/// A subject's normalized digest, by rule (the `normalized` annotation).
+fn normalized_digest<'a>(s: &'a Statement, name: &str) -> Option<(&'a str, &'a str)> {
+    let n = s
+        .subject
+        .iter()
+        .find(|r| r.name == name)?
+        .annotations
+        .get("normalized")?;
+    Some((n.get("rule")?.as_str()?, n.get("sha256")?.as_str()?))
+}
+
+/// Artifacts whose bytes differ but whose normalized digests agree under the same rule are
+/// [`Change::Equivalent`]; anything else keeps its plain comparison.
+fn normalized(mut rows: Vec<Row>, a: &Statement, b: &Statement) -> Vec<Row> {
+    for r in rows.iter_mut().filter(|r| r.change == Change::Different) {
+        if let (Some((ra, da)), Some((rb, db))) =
+            (normalized_digest(a, &r.name), normalized_digest(b, &r.name))
+        {
+            if ra == rb && da == db {
+                r.change = Change::Equivalent;
+                r.rule = Some(ra.to_string());
+            }
+        }
+    }
+    rows
 }
 
 fn scalar(v: &Value) -> String {

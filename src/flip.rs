@@ -63,6 +63,15 @@ impl Axis {
     }
 }
 
+/// Whether a CMake setting turns a sanitizer on: a sanitizer switch, or a compiler or linker
+/// flags variable that carries `-fsanitize=` (the way a CUDA variant must, see
+/// recipes/mrope-cuda.toml: nvcc refuses the switches' flags).
+pub fn is_sanitizer_setting(key: &str, value: &str) -> bool {
+    let name = crate::recipe::cmake_key_name(key);
+    is_sanitizer_key(key)
+        || (name.starts_with("CMAKE_") && name.ends_with("_FLAGS") && value.contains("-fsanitize="))
+}
+
 /// Whether a CMake cache key is a sanitizer switch: those form their own axis, because
 /// turning a sanitizer on is a different experiment from changing a feature option.
 pub fn is_sanitizer_key(key: &str) -> bool {
@@ -200,7 +209,7 @@ pub fn config_of(
         .cmake
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
-        .partition(|(k, _)| is_sanitizer_key(k));
+        .partition(|(k, v)| is_sanitizer_setting(k, v));
     Config {
         variant: variant.name.to_string(),
         pin: recipe.pin.clone(),
@@ -653,6 +662,27 @@ pub struct ArtifactRow {
     /// Either manifest marks the file as embedding this machine's build paths: a difference
     /// may then be only the two trees' paths, not the code.
     pub embeds_machine_path: bool,
+    /// The bytes differ, but only where this normalization rule (stated in both manifests,
+    /// see [`crate::normalize`]) masks them: nvcc's pid noise, not a difference in the code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub equal_under: Option<String>,
+}
+
+impl ArtifactRow {
+    /// The row's word: same, equal under a rule, or different (and why it may be).
+    pub fn word(&self) -> String {
+        match (self.same, &self.equal_under, self.embeds_machine_path) {
+            (true, _, _) => "same".into(),
+            (false, Some(rule), _) => format!("equal under {rule}"),
+            (false, None, false) => "different".into(),
+            (false, None, true) => "different (embeds build paths)".into(),
+        }
+    }
+
+    /// Whether the row is a real difference (not the same, not equal under a stated rule).
+    pub fn differs(&self) -> bool {
+        !self.same && self.equal_under.is_none()
+    }
 }
 
 /// The smoke settings both sides ran with.
@@ -1057,6 +1087,7 @@ impl FlipPlan<'_> {
                 .map(|r| ArtifactRow {
                     embeds_machine_path: marked(a, &r.name) || marked(b, &r.name),
                     same: r.change == crate::diff::Change::Same,
+                    equal_under: r.rule,
                     path: r.name,
                     from_sha256: r.a,
                     to_sha256: r.b,
@@ -1215,11 +1246,7 @@ pub fn summary_markdown(r: &FlipRecord) -> String {
                 cell(&a.path),
                 opt(&a.from_sha256),
                 opt(&a.to_sha256),
-                match (a.same, a.embeds_machine_path) {
-                    (true, _) => "same",
-                    (false, false) => "different",
-                    (false, true) => "different (embeds build paths)",
-                }
+                a.word()
             ));
         }
     }
@@ -1391,6 +1418,16 @@ targets = ["llama", "ggml"]
     #[test]
     fn sanitizer_keys_are_their_own_axis() {
         assert!(is_sanitizer_key("LLAMA_SANITIZE_ADDRESS"));
+        assert!(is_sanitizer_setting(
+            "CMAKE_CXX_FLAGS",
+            "-fsanitize=address -fno-omit-frame-pointer"
+        ));
+        assert!(is_sanitizer_setting(
+            "CMAKE_SHARED_LINKER_FLAGS:STRING",
+            "-fsanitize=address"
+        ));
+        assert!(!is_sanitizer_setting("CMAKE_CXX_FLAGS", "-O2"));
+        assert!(!is_sanitizer_setting("OTHER", "-fsanitize=address"));
         assert!(is_sanitizer_key("GGML_SANITIZE_UNDEFINED:BOOL"));
         assert!(!is_sanitizer_key("LLAMA_SANITIZE"));
         assert!(!is_sanitizer_key("GGML_NATIVE"));

@@ -11,11 +11,11 @@
 //! | `patch` | headers and lint, series, apply (no fuzz), bundle and commit-message export |
 //! | `toolchain` | compilers, CMake, Ninja, nvcc by exact version and digest |
 //! | `build` | configure/build/stage/collect per variant; `build::stamp` the no-op fast path |
-//! | `manifest`, `diff` | the in-toto/SLSA provenance, verify, and manifest comparison |
+//! | `manifest`, `diff`, `normalize` | the in-toto/SLSA provenance, verify, manifest comparison, the stated reproducibility rule |
 //! | `install` | the three-layer install root: store, generations, journal, recovery, gc |
 //! | `smoke`, `model`, `cuda` | smoke decodes, the tiny GGUF model, the CUDA probe |
 //! | `cli` | clap commands (one file each), rendering, hints, `cli::schema` (JSON Schemas) |
-//! | `digest`, `tree`, `fsx`, `process`, `time` | typed digests, tree models, file and process edges, time |
+//! | `digest`, `tree`, `fsx`, `process`, `time`, `elf` | typed digests, tree models, file and process edges, time, ELF tables |
 //! | `hooks` | test hooks, compiled only with the `test-hooks` feature |
 //! | `error`, `output`, `progress`, `workspace` | errors and exit codes, stdout, progress, layout |
 
@@ -27,6 +27,7 @@ pub mod cuda;
 pub mod cudakit;
 pub mod diff;
 pub mod digest;
+pub mod elf;
 pub mod error;
 pub mod flip;
 pub mod fsx;
@@ -35,6 +36,7 @@ pub mod hooks;
 pub mod install;
 pub mod manifest;
 pub mod model;
+pub mod normalize;
 pub mod output;
 pub mod patch;
 pub mod process;

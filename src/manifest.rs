@@ -314,6 +314,33 @@ pub fn check_relative(p: &str) -> std::result::Result<(), &'static str> {
 }
 
 /// SHA-256 of a regular file, opened with [`fsx::open_regular`] (nothing else is read).
+/// Recompute a subject's normalized digest (`normalized` annotation: `rule`, `sha256`) from its
+/// file; a mismatch (or a rule this pinforge does not know) is returned for the report.
+fn check_normalized(path: &Path, claimed: &Value) -> Result<Option<Mismatch>> {
+    let rule = claimed.get("rule").and_then(Value::as_str).unwrap_or("");
+    let want = claimed.get("sha256").and_then(Value::as_str).unwrap_or("");
+    let expected = format!("normalized {want} ({rule})");
+    if rule != crate::normalize::NVCC_TMPXFT {
+        return Ok(Some(Mismatch {
+            path: String::new(),
+            expected,
+            actual: format!("unknown normalization rule `{rule}`"),
+            role: "output".into(),
+        }));
+    }
+    let actual = match crate::normalize::normalize_file(path)? {
+        Some(n) if n.sha256.to_string() == want => return Ok(None),
+        Some(n) => format!("normalized {} ({rule})", n.sha256),
+        None => "the rule does not apply to this file".to_string(),
+    };
+    Ok(Some(Mismatch {
+        path: String::new(),
+        expected,
+        actual,
+        role: "output".into(),
+    }))
+}
+
 fn hash_regular(path: &Path, follow: bool, what: &str) -> Result<Sha256> {
     Ok(Sha256::of_reader(fsx::open_regular(path, what, follow)?, path)?.0)
 }
@@ -452,6 +479,12 @@ pub fn verify(manifest_path: &Path) -> Result<VerifyReport> {
                         actual: actual.to_string(),
                         role: "output".into(),
                     });
+                } else if let Some(claimed) = s.annotations.get("normalized") {
+                    // The bytes are right; the normalized digest a comparison will trust must
+                    // follow from them by the stated rule, or the manifest lies about noise.
+                    if let Some(m) = check_normalized(&p, claimed)? {
+                        mismatches.push(Mismatch { path: shown, ..m });
+                    }
                 }
             }
         }

@@ -17,16 +17,27 @@ pub struct DiffArgs {
     /// Show the rows that are the same too
     #[arg(long)]
     pub all: bool,
+    /// Byte for byte: an artifact equal only under a stated normalization rule (nvcc's
+    /// pid-named temporary files, see the manifest's `normalization:` byproduct) counts as
+    /// different
+    #[arg(long)]
+    pub exact: bool,
     #[command(flatten)]
     pub out: JsonArg,
 }
 
 /// Run `diff`.
 pub(super) fn run(a: DiffArgs) -> Result<i32> {
-    cmd_diff(&a.a, &a.b, a.all, a.out.json)
+    cmd_diff(&a.a, &a.b, a.all, a.exact, a.out.json)
 }
 
-fn cmd_diff(a: &std::path::Path, b: &std::path::Path, all: bool, json: bool) -> Result<i32> {
+fn cmd_diff(
+    a: &std::path::Path,
+    b: &std::path::Path,
+    all: bool,
+    exact: bool,
+    json: bool,
+) -> Result<i32> {
     let d = crate::diff::diff(
         &manifest::Statement::read(a)?,
         &manifest::Statement::read(b)?,
@@ -36,7 +47,7 @@ fn cmd_diff(a: &std::path::Path, b: &std::path::Path, all: bool, json: bool) -> 
     } else {
         render_diff(&d, a, b, all);
     }
-    Ok(if d.identical() {
+    Ok(if d.identical() || (!exact && d.equivalent()) {
         exit::OK
     } else {
         exit::CHECK_FAILED
@@ -67,22 +78,40 @@ fn render_diff(d: &crate::diff::ManifestDiff, a: &std::path::Path, b: &std::path
                 Change::Different => format!("A {va}  B {vb}"),
                 Change::OnlyA => format!("only in A  {va}"),
                 Change::OnlyB => format!("only in B  {vb}"),
+                Change::Equivalent => format!(
+                    "A {va}  B {vb}  equal under {}",
+                    r.rule.as_deref().unwrap_or("?")
+                ),
             };
             outln!("  {section:<10} {:<40} {what}", r.name);
         }
     }
     let count =
         |rows: &[crate::diff::Row], c: Change| rows.iter().filter(|r| r.change == c).count();
+    let equivalent = count(&d.artifacts, Change::Equivalent);
+    let rules: std::collections::BTreeSet<&str> = d
+        .artifacts
+        .iter()
+        .filter_map(|r| r.rule.as_deref())
+        .collect();
+    let rules = rules.into_iter().collect::<Vec<_>>().join(", ");
     outln!(
-        "{} artifact(s) same, {} different, {} only in A, {} only in B; {}",
+        "{} artifact(s) same, {} different, {} only in A, {} only in B{}; {}",
         count(&d.artifacts, Change::Same),
         count(&d.artifacts, Change::Different),
         count(&d.artifacts, Change::OnlyA),
         count(&d.artifacts, Change::OnlyB),
-        if d.identical() {
-            "identical"
+        if equivalent > 0 {
+            format!(", {equivalent} equal under {rules}")
         } else {
-            "the builds differ"
+            String::new()
+        },
+        if d.identical() {
+            "identical".to_string()
+        } else if d.equivalent() {
+            format!("equivalent: identical but for {rules}")
+        } else {
+            "the builds differ".to_string()
         }
     );
 }

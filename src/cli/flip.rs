@@ -133,11 +133,30 @@ fn render(r: &FlipRecord, verbosity: Verbosity) {
                 .unwrap_or("-")
         );
     }
-    let differ = r.artifacts.iter().filter(|a| !a.same).count();
+    let differ = r.artifacts.iter().filter(|a| a.differs()).count();
+    let normalized = r
+        .artifacts
+        .iter()
+        .filter(|a| a.equal_under.is_some())
+        .count();
     outln!(
-        "artifacts: {} same, {differ} different{}",
-        r.artifacts.len() - differ,
-        if r.artifacts.iter().any(|a| !a.same && a.embeds_machine_path) {
+        "artifacts: {} same, {}{differ} different{}",
+        r.artifacts.len() - differ - normalized,
+        if normalized > 0 {
+            let rules: std::collections::BTreeSet<&str> = r
+                .artifacts
+                .iter()
+                .filter_map(|a| a.equal_under.as_deref())
+                .collect();
+            let rules = rules.into_iter().collect::<Vec<_>>().join(", ");
+            format!("{normalized} equivalent (equal under {rules}), ")
+        } else {
+            String::new()
+        },
+        if r.artifacts
+            .iter()
+            .any(|a| a.differs() && a.embeds_machine_path)
+        {
             " (* embeds this machine's build paths: the difference may be only the trees' paths)"
         } else {
             ""
@@ -155,10 +174,11 @@ fn render(r: &FlipRecord, verbosity: Verbosity) {
     {
         outln!(
             "  {:<10} {:<40} {}  {}",
-            match (a.same, a.embeds_machine_path) {
-                (true, _) => "same",
-                (false, false) => "different",
-                (false, true) => "different*",
+            match (a.same, &a.equal_under, a.embeds_machine_path) {
+                (true, _, _) => "same".to_string(),
+                (false, Some(_), _) => "equivalent".to_string(),
+                (false, None, false) => "different".to_string(),
+                (false, None, true) => "different*".to_string(),
             },
             a.path,
             short(&a.from_sha256),
