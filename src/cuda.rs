@@ -110,24 +110,31 @@ fn probe_devices() -> Probe {
     p
 }
 
-/// Why a CUDA build cannot run here, or None when it can.
+/// Why a CUDA build runs on the CPU on this machine (no driver, no device), or None when a
+/// device is there.
+pub fn cpu_reason(probe: &Probe) -> Option<String> {
+    if !probe.devices.is_empty() {
+        return None;
+    }
+    Some(if probe.driver_present {
+        probe
+            .reason
+            .clone()
+            .unwrap_or_else(|| "no CUDA device".into())
+    } else {
+        "no CUDA driver".into()
+    })
+}
+
+/// Why a CUDA build cannot run on this machine's GPU, or None when it can.
 ///
 /// `toolkit` is the nvcc version the build used (`13.1.115`), `archs` its
 /// `CMAKE_CUDA_ARCHITECTURES` (`90;120`, `native`, `all`, with optional `-real`/`-virtual`).
+///
+/// No device at all is not a refusal: a CUDA build that loads without a driver (no VMM pool,
+/// the runtime shipped beside it) runs on the CPU there, and [`cpu_reason`] says why.
 pub fn preflight(probe: &Probe, toolkit: Option<&str>, archs: Option<&str>) -> Option<String> {
-    if !probe.driver_present {
-        return Some(
-            "no CUDA driver: this is a CUDA build and the machine has no NVIDIA driver".into(),
-        );
-    }
-    let Some(dev) = probe.devices.first() else {
-        return Some(
-            probe
-                .reason
-                .clone()
-                .unwrap_or_else(|| "no CUDA device".into()),
-        );
-    };
+    let dev = probe.devices.first()?;
     if let (Some(tk), Some(drv)) = (toolkit, probe.driver_cuda_version.as_deref()) {
         let major = |s: &str| -> Option<(u32, u32)> {
             let mut it = s.split('.');
@@ -234,8 +241,24 @@ mod tests {
     }
 
     #[test]
-    fn preflight_without_driver_says_so() {
-        let why = preflight(&Probe::no_driver(), Some("13.1"), Some("90")).expect("refused");
-        assert!(why.starts_with("no CUDA driver"), "{why}");
+    fn without_driver_or_device_a_cuda_build_runs_on_the_cpu_and_says_why() {
+        // Not refused: the engine loads without a driver and its CUDA backend finds nothing.
+        assert_eq!(
+            preflight(&Probe::no_driver(), Some("13.1"), Some("90")),
+            None
+        );
+        assert_eq!(
+            cpu_reason(&Probe::no_driver()).as_deref(),
+            Some("no CUDA driver")
+        );
+        let mut none = gpu((9, 0), "13.1");
+        none.devices.clear();
+        none.reason = Some("the CUDA driver reports no device".into());
+        assert_eq!(preflight(&none, Some("13.1"), Some("90")), None);
+        assert_eq!(
+            cpu_reason(&none).as_deref(),
+            Some("the CUDA driver reports no device")
+        );
+        assert_eq!(cpu_reason(&gpu((9, 0), "13.1")), None);
     }
 }

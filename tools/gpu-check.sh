@@ -22,9 +22,10 @@ echo "build exit $?"; tail -n 5 "$out/build.err"
 m=build/mrope-cuda/cuda-path-patched/manifest.json
 for arch in qwen2vl qwen2; do
   echo "== smoke $arch"
-  "$pf" smoke "$m" --arch "$arch" --json > "$out/smoke-$arch.json" 2> "$out/smoke-$arch.err"
+  # --require-gpu: on this machine a CPU fallback is a failure of the check, not a pass.
+  "$pf" smoke "$m" --arch "$arch" --require-gpu --json > "$out/smoke-$arch.json" 2> "$out/smoke-$arch.err"
   echo "smoke $arch exit $?"
-  python3 -c "import json; d=json.load(open('$out/smoke-$arch.json')); print({k: d[k] for k in ['verdict','device','tokens_per_second','gpu_memory_used_bytes','detail']}); print(d['cuda'])"
+  python3 -c "import json; d=json.load(open('$out/smoke-$arch.json')); print({k: d[k] for k in ['verdict','device','device_reason','tokens_per_second','gpu_memory_used_bytes','detail']}); print([x['name'] for x in d['engine_devices']]); print(d['cuda'])"
 done
 echo "== preflight: the same build described as sm_120-only must be refused on this GPU"
 python3 - "$m" "$out/manifest-sm120.json" <<'PY'

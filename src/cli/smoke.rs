@@ -34,6 +34,9 @@ pub struct SmokeCmd {
     pub tokens: usize,
     #[command(flatten)]
     pub out: JsonArg,
+    /// Refuse (exit 2) rather than run a CUDA build on the CPU when no GPU is usable
+    #[arg(long)]
+    pub require_gpu: bool,
     /// Test only: make the engine call crash
     #[arg(long, hide = true)]
     pub crash_test: bool,
@@ -67,6 +70,7 @@ pub(super) fn run(ctx: &super::Ctx, a: SmokeCmd) -> Result<i32> {
             tokens: a.tokens,
             json: a.out.json,
             crash_test: a.crash_test,
+            require_gpu: a.require_gpu,
         },
     )
 }
@@ -90,6 +94,7 @@ struct SmokeArgs {
     tokens: usize,
     json: bool,
     crash_test: bool,
+    require_gpu: bool,
 }
 
 pub(super) fn smoke_options(
@@ -119,11 +124,15 @@ pub(super) fn smoke_options(
         cache: ws.root().join("build").join(".smoke"),
         crash_test,
         timeout: std::time::Duration::from_secs(300),
+        require_gpu: false,
     })
 }
 
 fn cmd_smoke(ws_root: &std::path::Path, a: SmokeArgs) -> Result<i32> {
-    let opts = smoke_options(ws_root, a.model, a.arch, a.tokens, a.crash_test)?;
+    let opts = SmokeOptions {
+        require_gpu: a.require_gpu,
+        ..smoke_options(ws_root, a.model, a.arch, a.tokens, a.crash_test)?
+    };
     let target = match (&a.installed, &a.manifest) {
         (Some(layer), _) => {
             let root = Root::open_existing(&a.root)?;
@@ -188,10 +197,16 @@ pub(super) fn render_smoke(r: &smoke::SmokeReport) {
             outln!("    {line}");
         }
     }
-    if !r.cuda.driver_present {
+    if let Some(why) = &r.device_reason {
+        outln!("  device: {why}");
+    } else if !r.cuda.driver_present {
         outln!(
             "  cuda: {}",
             r.cuda.reason.as_deref().unwrap_or("no CUDA driver")
         );
+    }
+    if !r.engine_devices.is_empty() {
+        let names: Vec<&str> = r.engine_devices.iter().map(|d| d.name.as_str()).collect();
+        outln!("  engine devices: {}", names.join(", "));
     }
 }

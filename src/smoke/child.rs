@@ -29,6 +29,34 @@ pub struct ChildResult {
     pub system_info: String,
     /// GPU memory used, when on a GPU.
     pub gpu_memory_used_bytes: Option<u64>,
+    /// The backend devices the engine registered (`ggml_backend_dev_*`).
+    #[serde(default)]
+    pub devices: Vec<EngineDevice>,
+}
+
+/// One backend device as the engine sees it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct EngineDevice {
+    /// `cpu`, `gpu` or `accel`.
+    pub kind: String,
+    /// The backend's name for it (`CPU`, `CUDA0`).
+    pub name: String,
+    /// Its description (the CPU model, the GPU's name).
+    pub description: String,
+}
+
+/// Parse `pf_devices`' lines (`kind\tname\tdescription`); malformed lines are skipped.
+pub fn parse_devices(text: &str) -> Vec<EngineDevice> {
+    text.lines()
+        .filter_map(|l| {
+            let mut it = l.splitn(3, '\t');
+            Some(EngineDevice {
+                kind: it.next()?.to_string(),
+                name: it.next()?.to_string(),
+                description: it.next()?.to_string(),
+            })
+        })
+        .collect()
 }
 
 pub(crate) type LoadFn = unsafe extern "C" fn(
@@ -54,7 +82,7 @@ type AbiFn = unsafe extern "C" fn() -> c_int;
 type CrashFn = unsafe extern "C" fn();
 
 /// The shim's PF_ABI_VERSION this driver speaks (the validate engine uses the same shim).
-pub const SHIM_ABI: c_int = 2;
+pub const SHIM_ABI: c_int = 3;
 
 /// The prompt every smoke decodes.
 pub const PROMPT: &str = "the cat is in the hat and it is on the mat";
@@ -72,6 +100,7 @@ struct Shim {
     clear: VoidFn,
     free: VoidFn,
     info: InfoFn,
+    devices: InfoFn,
     crash: CrashFn,
 }
 
@@ -108,6 +137,7 @@ impl Shim {
             clear: sym!(b"pf_clear", VoidFn),
             free: sym!(b"pf_free", VoidFn),
             info: sym!(b"pf_system_info", InfoFn),
+            devices: sym!(b"pf_devices", InfoFn),
             crash: sym!(b"pf_crash_for_test", CrashFn),
             _lib: lib,
         })
@@ -294,6 +324,9 @@ fn run_inner(
     let system_info = unsafe { std::ffi::CStr::from_ptr((shim.info)()) }
         .to_string_lossy()
         .into_owned();
+    // SAFETY: pf_devices returns a static NUL-terminated buffer.
+    let devices =
+        parse_devices(&unsafe { std::ffi::CStr::from_ptr((shim.devices)()) }.to_string_lossy());
     // SAFETY: live handle, freed once.
     unsafe { (shim.free)(h) };
     Ok(ChildResult {
@@ -306,6 +339,7 @@ fn run_inner(
         reference_seconds,
         system_info,
         gpu_memory_used_bytes,
+        devices,
     })
 }
 

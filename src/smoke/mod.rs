@@ -531,8 +531,13 @@ pub struct SmokeReport {
     pub tokens_per_second: f64,
     /// Crash signature (sanitizer summary and first frames, or the signal), else null.
     pub signature: Option<String>,
-    /// Device used: `cpu`, or `cuda:N (name)`.
+    /// Device the decode ran on: `cpu`, or `cuda:N (name)`. `cuda:N` only when the engine
+    /// registered a GPU device and the model was offloaded to it.
     pub device: String,
+    /// Why a CUDA build ran on the CPU (`no CUDA driver`, ...), else null.
+    pub device_reason: Option<String>,
+    /// The backend devices the engine itself registered (`CPU`, `CUDA0`).
+    pub engine_devices: Vec<child::EngineDevice>,
     /// The build smoked.
     pub target: String,
     /// Why (mismatch: where; error: the reason).
@@ -575,6 +580,9 @@ pub struct SmokeOptions {
     pub crash_test: bool,
     /// Give up after this long.
     pub timeout: Duration,
+    /// Refuse (verdict `error`) rather than run a CUDA build on the CPU when no device is
+    /// usable: for a GPU check that must not pass by falling back.
+    pub require_gpu: bool,
 }
 
 /// The logit tolerance: restored and reference decodes run the same kernels on the same KV
@@ -598,6 +606,8 @@ pub fn run(target: &SmokeTarget, opts: &SmokeOptions) -> Result<SmokeReport> {
         tokens_per_second: 0.0,
         signature: None,
         device: "cpu".into(),
+        device_reason: None,
+        engine_devices: vec![],
         target: target.name.clone(),
         detail: None,
         reference: vec![],
@@ -622,9 +632,18 @@ pub fn run(target: &SmokeTarget, opts: &SmokeOptions) -> Result<SmokeReport> {
             report.detail = Some(format!("refused: {why}"));
             return Ok(report);
         }
-        if let Some(d) = probe.devices.first() {
-            report.device = format!("cuda:{} ({})", d.ordinal, d.name);
-            gpu_layers = 999;
+        match (probe.devices.first(), cuda::cpu_reason(&probe)) {
+            (Some(_), _) => gpu_layers = 999,
+            (None, why) => {
+                let why = why.unwrap_or_else(|| "no CUDA device".into());
+                if opts.require_gpu {
+                    report.detail = Some(format!(
+                        "refused: --require-gpu, and {why} (the CUDA build would run on the CPU)"
+                    ));
+                    return Ok(report);
+                }
+                report.device_reason = Some(format!("{why}: the CUDA build runs on the CPU"));
+            }
         }
     }
 
@@ -703,10 +722,30 @@ pub fn run(target: &SmokeTarget, opts: &SmokeOptions) -> Result<SmokeReport> {
             return Ok(report);
         }
     };
+    report.engine_devices = result.devices.clone();
     if let Some(e) = result.error {
         report.verdict = Verdict::Error;
         report.detail = Some(e);
         return Ok(report);
+    }
+    // Where it ran is what the engine registered, not what the probe hoped: a GPU the probe
+    // sees but the engine's backend does not (a driver it cannot use) means the CPU ran.
+    let engine_gpu = result.devices.iter().any(|d| d.kind == "gpu");
+    match (gpu_layers > 0, engine_gpu, probe.devices.first()) {
+        (true, true, Some(d)) => report.device = format!("cuda:{} ({})", d.ordinal, d.name),
+        (true, false, _) => {
+            report.device_reason =
+                Some("the engine registered no GPU device: the decode ran on the CPU".into());
+            if opts.require_gpu {
+                report.verdict = Verdict::Error;
+                report.detail = Some(format!(
+                    "refused: --require-gpu, and {}",
+                    "the engine registered no GPU device although the probe found one"
+                ));
+                return Ok(report);
+            }
+        }
+        _ => {}
     }
     report.tokens_generated = result.reference.len();
     report.tokens_per_second = if result.reference_seconds > 0.0 {
@@ -757,8 +796,21 @@ pub fn engine_env(cmd: &mut Command, target: &SmokeTarget) {
     if let Some(so) = &target.sanitizer {
         cmd.env("LD_PRELOAD", so).env(
             "ASAN_OPTIONS",
-            format!("detect_leaks=0:exitcode={ASAN_EXIT}:abort_on_error=0:symbolize=1"),
+            format!(
+                "detect_leaks=0:exitcode={ASAN_EXIT}:abort_on_error=0:symbolize=1{}",
+                cuda_asan_option(target)
+            ),
         );
+    }
+}
+
+/// The CUDA driver maps device memory into the range ASan keeps as its shadow gap: an
+/// instrumented CUDA build needs `protect_shadow_gap=0`, or cuInit fails on a GPU machine.
+fn cuda_asan_option(target: &SmokeTarget) -> &'static str {
+    if target.cuda {
+        ":protect_shadow_gap=0"
+    } else {
+        ""
     }
 }
 
@@ -771,8 +823,9 @@ pub fn engine_env_symbolized(cmd: &mut Command, target: &SmokeTarget, symbolize:
         cmd.env("LD_PRELOAD", so).env(
             "ASAN_OPTIONS",
             format!(
-                "detect_leaks=0:exitcode={ASAN_EXIT}:abort_on_error=0:symbolize={}:stack_trace_format='    #%n %p %F %L <%m+%o>'",
-                u8::from(symbolize)
+                "detect_leaks=0:exitcode={ASAN_EXIT}:abort_on_error=0:symbolize={}:stack_trace_format='    #%n %p %F %L <%m+%o>'{}",
+                u8::from(symbolize),
+                cuda_asan_option(target)
             ),
         );
     }

@@ -12,7 +12,7 @@
 
 #include "llama.h"
 
-#define PF_ABI_VERSION 2
+#define PF_ABI_VERSION 3
 
 struct pf {
     struct llama_model *model;
@@ -31,6 +31,31 @@ static void pf_log_errors_only(enum ggml_log_level level, const char *text, void
 int pf_abi_version(void) { return PF_ABI_VERSION; }
 
 const char *pf_system_info(void) { return llama_print_system_info(); }
+
+// The backend devices the engine registered, one per line: "kind\tname\tdescription", kind
+// being cpu, gpu or accel (any other type, so that older and newer ggml headers both compile). A CUDA build on a machine without a driver registers no CUDA
+// device (its backend finds none), which is how the smoke tells where the decode ran.
+const char *pf_devices(void) {
+    static char buf[4096];
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < ggml_backend_dev_count(); i++) {
+        ggml_backend_dev_t dev = ggml_backend_dev_get(i);
+        const char *kind = "accel";
+        switch (ggml_backend_dev_type(dev)) {
+            case GGML_BACKEND_DEVICE_TYPE_CPU: kind = "cpu"; break;
+            case GGML_BACKEND_DEVICE_TYPE_GPU: kind = "gpu"; break;
+            default: break;
+        }
+        int n = snprintf(buf + used, sizeof buf - used, "%s\t%s\t%s\n", kind,
+                         ggml_backend_dev_name(dev), ggml_backend_dev_description(dev));
+        if (n < 0 || (size_t) n >= sizeof buf - used) {
+            break;
+        }
+        used += (size_t) n;
+    }
+    return buf;
+}
 
 void *pf_load(const char *path, int n_gpu_layers, int n_ctx, int n_threads, int verbose,
               char *err, size_t err_len) {
