@@ -269,6 +269,112 @@ fn a_missing_system_toolkit_is_an_input_error_that_says_where_pinforge_looked() 
     );
 }
 
+/// A tiny build's manifest, read back as JSON, with its path.
+fn tiny_manifest(t: &Tiny) -> (PathBuf, serde_json::Value) {
+    let o = t.build("unpatched");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let path = PathBuf::from(json(&o)["manifest"].as_str().expect("manifest"));
+    let m = serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("json");
+    (path, m)
+}
+
+fn libtiny(m: &mut serde_json::Value) -> &mut serde_json::Value {
+    m["subject"]
+        .as_array_mut()
+        .expect("subjects")
+        .iter_mut()
+        .find(|s| {
+            s["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("lib/libtiny.so."))
+        })
+        .expect("libtiny subject")
+}
+
+// issue #12 "two builds of one CUDA variant compare equal under the stated rule": `diff` calls
+// artifacts whose bytes differ but whose normalized digests agree under the same rule
+// `equivalent` (exit 0, the rule named), `--exact` still calls them different (exit 1), and a
+// normalized digest that differs, or a rule stated on one side only, is a real difference.
+#[test]
+fn diff_calls_pid_noise_equivalent_under_the_stated_rule_and_nothing_else() {
+    let t = Tiny::new();
+    let (_, m) = tiny_manifest(&t);
+    let dir = t.ws.join("manifests");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let write = |name: &str, v: &serde_json::Value| {
+        let p = dir.join(name);
+        std::fs::write(&p, serde_json::to_vec_pretty(v).expect("json")).expect("write");
+        p.display().to_string()
+    };
+    let with = |sha: &str, normalized: Option<&str>| {
+        let mut v = m.clone();
+        let s = libtiny(&mut v);
+        s["digest"]["sha256"] = sha.into();
+        if let Some(n) = normalized {
+            s["annotations"]["normalized"] = serde_json::json!({
+                "rule": "nvcc-tmpxft/v1", "sha256": n, "masked_names": 1, "build_id_masked": true,
+            });
+        }
+        v
+    };
+    let (x, y, z) = ("a".repeat(64), "b".repeat(64), "c".repeat(64));
+    let a = write("a.json", &with(&x, Some(&z)));
+    let b = write("b.json", &with(&y, Some(&z)));
+    let o = pinforge(&t.ws, &["diff", &a, &b]);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+    let out = stdout(&o);
+    assert!(out.contains("equal under nvcc-tmpxft/v1"), "{out}");
+    assert!(
+        out.contains("equivalent: identical but for nvcc-tmpxft/v1"),
+        "{out}"
+    );
+    let j = json(&pinforge(&t.ws, &["diff", &a, &b, "--json"]));
+    let row = j["artifacts"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .find(|r| r["change"] == "equivalent")
+        .expect("an equivalent row");
+    assert_eq!(row["rule"], "nvcc-tmpxft/v1");
+    assert_eq!(code(&pinforge(&t.ws, &["diff", &a, &b, "--exact"])), 1);
+
+    let c = write("c.json", &with(&y, Some(&x)));
+    let o = pinforge(&t.ws, &["diff", &a, &c]);
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    assert!(stdout(&o).contains("the builds differ"), "{}", stdout(&o));
+    let d = write("d.json", &with(&y, None));
+    assert_eq!(code(&pinforge(&t.ws, &["diff", &a, &d])), 1);
+}
+
+// A manifest that claims a normalized digest its artifact's bytes do not give (or names a rule
+// this pinforge does not know) would let `diff` call a real difference noise: `verify` recomputes
+// it and fails.
+#[test]
+fn verify_recomputes_a_claimed_normalized_digest() {
+    let t = Tiny::new();
+    let (path, mut m) = tiny_manifest(&t);
+    libtiny(&mut m)["annotations"]["normalized"] =
+        serde_json::json!({"rule": "nvcc-tmpxft/v1", "sha256": "d".repeat(64)});
+    std::fs::write(&path, serde_json::to_vec_pretty(&m).expect("json")).expect("write");
+    let manifest = path.display().to_string();
+    let o = pinforge(&t.ws, &["verify", &manifest]);
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("the rule does not apply to this file"),
+        "{}",
+        stdout(&o)
+    );
+    libtiny(&mut m)["annotations"]["normalized"]["rule"] = "made-up/v9".into();
+    std::fs::write(&path, serde_json::to_vec_pretty(&m).expect("json")).expect("write");
+    let o = pinforge(&t.ws, &["verify", &manifest]);
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("unknown normalization rule `made-up/v9`"),
+        "{}",
+        stdout(&o)
+    );
+}
+
 /// Opt-in (downloads ~0.5 GB): provision the real CUDA 13.1.1 toolkit from its pinned wheels
 /// and check that its nvcc runs. `PINFORGE_TEST_CUDA=1 cargo test --test cli cuda::real`.
 #[test]
@@ -295,4 +401,133 @@ fn real_cuda_13_1_toolkit_provisions_from_its_lock() {
         "Cuda compilation tools, release 13.1, V13.1.115"
     );
     assert!(j["stub_symbols"].as_u64().expect("n") > 400, "{j}");
+}
+
+/// Opt-in, the CUDA path for real on any machine (`PINFORGE_TEST_CUDA=1 cargo test --test cli
+/// cuda::real`): provision CUDA 13.1.1 from its wheels, build `cuda-patched` of
+/// recipes/mrope-cuda.toml (sm_90) in the run's shared llama.cpp workspace, verify it, smoke it
+/// (on the CPU without a driver, on the GPU with one), then build `cuda-unpatched`, which
+/// differs only in libllama's patches: every CUDA unit must come from the compile cache and
+/// libggml-cuda must be byte-identical. A cold build compiles 126 CUDA units (about 20 minutes
+/// on 2 cores); `PINFORGE_TEST_CUDA_CACHE=DIR` reuses a warm compile cache folder.
+#[test]
+fn real_cuda_13_1_variant_builds_verifies_smokes_and_reuses_ggml_cuda() {
+    if std::env::var_os("PINFORGE_TEST_CUDA").is_none() {
+        eprintln!("skipped: set PINFORGE_TEST_CUDA=1 to build the real CUDA variant");
+        return;
+    }
+    let ws = crate::llama_ws();
+    let recipe = crate::repo_root().join("recipes/mrope-cuda.toml");
+    let run = |args: &[&str]| {
+        let mut c = pinforge_cmd(ws);
+        c.env(
+            "PINFORGE_TOOLKIT_CACHE",
+            PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cuda-cache"),
+        );
+        if let Some(dir) = std::env::var_os("PINFORGE_TEST_CUDA_CACHE") {
+            c.env("PINFORGE_CACHE_DIR", dir);
+        }
+        c.args(args).output().expect("run pinforge")
+    };
+    let build = |variant: &str| {
+        let o = run(&[
+            "build",
+            recipe.to_str().expect("utf-8"),
+            "--variant",
+            variant,
+            "--json",
+        ]);
+        assert_eq!(code(&o), 0, "{variant}: {}", stderr(&o));
+        json(&o)
+    };
+    let patched = build("cuda-patched");
+    let manifest = patched["manifest"].as_str().expect("manifest").to_string();
+    let m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&manifest).expect("read")).expect("json");
+    let deps = m["predicate"]["buildDefinition"]["resolvedDependencies"]
+        .as_array()
+        .expect("deps");
+    let kit = deps
+        .iter()
+        .find(|d| d["name"] == "toolkit:cuda-13.1.1")
+        .expect("toolkit dependency");
+    assert_eq!(
+        kit["annotations"]["wheels"]
+            .as_array()
+            .expect("wheels")
+            .len(),
+        6
+    );
+    let subject = |name: &str| {
+        m["subject"]
+            .as_array()
+            .expect("subjects")
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap_or_else(|| panic!("no subject {name}"))
+            .clone()
+    };
+    for lib in ["libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13"] {
+        assert_eq!(
+            subject(&format!("lib/{lib}"))["annotations"]["shipped_from"],
+            "toolkit:cuda-13.1.1"
+        );
+    }
+    let cuda_lib = subject("lib/libggml-cuda.so.0.9.5");
+    assert_eq!(
+        cuda_lib["annotations"]["normalized"]["rule"],
+        "nvcc-tmpxft/v1"
+    );
+    let masked = cuda_lib["annotations"]["normalized"]["masked_names"].as_u64();
+    assert!(masked.expect("masked_names") > 100, "{cuda_lib}");
+    // No hard driver dependency: the engine loads where no driver is.
+    let root = PathBuf::from(patched["artifact_root"].as_str().expect("root"));
+    let bytes = std::fs::read(root.join("lib/libggml-cuda.so.0.9.5")).expect("read");
+    let needed = pinforge::elf::needed(&bytes).expect("ELF");
+    assert!(needed.iter().any(|n| n == "libcudart.so.13"), "{needed:?}");
+    assert!(
+        !needed.iter().any(|n| n.starts_with("libcuda.so")),
+        "{needed:?}"
+    );
+
+    let v = run(&["verify", &manifest]);
+    assert_eq!(code(&v), 0, "{}", stdout(&v));
+    let s = run(&["smoke", &manifest, "--json"]);
+    assert_eq!(code(&s), 0, "{}{}", stdout(&s), stderr(&s));
+    let s = json(&s);
+    assert_eq!(s["verdict"], "ok", "{s}");
+    if s["cuda"]["devices"]
+        .as_array()
+        .is_some_and(|d| d.is_empty())
+    {
+        assert_eq!(s["device"], "cpu", "{s}");
+        assert!(s["device_reason"].as_str().is_some(), "{s}");
+    } else {
+        assert!(
+            s["device"].as_str().is_some_and(|d| d.starts_with("cuda:")),
+            "{s}"
+        );
+    }
+
+    let unpatched = build("cuda-unpatched");
+    let cache = &unpatched["compile_cache"];
+    if !unpatched["cached"].as_bool().unwrap_or(false) {
+        assert!(cache["misses"].as_u64().expect("misses") <= 2, "{cache}");
+        assert!(cache["hits"].as_u64().expect("hits") > 250, "{cache}");
+    }
+    let d = run(&[
+        "diff",
+        &manifest,
+        unpatched["manifest"].as_str().expect("manifest"),
+        "--json",
+    ]);
+    let rows = json(&d)["artifacts"].as_array().expect("rows").clone();
+    let row = |name: &str| {
+        rows.iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("no row {name}"))["change"]
+            .clone()
+    };
+    assert_eq!(row("lib/libggml-cuda.so.0.9.5"), "same");
+    assert_eq!(row("lib/libllama.so.0.0.0"), "different");
 }
