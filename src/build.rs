@@ -200,8 +200,20 @@ pub fn build(
         std::fs::File::create(&log_path).at("create", &log_path)?,
     ));
 
-    let cache = cache::CompileCache::prepare(ws.compile_cache(), &tools, ws.root(), &vdir)?;
     let via_link = cache::source_link(&vdir, &tree.path, &cmake_dir)?;
+    let ignored = if tools.tools.contains_key("nvcc") {
+        variant_prefix_maps(NVCC_PREFIX)
+            .iter()
+            .map(|w| {
+                w.replace("${SRC}", &via_link.display().to_string())
+                    .replace("${BUILD}", &cmake_dir.display().to_string())
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let cache =
+        cache::CompileCache::prepare(ws.compile_cache(), &tools, ws.root(), &vdir, &ignored)?;
     let (template, actual) = cmake_args(
         variant,
         &tools,
@@ -499,12 +511,23 @@ fn ship_cuda_runtime(
             }
         }
     };
-    let shipped = runtime::ship(stage_dir, &root)?;
+    let runtime::Shipping { shipped, missing } = runtime::ship(stage_dir, &root)?;
     if !shipped.is_empty() {
         let names: Vec<&str> = shipped.iter().map(|s| s.path.as_str()).collect();
         reporter.stage(
             "ship",
             &format!("CUDA runtime from {source}: {}", names.join(", ")),
+        );
+    }
+    if !missing.is_empty() {
+        reporter.stage(
+            "note",
+            &format!(
+                "the engine needs {} but the CUDA toolkit at {} does not hold it: the machine's \
+                 loader must find it, or the engine will not load",
+                missing.join(", "),
+                root.display()
+            ),
         );
     }
     Ok(shipped
@@ -542,6 +565,19 @@ fn shell_word(s: &str) -> String {
     }
 }
 
+/// How a host-compiler flag is handed through nvcc.
+const NVCC_PREFIX: &str = "-Xcompiler=";
+
+/// The prefix maps whose left side is this variant's folder (`${SRC}`, the source link, and
+/// `${BUILD}`), as template words: in the CUDA flags, and (substituted) in the list of
+/// arguments the compile cache leaves out of its key.
+fn variant_prefix_maps(pre: &str) -> Vec<String> {
+    vec![
+        format!("{pre}-ffile-prefix-map=${{SRC}}={SRC_MAP}"),
+        format!("{pre}-ffile-prefix-map=${{BUILD}}={BUILD_MAP}"),
+    ]
+}
+
 /// The configure arguments: the template recorded in the manifest (machine paths replaced by
 /// `${SRC}`, `${BUILD}`, `${TOOL:role}`) and the actual arguments. Every argument is one argv
 /// element (never re-split); recipe flags are appended after pinforge's prefix maps.
@@ -560,15 +596,16 @@ fn cmake_args(
             .map(|(_, v)| v.clone())
     };
     let prefix_maps = |pre: &str| -> Vec<String> {
-        vec![
-            format!("{pre}-ffile-prefix-map=${{SRC}}={SRC_MAP}"),
-            // The compile cache hands the compiler the source as `../src/...` (see cache).
+        let mut v = variant_prefix_maps(pre);
+        // The compile cache hands the compiler the source as `../src/...` (see cache).
+        v.insert(
+            1,
             format!(
                 "{pre}-ffile-prefix-map={}={SRC_MAP}",
                 cache::SOURCE_FROM_BUILD
             ),
-            format!("{pre}-ffile-prefix-map=${{BUILD}}={BUILD_MAP}"),
-        ]
+        );
+        v
     };
     let mut t: Vec<Arg> = [
         "-S",
@@ -631,7 +668,7 @@ fn cmake_args(
         }
         t.push(Arg::Flags {
             var: "CMAKE_CUDA_FLAGS".into(),
-            words: prefix_maps("-Xcompiler="),
+            words: prefix_maps(NVCC_PREFIX),
             user: user("CMAKE_CUDA_FLAGS"),
         });
         if let Some(root) = &tools.cuda_root {

@@ -137,11 +137,19 @@ pub struct Stats {
 impl CompileCache {
     /// Prepare the cache for one build of `vdir` in the workspace at `ws_root`: check the
     /// settings, create the namespaced folder and write the configuration ccache will read.
+    ///
+    /// `ignore` lists exact compiler arguments the key leaves out (ccache's `ignore_options`):
+    /// pinforge's own prefix maps for nvcc, whose left side names the variant folder. ccache
+    /// already leaves a host compiler's `-ffile-prefix-map=` out of its key, but it cannot see
+    /// the one inside nvcc's `-Xcompiler=`, so without this every variant (and workspace)
+    /// would recompile every CUDA unit. The maps' right sides are fixed (`/pinforge/src`,
+    /// `/pinforge/build`), so the object does not depend on what they leave out.
     pub fn prepare(
         settings: &Settings,
         tools: &ResolvedToolchain,
         ws_root: &Path,
         vdir: &Path,
+        ignore: &[String],
     ) -> Result<CompileCache> {
         let tool = tools.tool(ROLE)?.clone();
         let root = settings.local_dir()?;
@@ -193,6 +201,16 @@ impl CompileCache {
         if !base_dirs.is_empty() {
             let list: Vec<String> = base_dirs.iter().map(|p| p.display().to_string()).collect();
             lines.push(format!("base_dir = {}", list.join(" ")));
+        }
+        // Space-separated like base_dir: an argument with whitespace stays in the key (correct,
+        // fewer shared hits), as does anything that could add a configuration line.
+        let ignored: Vec<&str> = ignore
+            .iter()
+            .map(String::as_str)
+            .filter(|o| !o.is_empty() && !o.contains(char::is_whitespace))
+            .collect();
+        if !ignored.is_empty() {
+            lines.push(format!("ignore_options = {}", ignored.join(" ")));
         }
         if !settings.enabled {
             lines.push("recache = true".into());

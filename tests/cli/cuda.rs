@@ -243,6 +243,18 @@ fn a_build_with_a_provisioned_toolkit_records_it_and_never_its_cache_path() {
     assert_eq!(nvcc["annotations"]["version"], "13.1.115");
     let params = m["predicate"]["buildDefinition"]["externalParameters"].to_string();
     assert!(params.contains("CUDAToolkit_ROOT=${TOOLKIT}"), "{params}");
+    // nvcc's prefix maps name the variant folder inside `-Xcompiler=`, where ccache cannot see
+    // them: the compile cache leaves exactly those two arguments out of its key, so another
+    // variant or workspace reuses every CUDA unit.
+    let vdir = t.ws.join("build/tinycuda/cuda");
+    let conf = std::fs::read_to_string(vdir.join("ccache.conf")).expect("ccache.conf");
+    let want = format!(
+        "ignore_options = -Xcompiler=-ffile-prefix-map={src}=/pinforge/src \
+         -Xcompiler=-ffile-prefix-map={build}=/pinforge/build",
+        src = vdir.join("src").display(),
+        build = vdir.join("cmake").display()
+    );
+    assert!(conf.lines().any(|l| l == want), "{conf}");
     assert!(!params.contains(&cache.display().to_string()), "{params}");
     let v = pinforge(
         &t.ws,
