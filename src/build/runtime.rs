@@ -16,6 +16,16 @@ use crate::error::{Error, Result};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+/// What [`ship`] did: the libraries shipped, and the runtime names needed that the toolkit
+/// does not hold (the machine's loader must find those, or the engine will not load).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Shipping {
+    /// Shipped libraries, by artifact path.
+    pub shipped: Vec<Shipped>,
+    /// Needed CUDA runtime names found neither in the stage nor in the toolkit.
+    pub missing: Vec<String>,
+}
+
 /// One shipped library.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Shipped {
@@ -43,6 +53,28 @@ fn is_driver(soname: &str) -> bool {
     soname.starts_with("libcuda.so") || soname.starts_with("libnvidia-")
 }
 
+/// The CUDA toolkit's redistributable runtime libraries: the only names ever shipped. A
+/// system nvcc's root can be `/usr` or a conda prefix, whose `lib/` also holds libstdc++ and
+/// libc; those belong to the machine, not to the toolkit.
+const RUNTIME_PREFIXES: &[&str] = &[
+    "libcudart.so",
+    "libcublas.so",
+    "libcublasLt.so",
+    "libcufft.so",
+    "libcurand.so",
+    "libcusparse.so",
+    "libcusolver.so",
+    "libnvrtc.so",
+    "libnvrtc-builtins.so",
+    "libnvJitLink.so",
+    "libnvToolsExt.so",
+    "libnvblas.so",
+];
+
+fn is_cuda_runtime(soname: &str) -> bool {
+    RUNTIME_PREFIXES.iter().any(|p| soname.starts_with(p))
+}
+
 /// A `DT_NEEDED` value that can only be a plain file name (a crafted library could name
 /// `../../etc/x`, which must not become a path).
 fn is_plain_soname(s: &str) -> bool {
@@ -56,32 +88,49 @@ fn is_plain_soname(s: &str) -> bool {
 /// Copy into `stage/lib` every library that the staged ELF files in `lib/` need, directly or
 /// through each other, and that the toolkit at `root` provides. Idempotent: a name already in
 /// `lib/` (a file or a link the install rules made) is left alone.
-pub fn ship(stage: &Path, root: &Path) -> Result<Vec<Shipped>> {
+pub fn ship(stage: &Path, root: &Path) -> Result<Shipping> {
     let lib = stage.join("lib");
     if !lib.is_dir() {
-        return Ok(vec![]);
+        return Ok(Shipping::default());
     }
+    let real_root = std::fs::canonicalize(root).map_err(|e| Error::io("resolve", root, e))?;
     let dirs = search_dirs(root);
     let mut queue: Vec<PathBuf> = elf_files(&lib)?;
     let mut seen: BTreeSet<String> = BTreeSet::new();
     let mut shipped = Vec::new();
+    let mut missing = Vec::new();
     while let Some(file) = queue.pop() {
         let bytes = crate::fsx::read(&file)?;
         let Some(needed) = crate::elf::needed(&bytes) else {
             continue;
         };
         for name in needed {
-            if is_driver(&name) || !is_plain_soname(&name) || !seen.insert(name.clone()) {
+            if is_driver(&name)
+                || !is_cuda_runtime(&name)
+                || !is_plain_soname(&name)
+                || !seen.insert(name.clone())
+            {
                 continue;
             }
             if std::fs::symlink_metadata(lib.join(&name)).is_ok() {
                 continue;
             }
             let Some(src) = dirs.iter().map(|d| d.join(&name)).find(|p| p.exists()) else {
-                // Not the toolkit's (libc, libstdc++, libgomp): the machine provides it.
+                missing.push(name);
                 continue;
             };
             let real = std::fs::canonicalize(&src).map_err(|e| Error::io("resolve", &src, e))?;
+            // A link out of the toolkit would ship some other file under the runtime's name.
+            if !real.starts_with(&real_root) {
+                return Err(Error::check(
+                    src.display(),
+                    format!(
+                        "`{name}` in the CUDA toolkit resolves outside it, to {}",
+                        real.display()
+                    ),
+                )
+                .with_hint("repair the toolkit (a provisioned one: delete its cache folder and build again)"));
+            }
             if !std::fs::metadata(&real).is_ok_and(|m| m.is_file()) {
                 return Err(Error::check(
                     src.display(),
@@ -98,7 +147,8 @@ pub fn ship(stage: &Path, root: &Path) -> Result<Vec<Shipped>> {
         }
     }
     shipped.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(shipped)
+    missing.sort();
+    Ok(Shipping { shipped, missing })
 }
 
 /// The regular ELF files directly in `dir` (links are someone else's names for them).
@@ -148,8 +198,8 @@ mod tests {
 
     #[test]
     fn needed_libraries_come_from_the_toolkit_transitively_and_nothing_else() {
-        // A stage whose one library needs libc (the machine's) and `libpf-a.so.1` (the
-        // toolkit's), which itself needs `libpf-b.so.1`: both toolkit libraries are shipped.
+        // A stage whose one library needs libc (the machine's) and `libcublas.so.99` (the
+        // toolkit's), which itself needs `libcublasLt.so.99`: both toolkit libraries are shipped.
         // The libraries are built for real with the host compiler.
         let t = tempfile::tempdir().expect("tmp");
         let root = t.path().join("toolkit");
@@ -171,28 +221,63 @@ mod tests {
                 .success();
             assert!(ok);
         };
-        cc(&lib64.join("libpf-b.so.1"), &["-Wl,-soname,libpf-b.so.1"]);
+        cc(
+            &lib64.join("libcublasLt.so.99"),
+            &["-Wl,-soname,libcublasLt.so.99"],
+        );
         let lb = format!("-L{}", lib64.display());
         cc(
-            &lib64.join("libpf-a.so.1.2"),
-            &["-Wl,-soname,libpf-a.so.1", &lb, "-l:libpf-b.so.1"],
+            &lib64.join("libcublas.so.99.1"),
+            &["-Wl,-soname,libcublas.so.99", &lb, "-l:libcublasLt.so.99"],
         );
-        std::os::unix::fs::symlink("libpf-a.so.1.2", lib64.join("libpf-a.so.1")).expect("ln");
+        std::os::unix::fs::symlink("libcublas.so.99.1", lib64.join("libcublas.so.99")).expect("ln");
         // The stub of the driver sits in the toolkit too: never shipped.
         cc(&lib64.join("libcuda.so.1"), &["-Wl,-soname,libcuda.so.1"]);
+        // A library of the machine's that happens to sit in the root (a system nvcc's `/usr`
+        // or conda prefix): not the toolkit's runtime, never shipped.
+        cc(&lib64.join("libfoo.so.1"), &["-Wl,-soname,libfoo.so.1"]);
         cc(
             &stage.join("lib/libengine.so"),
-            &[&lb, "-l:libpf-a.so.1", "-l:libcuda.so.1"],
+            &[
+                &lb,
+                "-l:libcublas.so.99",
+                "-l:libcuda.so.1",
+                "-l:libfoo.so.1",
+            ],
         );
-        let shipped = ship(&stage, &root).expect("ship");
+        let Shipping { shipped, missing } = ship(&stage, &root).expect("ship");
+        assert_eq!(missing, Vec::<String>::new());
         let names: Vec<&str> = shipped.iter().map(|s| s.path.as_str()).collect();
-        assert_eq!(names, ["lib/libpf-a.so.1", "lib/libpf-b.so.1"]);
-        assert_eq!(shipped[0].from, lib64.join("libpf-a.so.1.2"));
+        assert_eq!(names, ["lib/libcublas.so.99", "lib/libcublasLt.so.99"]);
+        assert_eq!(shipped[0].from, lib64.join("libcublas.so.99.1"));
         assert!(!stage.join("lib/libcuda.so.1").exists());
         // Shipped as regular files (the stage holds no link into the toolkit).
-        let m = std::fs::symlink_metadata(stage.join("lib/libpf-a.so.1")).expect("stat");
+        let m = std::fs::symlink_metadata(stage.join("lib/libcublas.so.99")).expect("stat");
         assert!(m.file_type().is_file());
+        assert!(!stage.join("lib/libfoo.so.1").exists());
         // Again: everything is already there, nothing is copied twice.
-        assert_eq!(ship(&stage, &root).expect("ship"), vec![]);
+        assert_eq!(ship(&stage, &root).expect("ship"), Shipping::default());
+
+        // A runtime name that resolves outside the toolkit is refused, not shipped.
+        let outside = t.path().join("elsewhere");
+        std::fs::create_dir_all(&outside).expect("mkdir");
+        cc(
+            &outside.join("libcudart.so.99"),
+            &["-Wl,-soname,libcudart.so.99"],
+        );
+        std::os::unix::fs::symlink(
+            outside.join("libcudart.so.99"),
+            lib64.join("libcudart.so.99"),
+        )
+        .expect("ln");
+        let stage2 = t.path().join("stage2");
+        std::fs::create_dir_all(stage2.join("lib")).expect("mkdir");
+        cc(
+            &stage2.join("lib/libengine.so"),
+            &[&lb, "-l:libcudart.so.99"],
+        );
+        let e = ship(&stage2, &root).expect_err("outside the toolkit");
+        assert!(e.to_string().contains("resolves outside"), "{e}");
+        assert!(!stage2.join("lib/libcudart.so.99").exists());
     }
 }
