@@ -5,7 +5,7 @@
 //! anything else, or a file whose tables point outside it, is "not an ELF file we read" (None),
 //! never a panic: these bytes come from a build, and a build can be hostile.
 
-use object::elf::{FileHeader64, DT_NEEDED, NT_GNU_BUILD_ID, SHT_NOTE, SHT_STRTAB};
+use object::elf::{FileHeader64, DT_NEEDED, NT_GNU_BUILD_ID, SHF_ALLOC, SHT_NOTE, SHT_STRTAB};
 use object::read::elf::{Dyn, FileHeader, SectionHeader};
 use object::LittleEndian;
 use std::ops::Range;
@@ -13,7 +13,7 @@ use std::ops::Range;
 /// Where the parts the normalization rule may touch are, as byte ranges of the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
-    /// Every `SHT_STRTAB` section (`.strtab`, `.dynstr`, `.shstrtab`).
+    /// Every `SHT_STRTAB` section the loader never reads (`.strtab`, `.shstrtab`).
     pub string_tables: Vec<Range<usize>>,
     /// The descriptor of the `NT_GNU_BUILD_ID` note, if there is one.
     pub build_id: Option<Range<usize>>,
@@ -32,7 +32,12 @@ fn offset_in(whole: &[u8], part: &[u8]) -> Option<Range<usize>> {
     (end <= whole.len()).then_some(start..end)
 }
 
-/// The string tables and build-id of an ELF64 little-endian file.
+/// The non-loaded string tables and the build-id of an ELF64 little-endian file.
+///
+/// Only string tables without `SHF_ALLOC` are listed (`.strtab`, `.shstrtab`: never `.dynstr`,
+/// which the loader reads), the build-id only when its descriptor is a plausible hash (at most
+/// 64 bytes), and the whole layout is `None` when any of those ranges overlaps another
+/// section's bytes: a crafted section table must not make the rule mask code or data.
 pub fn layout(bytes: &[u8]) -> Option<Layout> {
     let (h, endian) = header(bytes)?;
     let sections = h.sections(endian, bytes).ok()?;
@@ -40,20 +45,49 @@ pub fn layout(bytes: &[u8]) -> Option<Layout> {
         string_tables: vec![],
         build_id: None,
     };
+    // Every section's bytes in the file, to check the masked ranges against.
+    let mut occupied: Vec<Range<usize>> = Vec::new();
+    let mut owners: Vec<Range<usize>> = Vec::new();
     for s in sections.iter() {
-        if s.sh_type(endian) == SHT_STRTAB {
-            let data = s.data(endian, bytes).ok()?;
-            out.string_tables.push(offset_in(bytes, data)?);
+        let Some((off, size)) = s.file_range(endian) else {
+            continue;
+        };
+        let start = usize::try_from(off).ok()?;
+        let end = start.checked_add(usize::try_from(size).ok()?)?;
+        if end > bytes.len() {
+            return None;
+        }
+        if start < end {
+            occupied.push(start..end);
+        }
+        let alloc = (s.sh_flags(endian) & SHF_ALLOC).0 != 0;
+        if s.sh_type(endian) == SHT_STRTAB && !alloc {
+            out.string_tables.push(start..end);
+            owners.push(start..end);
         } else if s.sh_type(endian) == SHT_NOTE && out.build_id.is_none() {
             let Ok(Some(mut notes)) = s.notes(endian, bytes) else {
                 continue;
             };
             while let Ok(Some(note)) = notes.next() {
-                if note.n_type(endian) == NT_GNU_BUILD_ID && note.name() == b"GNU" {
+                if note.n_type(endian) == NT_GNU_BUILD_ID
+                    && note.name() == b"GNU"
+                    && note.desc().len() <= 64
+                {
                     out.build_id = Some(offset_in(bytes, note.desc())?);
+                    owners.push(start..end);
                     break;
                 }
             }
+        }
+    }
+    // A section that owns a masked range must be the only one with bytes there.
+    for owner in &owners {
+        let overlapping = occupied
+            .iter()
+            .filter(|o| o.start < owner.end && owner.start < o.end)
+            .count();
+        if overlapping != 1 {
+            return None;
         }
     }
     Some(out)

@@ -361,16 +361,40 @@ pub fn axis_rows(a: &Config, b: &Config) -> Vec<AxisRow> {
             b.build_type.clone(),
         ));
     }
+    // One CMake variable is one setting: whether it is the sanitizer axis is decided from
+    // both sides together (`-O2` against `-O2 -fsanitize=address` is one sanitizer row, not a
+    // removed cmake row and an added sanitizer row).
+    let all = |c: &Config| -> BTreeMap<String, String> {
+        c.sanitizer
+            .iter()
+            .chain(&c.cmake)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    let (fa, fb) = (all(a), all(b));
+    let (va, vb) = (by_variable(&fa), by_variable(&fb));
+    let sanitizer_vars: BTreeSet<String> = fa
+        .iter()
+        .chain(&fb)
+        .filter(|(k, v)| is_sanitizer_setting(k, v))
+        .map(|(k, _)| cmake_key_name(k).to_string())
+        .collect();
+    let split = |m: &BTreeMap<String, String>, want: bool| -> BTreeMap<String, String> {
+        m.iter()
+            .filter(|(k, _)| sanitizer_vars.contains(*k) == want)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
     map_rows(
         Axis::Sanitizer,
-        &by_variable(&a.sanitizer),
-        &by_variable(&b.sanitizer),
+        &split(&va, true),
+        &split(&vb, true),
         &mut out,
     );
     map_rows(
         Axis::Cmake,
-        &by_variable(&a.cmake),
-        &by_variable(&b.cmake),
+        &split(&va, false),
+        &split(&vb, false),
         &mut out,
     );
     if a.targets != b.targets {
@@ -646,6 +670,12 @@ pub struct SmokeSide {
     pub detail: Option<String>,
     /// Wall time of the smoke in seconds.
     pub seconds: f64,
+    /// Where the decode ran (`cpu`, `cuda:N (name)`), None where no smoke report came back.
+    #[serde(default)]
+    pub device: Option<String>,
+    /// Why a CUDA build ran on the CPU: its CUDA kernels were then not exercised.
+    #[serde(default)]
+    pub device_reason: Option<String>,
 }
 
 /// One artifact on both sides.
@@ -1094,7 +1124,23 @@ impl FlipPlan<'_> {
                 })
                 .collect();
         }
-        let (verdict, reason) = decide(&results[0], &results[1]);
+        let (verdict, mut reason) = decide(&results[0], &results[1]);
+        // A CUDA build smoked on the CPU never ran its CUDA kernels: the verdict stands for
+        // the host code only, and the record says so.
+        let cpu_only: Vec<String> = smokes
+            .iter()
+            .zip(["from", "to"])
+            .filter_map(|(s, side)| {
+                let why = s.as_ref()?.device_reason.as_deref()?;
+                Some(format!("{side}: {why}"))
+            })
+            .collect();
+        if !cpu_only.is_empty() {
+            reason.push_str(&format!(
+                " (the CUDA kernels were not exercised: {})",
+                cpu_only.join("; ")
+            ));
+        }
         let mut smokes = smokes.into_iter();
         let mut builds = builds.into_iter();
         record.smokes = Pair {
@@ -1137,6 +1183,8 @@ pub fn smoke_one(manifest: &Path, opts: &SmokeOptions) -> (SideResult, SmokeSide
                 signature: r.signature,
                 detail: r.detail,
                 seconds,
+                device: Some(r.device),
+                device_reason: r.device_reason,
             },
         ),
         Err(e) => {
@@ -1153,6 +1201,8 @@ pub fn smoke_one(manifest: &Path, opts: &SmokeOptions) -> (SideResult, SmokeSide
                     normalized_signature: None,
                     detail: Some(why),
                     seconds,
+                    device: None,
+                    device_reason: None,
                 },
             )
         }
@@ -1207,7 +1257,7 @@ pub fn summary_markdown(r: &FlipRecord) -> String {
             cell(&opt(&row.to))
         ));
     }
-    s.push_str("\n## Builds and smokes\n\n| side | variant | build | manifest sha256 | smoke | signature |\n|---|---|---|---|---|---|\n");
+    s.push_str("\n## Builds and smokes\n\n| side | variant | build | manifest sha256 | smoke | device | signature |\n|---|---|---|---|---|---|---|\n");
     for (side, b, sm) in [
         ("from", &r.builds.from, &r.smokes.from),
         ("to", &r.builds.to, &r.smokes.to),
@@ -1222,13 +1272,24 @@ pub fn summary_markdown(r: &FlipRecord) -> String {
             ),
         };
         s.push_str(&format!(
-            "| {side} | {} | {build} | {} | {} | {} |\n",
+            "| {side} | {} | {build} | {} | {} | {} | {} |\n",
             b.as_ref().map(|b| b.variant.as_str()).unwrap_or("-"),
             b.as_ref()
                 .and_then(|b| b.manifest_sha256)
                 .map(|d| d.to_hex())
                 .unwrap_or_else(|| "-".into()),
             sm.as_ref().map(|x| x.verdict.as_str()).unwrap_or("-"),
+            cell(&match sm.as_ref() {
+                Some(SmokeSide {
+                    device: Some(d),
+                    device_reason: Some(why),
+                    ..
+                }) => format!("{d} ({why})"),
+                Some(SmokeSide {
+                    device: Some(d), ..
+                }) => d.clone(),
+                _ => "-".into(),
+            }),
             cell(
                 sm.as_ref()
                     .and_then(|x| x.normalized_signature.as_deref())
@@ -1298,6 +1359,10 @@ toolchain = "clang"
 cmake = { GGML_SANITIZE_THREAD = true }
 [variants.more-targets]
 targets = ["llama", "ggml"]
+[variants.o2]
+cmake = { CMAKE_CXX_FLAGS = "-O2" }
+[variants.o2-asan]
+cmake = { CMAKE_CXX_FLAGS = "-O2 -fsanitize=address" }
 "#;
 
     fn tool(program: &str, version: &str) -> crate::toolchain::ToolRecord {
@@ -1359,6 +1424,12 @@ targets = ["llama", "ggml"]
         assert_eq!(axes("a", "two"), vec![Axis::Toolchain, Axis::Sanitizer]);
         // `X:BOOL` and `X` are one variable: the type suffix shows as a changed value.
         let c = configs();
+        // One flags variable with -fsanitize= on one side only is one sanitizer row.
+        let rows = axis_rows(&c["o2"], &c["o2-asan"]);
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!(rows[0].axis, Axis::Sanitizer);
+        assert_eq!(rows[0].key, "CMAKE_CXX_FLAGS");
+        assert_eq!(axes_of(&axis_rows(&c["a"], &c["o2"])), vec![Axis::Cmake]);
         let rows = axis_rows(&c["a"], &c["typed"]);
         assert_eq!(rows.len(), 1, "{rows:?}");
         assert_eq!(rows[0].key, "GGML_NATIVE");

@@ -9,15 +9,18 @@
 //! two builds of the same CUDA library differ in those digits, and in the GNU build-id that the
 //! linker computes over the whole file. The rule, applied to one ELF file:
 //!
-//! 1. in every `SHT_STRTAB` section (string tables only: never code, data or `.rodata`), every
-//!    `tmpxft_` followed by 8 hex digits, `_` and 8 hex digits has those 16 digits set to `0`;
-//! 2. when step 1 masked at least one name, the descriptor of the `NT_GNU_BUILD_ID` note is set to
-//!    zeros (it is a hash over the file, so it differs exactly when step 1's names do);
+//! 1. in every `SHT_STRTAB` section the loader never reads (no `SHF_ALLOC`: `.strtab`,
+//!    `.shstrtab`; never `.dynstr`, code, data or `.rodata`), every `tmpxft_` followed by 8 hex
+//!    digits, `_` and 8 hex digits has those 16 digits set to `0`;
+//! 2. when step 1 masked at least one name, the descriptor of the `NT_GNU_BUILD_ID` note (at
+//!    most 64 bytes) is set to zeros (a hash over the file: it differs exactly when step 1's
+//!    names do);
 //! 3. the normalized digest is the SHA-256 of the result.
 //!
 //! Nothing changes length and nothing else is touched: two files with equal normalized
 //! digests are byte-identical outside those digits. A file the rule does not apply to (not
-//! ELF64 little-endian, or no such name) has no normalized digest, and compares by its bytes.
+//! ELF64 little-endian, no such name, or a section table whose masked ranges overlap other
+//! sections' bytes) has no normalized digest, and compares by its bytes.
 
 use crate::digest::Sha256;
 use crate::error::{Error, Result};
@@ -27,9 +30,11 @@ use std::path::Path;
 pub const NVCC_TMPXFT: &str = "nvcc-tmpxft/v1";
 
 /// The rule in words, written into every manifest that uses it.
-pub const NVCC_TMPXFT_TEXT: &str = "in SHT_STRTAB sections, the 16 hex digits of each \
+pub const NVCC_TMPXFT_TEXT: &str =
+    "in SHT_STRTAB sections without SHF_ALLOC, the 16 hex digits of each \
      `tmpxft_XXXXXXXX_XXXXXXXX` name (nvcc's pid-named temporary host files, kept as STT_FILE \
-     symbols) are set to 0, and when any was, the NT_GNU_BUILD_ID descriptor is zeroed; the \
+     symbols) are set to 0, and when any was, the NT_GNU_BUILD_ID descriptor (at most 64 \
+     bytes) is zeroed; a file whose masked ranges overlap other sections is not normalized; the \
      normalized digest is the SHA-256 of the result; nothing else is changed";
 
 /// What the rule made of one file.
@@ -270,5 +275,17 @@ mod tests {
         let mut c = elf(NAME_A, b"code", &[1; 20]);
         c[0x3a..0x3c].copy_from_slice(&0u16.to_le_bytes());
         assert_eq!(normalize(&c), None);
+        // A data section laid over the string table: masking would change its bytes too, so
+        // the file is not normalized at all.
+        let mut d = elf(NAME_A, b"code", &[1; 20]);
+        let shoff = u64::from_le_bytes(d[0x28..0x30].try_into().expect("8")) as usize;
+        let data_header = shoff + 3 * 64;
+        d[data_header + 0x18..data_header + 0x20].copy_from_slice(&64u64.to_le_bytes());
+        assert_eq!(normalize(&d), None);
+        // A string table the loader reads (SHF_ALLOC, like .dynstr) is never masked.
+        let mut e = elf(NAME_A, b"code", &[1; 20]);
+        let strtab_header = shoff + 64;
+        e[strtab_header + 8..strtab_header + 16].copy_from_slice(&2u64.to_le_bytes());
+        assert_eq!(normalize(&e), None);
     }
 }

@@ -633,7 +633,12 @@ pub fn run(target: &SmokeTarget, opts: &SmokeOptions) -> Result<SmokeReport> {
             return Ok(report);
         }
         match (probe.devices.first(), cuda::cpu_reason(&probe)) {
-            (Some(_), _) => gpu_layers = 999,
+            (Some(d), _) => {
+                gpu_layers = 999;
+                // Offloaded to the probe's device from here on: a crash or hang there is
+                // reported as a GPU run; the engine's own device list refines it below.
+                report.device = format!("cuda:{} ({})", d.ordinal, d.name);
+            }
             (None, why) => {
                 let why = why.unwrap_or_else(|| "no CUDA device".into());
                 if opts.require_gpu {
@@ -645,6 +650,9 @@ pub fn run(target: &SmokeTarget, opts: &SmokeOptions) -> Result<SmokeReport> {
                 report.device_reason = Some(format!("{why}: the CUDA build runs on the CPU"));
             }
         }
+    } else if opts.require_gpu {
+        report.detail = Some("refused: --require-gpu, and this is not a CUDA build".into());
+        return Ok(report);
     }
 
     let model = match &opts.model {
@@ -729,23 +737,38 @@ pub fn run(target: &SmokeTarget, opts: &SmokeOptions) -> Result<SmokeReport> {
         return Ok(report);
     }
     // Where it ran is what the engine registered, not what the probe hoped: a GPU the probe
-    // sees but the engine's backend does not (a driver it cannot use) means the CPU ran.
-    let engine_gpu = result.devices.iter().any(|d| d.kind == "gpu");
-    match (gpu_layers > 0, engine_gpu, probe.devices.first()) {
-        (true, true, Some(d)) => report.device = format!("cuda:{} ({})", d.ordinal, d.name),
-        (true, false, _) => {
+    // sees but the engine's backend does not (a driver it cannot use) means the CPU ran, and
+    // the name is the engine's own (the probe's first device need not be the engine's first).
+    let engine_gpu = result.devices.iter().find(|d| d.kind == "gpu");
+    match (gpu_layers > 0, engine_gpu) {
+        (true, Some(g)) => {
+            let ordinal = probe.devices.first().map(|d| d.ordinal).unwrap_or(0);
+            report.device = format!("cuda:{ordinal} ({})", g.description);
+        }
+        (true, None) => {
+            report.device = "cpu".into();
             report.device_reason =
                 Some("the engine registered no GPU device: the decode ran on the CPU".into());
             if opts.require_gpu {
                 report.verdict = Verdict::Error;
-                report.detail = Some(format!(
-                    "refused: --require-gpu, and {}",
-                    "the engine registered no GPU device although the probe found one"
-                ));
+                report.detail = Some(
+                    "refused: --require-gpu, and the engine registered no GPU device although \
+                     the probe found one"
+                        .into(),
+                );
                 return Ok(report);
             }
         }
-        _ => {}
+        (false, Some(g)) => {
+            // The probe saw no device but the engine did: nothing was offloaded (no layers were
+            // asked for), though ggml may still hand it large operations. Say both.
+            report.device_reason = Some(format!(
+                "the probe found no CUDA device but the engine registered {} ({}); no layers \
+                 were offloaded",
+                g.name, g.description
+            ));
+        }
+        (false, None) => {}
     }
     report.tokens_generated = result.reference.len();
     report.tokens_per_second = if result.reference_seconds > 0.0 {
@@ -758,7 +781,10 @@ pub fn run(target: &SmokeTarget, opts: &SmokeOptions) -> Result<SmokeReport> {
     report.state_bytes = Some(result.state_bytes);
     report.reference = result.reference.clone();
     report.restored = result.restored.clone();
-    report.gpu_memory_used_bytes = result.gpu_memory_used_bytes;
+    // GPU memory is the decode's only when it ran on the GPU.
+    report.gpu_memory_used_bytes = result
+        .gpu_memory_used_bytes
+        .filter(|_| report.device.starts_with("cuda:"));
     let divergence = result
         .reference
         .iter()

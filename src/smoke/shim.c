@@ -50,6 +50,7 @@ const char *pf_devices(void) {
         int n = snprintf(buf + used, sizeof buf - used, "%s\t%s\t%s\n", kind,
                          ggml_backend_dev_name(dev), ggml_backend_dev_description(dev));
         if (n < 0 || (size_t) n >= sizeof buf - used) {
+            buf[used] = '\0'; // drop the cut line: a partial device must not be read as one
             break;
         }
         used += (size_t) n;
