@@ -351,6 +351,7 @@ pub fn build(
 
     let previous = Statement::read(&manifest_path).ok();
     let mut rules_used = BTreeSet::new();
+    let mut path_hashed: Vec<String> = Vec::new();
     let mut subjects: Vec<Resource> = Vec::with_capacity(artifacts.len());
     for a in &artifacts {
         let mut ann = BTreeMap::from([("size".to_string(), Value::from(a.size))]);
@@ -359,9 +360,19 @@ pub fn build(
         }
         if let Some((_, source)) = shipped.iter().find(|(p, _)| p == &a.path) {
             ann.insert("shipped_from".into(), Value::from(source.clone()));
-        } else if let Some(n) = crate::normalize::normalize_file(&stage_dir.join(&a.path))? {
-            rules_used.insert(n.rule);
-            ann.insert("normalized".into(), normalized_annotation(&n));
+        } else {
+            let bytes = crate::fsx::read(&stage_dir.join(&a.path))?;
+            if let Some(n) = crate::normalize::normalize(&bytes) {
+                rules_used.insert(n.rule);
+                ann.insert("normalized".into(), normalized_annotation(&n));
+            }
+            // The hash of the source's real path, not the path: the scan for machine paths
+            // cannot see it, yet another tree gives other bytes.
+            if crate::normalize::has_path_hashed_names(&bytes) {
+                ann.insert("embeds_machine_path".into(), Value::from(true));
+                ann.insert("nvcc_path_hashed_names".into(), Value::from(true));
+                path_hashed.push(a.path.clone());
+            }
         }
         subjects.push(Resource {
             name: a.path.clone(),
@@ -369,6 +380,16 @@ pub fn build(
             digest: BTreeMap::from([("sha256".to_string(), a.sha256.to_string())]),
             annotations: ann,
         });
+    }
+    if !path_hashed.is_empty() {
+        reporter.stage(
+            "note",
+            &format!(
+                "{} holds nvcc names hashed from the source's real path (`_INTERNAL_…`): it \
+                 will differ in another workspace or vendor tree (marked `embeds_machine_path`)",
+                path_hashed.join(", ")
+            ),
+        );
     }
     let cached = steps_run == 0
         && previous

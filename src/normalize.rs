@@ -92,6 +92,24 @@ pub fn normalize(bytes: &[u8]) -> Option<Normalized> {
     })
 }
 
+/// Whether the file holds nvcc's names for internal-linkage device entities,
+/// `_INTERNAL_<8 hex>_<len>_<file>_...`: the 8 hex digits are computed from the real path of
+/// the source file (measured: the same file at another real path gives another hash; nvcc's
+/// `-frandom-seed` does not change it), and they are inside the compressed fatbinary too, where
+/// no rule can mask them. Such an artifact differs between two source trees even when nothing
+/// else does, so the manifest marks it as embedding the build's paths.
+pub fn has_path_hashed_names(bytes: &[u8]) -> bool {
+    const MARK: &[u8] = b"_INTERNAL_";
+    memchr::memmem::find_iter(bytes, MARK).any(|at| {
+        let rest = &bytes[at + MARK.len()..];
+        rest.len() > 8
+            && rest[..8]
+                .iter()
+                .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
+            && rest[8] == b'_'
+    })
+}
+
 /// Apply the rule to a regular file (read whole: the rule needs the section table).
 pub fn normalize_file(path: &Path) -> Result<Option<Normalized>> {
     let bytes = std::fs::read(path).map_err(|e| Error::io("read", path, e))?;
@@ -264,6 +282,16 @@ mod tests {
         assert!(na.masked_names >= 1 && na.build_id_masked, "{na:?}");
         let c = build(0x1a2b, "x + 2");
         assert_ne!(normalize(&c).expect("applies").sha256, na.sha256);
+    }
+
+    #[test]
+    fn nvcc_path_hashed_internal_names_are_recognized() {
+        assert!(has_path_hashed_names(
+            b"x\0_ZN41_INTERNAL_ed0a0e6f_10_argsort_cu_02de20964cuda3std3__45__cpo5beginE\0"
+        ));
+        assert!(!has_path_hashed_names(b"_INTERNAL_ED0A0E6F_10_x"));
+        assert!(!has_path_hashed_names(b"_INTERNAL_ed0a0e6"));
+        assert!(!has_path_hashed_names(b"no such name"));
     }
 
     #[test]

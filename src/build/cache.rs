@@ -1,6 +1,9 @@
 //! The compile cache: ccache is the compiler launcher of every build, with a configuration
 //! pinforge writes itself (no user or system ccache.conf, no `CCACHE_*` variable from the
-//! environment), so that a cache hit gives exactly the bytes a compile would.
+//! environment), so that a cache hit gives exactly the bytes a compile would. One exception,
+//! stated in the manifest: nvcc hashes the source's real path into its `_INTERNAL_` names, and
+//! CUDA units are keyed without that path (see [`CompileCache::prepare`]), so a CUDA hit gives
+//! the bytes the compile in the tree that stored it gave (`nvcc_path_hashed_names`).
 //!
 //! Why ccache always runs, even with the cache off: hits across vendor trees and workspaces
 //! need ccache's `base_dir`, which rewrites the absolute paths under the workspace into paths
