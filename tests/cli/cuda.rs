@@ -494,8 +494,14 @@ fn real_cuda_13_1_variant_builds_verifies_smokes_and_reuses_ggml_cuda() {
     assert!(masked.expect("masked_names") > 100, "{cuda_lib}");
     // nvcc's `_INTERNAL_` names hash the source's real path: marked, so that a difference
     // between two trees is explained rather than called noise.
-    assert_eq!(cuda_lib["annotations"]["nvcc_path_hashed_names"], true, "{cuda_lib}");
-    assert_eq!(cuda_lib["annotations"]["embeds_machine_path"], true, "{cuda_lib}");
+    assert_eq!(
+        cuda_lib["annotations"]["nvcc_path_hashed_names"], true,
+        "{cuda_lib}"
+    );
+    assert_eq!(
+        cuda_lib["annotations"]["embeds_machine_path"], true,
+        "{cuda_lib}"
+    );
     // No hard driver dependency: the engine loads where no driver is.
     let root = PathBuf::from(patched["artifact_root"].as_str().expect("root"));
     let bytes = std::fs::read(root.join("lib/libggml-cuda.so.0.9.5")).expect("read");
