@@ -12,6 +12,15 @@
 
 #include "llama.h"
 
+// The device list needs ggml's backend API; a tree whose headers lack it (a minimal stub, an
+// old ggml) still gets a shim, which then reports no devices.
+#if defined(__has_include)
+#if __has_include("ggml-backend.h")
+#include "ggml-backend.h"
+#define PF_HAVE_DEVICES 1
+#endif
+#endif
+
 #define PF_ABI_VERSION 3
 
 struct pf {
@@ -39,6 +48,7 @@ const char *pf_devices(void) {
     static char buf[4096];
     size_t used = 0;
     buf[0] = '\0';
+#ifdef PF_HAVE_DEVICES
     for (size_t i = 0; i < ggml_backend_dev_count(); i++) {
         ggml_backend_dev_t dev = ggml_backend_dev_get(i);
         const char *kind = "accel";
@@ -55,6 +65,7 @@ const char *pf_devices(void) {
         }
         used += (size_t) n;
     }
+#endif
     return buf;
 }
 
