@@ -10,6 +10,7 @@
 
 pub mod cache;
 pub mod fileapi;
+pub mod fixed;
 pub mod runtime;
 pub mod stage;
 mod stamp;
@@ -201,28 +202,51 @@ pub fn build(
     ));
 
     let via_link = cache::source_link(&vdir, &tree.path, &cmake_dir)?;
-    let ignored = if tools.tools.contains_key("nvcc") {
-        variant_prefix_maps(NVCC_PREFIX)
+    let paths = fixed::BuildPaths::resolve(&tree.path, &vdir, &tools.tool("cmake")?.path)?;
+    let nvcc = tools.tools.contains_key("nvcc");
+    if let (true, Some(why)) = (nvcc, &paths.unfixed) {
+        reporter.stage(
+            "note",
+            &format!(
+                "the build runs at its real folder ({why}): nvcc hashes that path into its \
+                 CUDA objects, so another workspace builds other bytes"
+            ),
+        );
+    }
+    // At the fixed path every workspace names its sources and build folder alike: the
+    // compile cache needs neither base_dir nor ignore_options, and must not rewrite the
+    // compile command (see cache). At the real folder it needs both.
+    let (base_dir, ignored) = if paths.fixed() {
+        (None, Vec::new())
+    } else if nvcc {
+        let ignored = variant_prefix_maps(NVCC_PREFIX)
             .iter()
             .map(|w| {
                 w.replace("${SRC}", &via_link.display().to_string())
                     .replace("${BUILD}", &cmake_dir.display().to_string())
             })
-            .collect()
+            .collect();
+        (Some(ws.root()), ignored)
     } else {
-        Vec::new()
+        (Some(ws.root()), Vec::new())
     };
     let cache =
-        cache::CompileCache::prepare(ws.compile_cache(), &tools, ws.root(), &vdir, &ignored)?;
+        cache::CompileCache::prepare(ws.compile_cache(), &tools, base_dir, &vdir, &ignored)?;
+    let seen_src = if paths.fixed() {
+        paths.src.clone()
+    } else {
+        via_link
+    };
+    let seen_cmake = paths.cmake_dir();
     let (template, actual) = cmake_args(
         variant,
         &tools,
         &Tree {
-            path: via_link,
+            path: seen_src,
             ..tree.clone()
         },
-        &cmake_dir,
-        &vdir,
+        &seen_cmake,
+        &paths.variant,
     );
     write_git_shim(&vdir, &tree)?;
     fileapi::write_query(&cmake_dir)?;
@@ -235,6 +259,7 @@ pub fn build(
         "scrubbed_env": SCRUBBED_ENV,
         "args": &actual,
         "source": &tree.path,
+        "build_path": &paths,
     }))
     .map_err(|e| Error::Internal(e.to_string()))?;
     let configured = cmake_dir.join("CMakeCache.txt").exists()
@@ -242,7 +267,7 @@ pub fn build(
         && std::fs::read(&stamp).ok().as_deref() == Some(stamp_body.as_slice());
     if !configured {
         reporter.stage("configure", variant.name.as_str());
-        let mut cmd = Command::new(&tools.tool("cmake")?.path);
+        let mut cmd = paths.command(&tools.tool("cmake")?.path)?;
         // --fresh: CMake keeps option values in its cache, so an option the recipe no longer
         // sets (or a default that depends on the environment) would otherwise survive.
         cmd.arg("--fresh").args(&actual);
@@ -264,8 +289,8 @@ pub fn build(
         .collect();
 
     reporter.stage("build", variant.name.as_str());
-    let mut cmd = Command::new(&tools.tool("ninja")?.path);
-    cmd.arg("-C").arg(&cmake_dir);
+    let mut cmd = paths.command(&tools.tool("ninja")?.path)?;
+    cmd.arg("-C").arg(&seen_cmake);
     if let Some(j) = opts.jobs {
         cmd.arg(format!("-j{j}"));
     }
@@ -281,8 +306,8 @@ pub fn build(
     let destdir = vdir.join("stage.destdir");
     stage::clear(&destdir)?;
     fsx_create(&destdir)?;
-    let mut cmd = Command::new(&tools.tool("cmake")?.path);
-    cmd.arg("--install").arg(&cmake_dir);
+    let mut cmd = paths.command(&tools.tool("cmake")?.path)?;
+    cmd.arg("--install").arg(&seen_cmake);
     run_logged(
         &mut cmd,
         &[("DESTDIR", destdir.as_os_str())],
@@ -310,7 +335,13 @@ pub fn build(
     stage::relocate(&stage_dir)?;
     // The source tree and the variant folder are long, unique paths; the workspace root alone
     // (say `/srv`) could occur in any binary by chance.
-    let machine_paths = stage::find_machine_paths(&stage_dir, &[&tree.path, &vdir])?;
+    // The fixed path is the same in every workspace that shares the cache folder, but still a
+    // folder of this machine: an artifact that names it is marked too.
+    let machine_paths = if paths.fixed() {
+        stage::find_machine_paths(&stage_dir, &[&tree.path, &vdir, &paths.src, &paths.variant])?
+    } else {
+        stage::find_machine_paths(&stage_dir, &[&tree.path, &vdir])?
+    };
     if !machine_paths.is_empty() {
         let files: Vec<&str> = machine_paths.iter().map(|(f, _)| f.as_str()).collect();
         reporter.stage(
@@ -367,9 +398,13 @@ pub fn build(
                 ann.insert("normalized".into(), normalized_annotation(&n));
             }
             // The hash of the source's real path, not the path: the scan for machine paths
-            // cannot see it, yet another tree gives other bytes.
+            // cannot see it. At the fixed path it is the same in every workspace sharing the
+            // cache folder (`build_path` names it); at the real folder another tree gives
+            // other bytes.
             if crate::normalize::has_path_hashed_names(&bytes) {
-                ann.insert("embeds_machine_path".into(), Value::from(true));
+                if !paths.fixed() {
+                    ann.insert("embeds_machine_path".into(), Value::from(true));
+                }
                 ann.insert("nvcc_path_hashed_names".into(), Value::from(true));
                 path_hashed.push(a.path.clone());
             }
@@ -381,7 +416,7 @@ pub fn build(
             annotations: ann,
         });
     }
-    if !path_hashed.is_empty() {
+    if !path_hashed.is_empty() && !paths.fixed() {
         reporter.stage(
             "note",
             &format!(
@@ -429,6 +464,7 @@ pub fn build(
     }));
     // Run details, not inputs: a hit gives the bytes a compile would, so it names no build.
     byproducts.push(compile_cache.byproduct(tools.tool(cache::ROLE)?));
+    byproducts.push(paths.resource());
     let (log_digest, _) = Sha256::of_file(&log_path)?;
     byproducts.push(Resource {
         name: "build.log".into(),
@@ -494,7 +530,7 @@ pub fn build(
         compile_cache,
     };
     // A stamp that cannot be written only costs the next build its fast path.
-    let _ = stamp::write(ws, recipe, variant, before, &outcome, &notes);
+    let _ = stamp::write(ws, recipe, variant, before, &outcome, &notes, &paths);
     Ok(outcome)
 }
 

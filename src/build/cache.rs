@@ -1,20 +1,28 @@
 //! The compile cache: ccache is the compiler launcher of every build, with a configuration
 //! pinforge writes itself (no user or system ccache.conf, no `CCACHE_*` variable from the
-//! environment), so that a cache hit gives exactly the bytes a compile would. One exception,
-//! stated in the manifest: nvcc hashes the source's real path into its `_INTERNAL_` names, and
-//! CUDA units are keyed without that path (see [`CompileCache::prepare`]), so a CUDA hit gives
-//! the bytes the compile in the tree that stored it gave (`nvcc_path_hashed_names`).
+//! environment), so that a cache hit gives exactly the bytes a compile would.
 //!
-//! Why ccache always runs, even with the cache off: hits across vendor trees and workspaces
-//! need ccache's `base_dir`, which rewrites the absolute paths under the workspace into paths
-//! relative to the build folder *before the compiler sees them*. That changes what the compiler
-//! writes where no prefix map reaches (a sanitizer's record of the source file name), so the
-//! compile command must be the same whether the cache is used or not. With the cache off ccache
-//! runs with `recache` and `read_only`: every unit compiles, nothing is read or stored.
+//! Why ccache always runs, even with the cache off: the compile command must be the same
+//! whether the cache is used or not, and ccache rewrites it (below). With the cache off ccache
+//! runs with `recache` into a throwaway folder in the variant folder, removed after the build:
+//! every unit compiles, nothing is read or kept. (`read_only` is not used for this: on a miss it
+//! runs the compiler with the command as given, not as rewritten, and gcc then spells some
+//! `__FILE__` of a header differently, `ggml-cuda/../ggml-cuda/common.cuh`: measured.)
 //!
-//! Why the source is reached through `build/RECIPE/VARIANT/src` (a link to the vendor tree):
-//! every variant's compiles then name their sources `../src/...`, the same in every variant
-//! folder and every workspace, so an unchanged translation unit of another patch set hits.
+//! Paths: at the fixed build path (see [`super::fixed`]) every workspace names its sources
+//! `<cache>/fixed/src/...` and its build folder `<cache>/fixed/variant/cmake`, so nothing needs
+//! rewriting: no `base_dir`, and ccache hands the compiler the command CMake wrote. At the real
+//! folder (no mount namespace here), hits across vendor trees and workspaces need `base_dir`,
+//! which rewrites the absolute paths under the workspace into paths relative to the build
+//! folder before the compiler sees them; and nvcc's `-Xcompiler=` prefix maps, whose left side
+//! names the variant folder, go into `ignore_options`. There one exception is stated in the
+//! manifest: nvcc hashes the source's real path into its `_INTERNAL_` names, so a CUDA hit
+//! gives the bytes the compile in the tree that stored it gave (`nvcc_path_hashed_names`,
+//! `embeds_machine_path`).
+//!
+//! Why the source is also reached through `build/RECIPE/VARIANT/src` (a link to the vendor
+//! tree): at the real folder every variant's compiles then name their sources `../src/...`,
+//! the same in every variant folder and every workspace.
 //!
 //! Keys: ccache hashes the compiler binary's content (`compiler_check = content`, so two
 //! machines with the same compiler share and a replaced compiler never does), and the local
@@ -43,6 +51,8 @@ pub const REMOTE_ENV: &str = "PINFORGE_CACHE_REMOTE";
 pub const ENABLE_ENV: &str = "PINFORGE_CACHE";
 /// Where the source link lives, relative to the variant folder, and how compiles name it.
 pub const SOURCE_LINK: &str = "src";
+/// With the cache off: the throwaway cache folder, in the variant folder.
+pub const OFF_DIR: &str = "compile-cache.off";
 /// The source link as seen from the CMake build folder (`build/RECIPE/VARIANT/cmake`).
 pub const SOURCE_FROM_BUILD: &str = "../src";
 
@@ -150,7 +160,7 @@ impl CompileCache {
     pub fn prepare(
         settings: &Settings,
         tools: &ResolvedToolchain,
-        ws_root: &Path,
+        base_dir: Option<&Path>,
         vdir: &Path,
         ignore: &[String],
     ) -> Result<CompileCache> {
@@ -162,7 +172,10 @@ impl CompileCache {
         let ns = namespace(tools);
         let dir = root.join(&ns);
         // ccache's configuration is line based: a value with a line break would add settings.
-        for p in [&dir, &vdir.to_path_buf(), &ws_root.to_path_buf()] {
+        for p in [&dir, &vdir.to_path_buf()]
+            .into_iter()
+            .chain(base_dir.map(|b| b.to_path_buf()).as_ref())
+        {
             config_value(p, "compile cache path")?;
         }
         match std::fs::symlink_metadata(&root) {
@@ -176,19 +189,30 @@ impl CompileCache {
             _ => {}
         }
         crate::fsx::create_dir_all(&dir)?;
-        let mut base_dirs = vec![ws_root.to_path_buf()];
-        if let Ok(real) = std::fs::canonicalize(ws_root) {
-            if real != ws_root {
+        let mut base_dirs: Vec<PathBuf> = base_dir.map(Path::to_path_buf).into_iter().collect();
+        if let Some(real) = base_dir.and_then(|b| std::fs::canonicalize(b).ok()) {
+            if Some(real.as_path()) != base_dir {
                 base_dirs.push(real);
             }
         }
         // A path with a space cannot be one entry of ccache's space-separated base_dir list:
         // such a workspace compiles with absolute paths (correct, fewer shared hits).
         base_dirs.retain(|p| !p.to_string_lossy().contains(char::is_whitespace));
+        // With the cache off, ccache still runs the same way (see the module's notes) but
+        // into a throwaway folder of this variant's: `read_only` would make it run the
+        // compiler with the command as given, not as it rewrites it for base_dir.
+        let off_dir = vdir.join(OFF_DIR);
+        match std::fs::remove_dir_all(&off_dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(Error::io("remove", &off_dir, e))
+            }
+            _ => {}
+        }
+        let store = if settings.enabled { &dir } else { &off_dir };
         let stats_log = vdir.join("compile-cache.stats");
         let config = vdir.join("ccache.conf");
         let mut lines = vec![
-            format!("cache_dir = {}", dir.display()),
+            format!("cache_dir = {}", store.display()),
             // The prefix maps put the build folder at /pinforge/build: the folder name never
             // reaches the object, so it must not split the cache either.
             "hash_dir = false".to_string(),
@@ -217,7 +241,6 @@ impl CompileCache {
         }
         if !settings.enabled {
             lines.push("recache = true".into());
-            lines.push("read_only = true".into());
         } else if let Some(r) = &settings.remote {
             lines.push(format!("remote_storage = {r}"));
         }
@@ -257,6 +280,10 @@ impl CompileCache {
 
     /// This build's counts, from its stats log.
     pub fn stats(&self) -> Result<Stats> {
+        if !self.enabled {
+            // The throwaway store of a --no-cache build: nothing in it is ever read again.
+            let _ = std::fs::remove_dir_all(self.config.with_file_name(OFF_DIR));
+        }
         let text = match std::fs::read(&self.stats_log) {
             Ok(b) => String::from_utf8_lossy(&b).into_owned(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
@@ -339,7 +366,8 @@ fn count(text: &str) -> Counts {
             if has("remote_storage_hit") {
                 c.remote_hits += 1;
             }
-        } else if has("cache_miss") {
+        } else if has("cache_miss") || has("recache") {
+            // `recache` (the cache off): compiled without a lookup.
             c.misses += 1;
         } else {
             c.uncacheable += 1;
@@ -471,13 +499,14 @@ mod tests {
         let log = "# /w/a.c\ncache_miss\ndirect_cache_miss\nlocal_storage_write\n\
                    # /w/a.c\ndirect_cache_hit\nlocal_storage_hit\n\
                    # /w/b.c\npreprocessed_cache_hit\nremote_storage_hit\n\
-                   # /w/c.c\ncalled_for_link\n";
+                   # /w/c.c\ncalled_for_link\n\
+                   # /w/d.c\nlocal_storage_write\nrecache\n";
         assert_eq!(
             count(log),
             Counts {
                 hits: 2,
                 remote_hits: 1,
-                misses: 1,
+                misses: 2,
                 uncacheable: 1
             }
         );

@@ -49,10 +49,10 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 /// Bumped whenever what the stamp records changes: older stamps are then ignored.
-const SCHEME: u32 = 2;
+const SCHEME: u32 = 3;
 const FILE: &str = "pinforge-stamp.json";
 
 /// What identifies a file's content without reading it.
@@ -156,6 +156,8 @@ struct Stamp {
     /// machine paths): the fast path says them again, since nothing that caused them changed.
     notes: Vec<String>,
     outcome: BuildOutcome,
+    /// Where the build's processes saw the tree and the variant folder.
+    build_path: super::fixed::BuildPaths,
 }
 
 /// A reporter that passes everything on and keeps the notes, for the stamp.
@@ -217,6 +219,8 @@ fn key(ws: &Workspace, recipe: &Recipe, variant: &Variant) -> Result<Sha256> {
         },
         // A provisioned CUDA toolkit lives in this cache: another one is another build.
         crate::cudakit::default_cache_dir().ok(),
+        // Turning the fixed build path off (or on) changes every path the build names.
+        std::env::var_os(super::fixed::ENV),
     ))
     .map_err(|e| Error::Internal(e.to_string()))?;
     Ok(Sha256::of_bytes(&body))
@@ -304,6 +308,7 @@ pub(super) fn write(
     before: Before,
     outcome: &BuildOutcome,
     notes: &Recorder,
+    build_path: &super::fixed::BuildPaths,
 ) -> Result<()> {
     let vdir = ws.variant_dir(&recipe.name, variant.name.as_str());
     let path = vdir.join(FILE);
@@ -327,6 +332,7 @@ pub(super) fn write(
         pin_dir: before.pin_dir,
         notes: notes.notes(),
         outcome: outcome.clone(),
+        build_path: build_path.clone(),
     };
     let body = serde_json::to_vec(&stamp).map_err(|e| Error::Internal(e.to_string()))?;
     crate::fsx::write_atomic(&path, &body)
@@ -361,13 +367,18 @@ pub(super) fn fresh(
     // Ninja is the authority on the build folder: it stats every file the build reads and
     // knows when CMake must re-run. A dry run changes nothing.
     let ninja = &stamp.tools.tools.get("ninja")?.path;
-    let mut cmd = Command::new(ninja);
+    // Where the build ran: at the fixed path the build files name it, so the dry run must
+    // see the same binds (or every source would look missing).
+    if stamp.build_path.real_variant != vdir {
+        return None;
+    }
+    let mut cmd = stamp.build_path.command(ninja).ok()?;
     for v in SCRUBBED_ENV {
         cmd.env_remove(v);
     }
     cmd.arg("-n")
         .arg("-C")
-        .arg(vdir.join("cmake"))
+        .arg(stamp.build_path.cmake_dir())
         .args(&variant.targets)
         .args(&stamp.outcome.install_targets)
         .stdin(Stdio::null())

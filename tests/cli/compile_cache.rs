@@ -13,9 +13,12 @@ use std::time::{Duration, Instant};
 
 const DUO_A: &str =
     "const char *duo_a_where(void) { return __FILE__; }\nint duo_a(void) {\n    return 1;\n}\n";
-const DUO_B: &str = "#include \"duo.h\"\nconst char *duo_b_where(void) { return __FILE__; }\nint duo_b(void) { return DUO_B; }\n";
-const DUO_H: &str = "#define DUO_B 7\n";
-const DUO_CMAKE: &str = "cmake_minimum_required(VERSION 3.14)\nproject(duo C)\nadd_library(duo SHARED a.c b.c)\ntarget_include_directories(duo PRIVATE include)\nset_target_properties(duo PROPERTIES VERSION 1.0.0 SOVERSION 1)\ninstall(TARGETS duo)\n";
+const DUO_B: &str = "#include \"duo.h\"\nconst char *duo_b_where(void) { return __FILE__; }\nconst char *duo_h_where(void) { return duo_h_file(); }\nint duo_b(void) { return DUO_B; }\n";
+// The header records its own __FILE__, reached through an include folder spelled with `..`
+// (as ggml-cuda's is): a launcher that rewrote the command in one mode and not in the other
+// would spell it two ways.
+const DUO_H: &str = "#define DUO_B 7\nstatic const char *duo_h_file(void) { return __FILE__; }\n";
+const DUO_CMAKE: &str = "cmake_minimum_required(VERSION 3.14)\nproject(duo C)\nadd_library(duo SHARED a.c b.c)\ntarget_include_directories(duo PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/include/../include)\nset_target_properties(duo PROPERTIES VERSION 1.0.0 SOVERSION 1)\ninstall(TARGETS duo)\n";
 const DUO_PATCH: &str = "From: Bundle <bundle@example.invalid>\nDate: Mon, 30 Nov 2026 00:00:00 +0000\nSubject: [PATCH] duo: a returns 2\nDescription: duo_a() must return 2.\nUpstream-Status: Pending\nUpstream-Issue: https://example.invalid/o/duo/issues/1\nReported-by: someone\nLast-Update: 2026-11-30\n\n---\ndiff --git a/a.c b/a.c\n--- a/a.c\n+++ b/a.c\n@@ -1,4 +1,4 @@\n const char *duo_a_where(void) { return __FILE__; }\n int duo_a(void) {\n-    return 1;\n+    return 2;\n }\n";
 
 /// A two-unit C project (the patch touches `a.c` only), built with debug info so that the
@@ -92,8 +95,16 @@ toolchain = "clang"
 }
 
 fn build(ws: &Path, variant: &str, extra: &[&str]) -> Output {
-    pinforge_cmd(ws)
-        .args(["build", "recipes/duo.toml", "--variant", variant, "--json"])
+    build_at(ws, variant, extra, true)
+}
+
+/// A build, at the fixed build path or (`fixed` false) at the real folder.
+fn build_at(ws: &Path, variant: &str, extra: &[&str], fixed: bool) -> Output {
+    let mut cmd = pinforge_cmd(ws);
+    if !fixed {
+        cmd.env("PINFORGE_FIXED_PATH", "0");
+    }
+    cmd.args(["build", "recipes/duo.toml", "--variant", variant, "--json"])
         .args(extra)
         .output()
         .expect("run pinforge")
@@ -153,6 +164,18 @@ fn manifest_cache_record(j: &Value) -> Value {
 // cached, uncached and cold builds are byte-identical with one input digest.
 #[test]
 fn cached_and_uncached_builds_are_byte_identical_and_unchanged_units_hit_across_trees() {
+    across_trees(true);
+}
+
+// The same at the real folder (no mount namespace, or PINFORGE_FIXED_PATH=0): base_dir makes
+// the hits, and --no-cache still hands the compiler the rewritten command.
+#[test]
+fn at_the_real_folder_too_cached_and_uncached_builds_are_byte_identical() {
+    across_trees(false);
+}
+
+fn across_trees(fixed: bool) {
+    let build = |ws: &Path, variant: &str, extra: &[&str]| build_at(ws, variant, extra, fixed);
     let d = Duo::new();
     let cache = d.cache_dir("cache");
     let cache_arg = ["--cache-dir", cache.to_str().expect("utf-8")];
@@ -223,6 +246,63 @@ fn cached_and_uncached_builds_are_byte_identical_and_unchanged_units_hit_across_
             ws.display()
         );
     }
+}
+
+// issue #12 "reproducible CUDA artifacts": at the fixed build path, two workspaces building at
+// the same moment each see their own tree there (one namespace each), build the same bytes,
+// and leave the mount points empty.
+#[test]
+fn two_workspaces_building_at_once_at_the_fixed_path_build_the_same_bytes() {
+    let d = Duo::new();
+    let cache = d.cache_dir("cache");
+    let spawn = |ws: &Path, variant: &str| {
+        pinforge_cmd(ws)
+            .args(["build", "recipes/duo.toml", "--variant", variant, "--json"])
+            .args(["--no-cache", "--cache-dir", cache.to_str().expect("utf-8")])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn")
+    };
+    let (a, b, c) = (d.workspace("a"), d.workspace("far/b"), d.workspace("c"));
+    let runs = [
+        spawn(&a, "patched"),
+        spawn(&b, "patched"),
+        spawn(&c, "unpatched"),
+    ];
+    let outs: Vec<Value> = runs
+        .into_iter()
+        .map(|r| ok_json(&r.wait_with_output().expect("wait"), "concurrent"))
+        .collect();
+    assert_eq!(artifacts(&outs[0]), artifacts(&outs[1]));
+    assert_ne!(
+        artifacts(&outs[0]),
+        artifacts(&outs[2]),
+        "another tree, other bytes"
+    );
+    let m: Value = serde_json::from_slice(
+        &std::fs::read(outs[0]["manifest"].as_str().expect("manifest")).expect("read"),
+    )
+    .expect("json");
+    let bp = &crate::cuda::build_path(&m)["annotations"];
+    if bp["fixed"] != true {
+        eprintln!("no fixed build path here: {}", bp["unfixed_because"]);
+        return;
+    }
+    for k in ["source", "variant"] {
+        let p = Path::new(bp[k].as_str().expect("path"));
+        assert!(
+            std::fs::read_dir(p).expect("mount point").next().is_none(),
+            "{} is empty outside the build",
+            p.display()
+        );
+    }
+    let lib = std::fs::read(a.join("build/duo/patched/stage/lib/libduo.so.1.0.0")).expect("lib");
+    let text = String::from_utf8_lossy(&lib);
+    assert!(
+        !text.contains(a.to_str().expect("utf-8")),
+        "no workspace path"
+    );
 }
 
 // issue #10 "keyed so that different toolchains never share an object": a clang build of the

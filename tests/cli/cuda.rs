@@ -210,8 +210,11 @@ fn a_build_with_a_provisioned_toolkit_records_it_and_never_its_cache_path() {
     let t = Tiny::new();
     let cache = fake_toolkit(&t.ws);
     cuda_recipe(&t, "cuda-toolkit = \"fake-13.1.1\"");
+    // At the real folder first (the fixed build path turned off): the case ignore_options
+    // exists for.
     let o = pinforge_cmd(&t.ws)
         .env("PINFORGE_TOOLKIT_CACHE", &cache)
+        .env("PINFORGE_FIXED_PATH", "0")
         .args(["build", "recipes/tinycuda.toml", "--json"])
         .output()
         .expect("run");
@@ -255,12 +258,57 @@ fn a_build_with_a_provisioned_toolkit_records_it_and_never_its_cache_path() {
         build = vdir.join("cmake").display()
     );
     assert!(conf.lines().any(|l| l == want), "{conf}");
+    assert!(conf.lines().any(|l| l.starts_with("base_dir = ")), "{conf}");
     assert!(!params.contains(&cache.display().to_string()), "{params}");
     let v = pinforge(
         &t.ws,
         &["verify", b["manifest"].as_str().expect("manifest")],
     );
     assert_eq!(code(&v), 0, "{}", stdout(&v));
+    assert_eq!(build_path(&m)["annotations"]["fixed"], false);
+    assert_eq!(
+        build_path(&m)["annotations"]["unfixed_because"],
+        "PINFORGE_FIXED_PATH=0"
+    );
+
+    // At the fixed build path every workspace names the same folders: the compile cache needs
+    // neither base_dir nor ignore_options, and leaves the compile command as CMake wrote it.
+    let o = pinforge_cmd(&t.ws)
+        .env("PINFORGE_TOOLKIT_CACHE", &cache)
+        .args(["build", "recipes/tinycuda.toml", "--json"])
+        .output()
+        .expect("run");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let m: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(json(&o)["manifest"].as_str().expect("manifest")).expect("read"),
+    )
+    .expect("manifest json");
+    let bp = &build_path(&m)["annotations"];
+    if bp["fixed"] == true {
+        let conf = std::fs::read_to_string(vdir.join("ccache.conf")).expect("ccache.conf");
+        assert!(
+            !conf.contains("ignore_options") && !conf.contains("base_dir"),
+            "{conf}"
+        );
+        // The build files name the fixed folders, never the vendor tree or the variant folder.
+        let ninja = std::fs::read_to_string(vdir.join("cmake/build.ninja")).expect("build.ninja");
+        let src = bp["source"].as_str().expect("source");
+        assert!(ninja.contains(&format!("{src}/tiny.c")), "{ninja}");
+        assert!(!ninja.contains(&t.ws.join("vendor").display().to_string()));
+        assert!(!ninja.contains(&vdir.display().to_string()));
+    } else {
+        eprintln!("no fixed build path here: {}", bp["unfixed_because"]);
+    }
+}
+
+/// The manifest's `build_path` byproduct.
+pub(crate) fn build_path(m: &serde_json::Value) -> &serde_json::Value {
+    m["predicate"]["runDetails"]["byproducts"]
+        .as_array()
+        .expect("byproducts")
+        .iter()
+        .find(|r| r["name"] == "build_path")
+        .expect("a build_path record")
 }
 
 #[test]
