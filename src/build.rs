@@ -202,7 +202,12 @@ pub fn build(
     ));
 
     let via_link = cache::source_link(&vdir, &tree.path, &cmake_dir)?;
-    let paths = fixed::BuildPaths::resolve(&tree.path, &vdir, &tools.tool("cmake")?.path)?;
+    let paths = fixed::BuildPaths::resolve(
+        &tree.path,
+        &vdir,
+        toolkit.as_ref().map(|k| k.root.as_path()),
+        &tools.tool("cmake")?.path,
+    )?;
     let nvcc = tools.tools.contains_key("nvcc");
     if let (true, Some(why)) = (nvcc, &paths.unfixed) {
         reporter.stage(
@@ -213,25 +218,32 @@ pub fn build(
             ),
         );
     }
-    // At the fixed path every workspace names its sources and build folder alike: the
-    // compile cache needs neither base_dir nor ignore_options, and must not rewrite the
-    // compile command (see cache). At the real folder it needs both.
-    let (base_dir, ignored) = if paths.fixed() {
-        (None, Vec::new())
-    } else if nvcc {
-        let ignored = variant_prefix_maps(NVCC_PREFIX)
-            .iter()
-            .map(|w| {
-                w.replace("${SRC}", &via_link.display().to_string())
-                    .replace("${BUILD}", &cmake_dir.display().to_string())
-            })
-            .collect();
-        (Some(ws.root()), ignored)
-    } else {
-        (Some(ws.root()), Vec::new())
+    // At the fixed path every workspace names its sources and build folder alike: base_dir is
+    // the fixed folder (so compiles name `../src/...` as at the real folder, and a
+    // sanitizer's record of the file name stays free of any path), and nvcc's prefix maps
+    // need no ignore_options. At the real folder, base_dir is the workspace.
+    let (base_dir, ignored) = match &paths.root {
+        Some(root) => (root.as_path(), Vec::new()),
+        None if nvcc => {
+            let ignored = variant_prefix_maps(NVCC_PREFIX)
+                .iter()
+                .map(|w| {
+                    w.replace("${SRC}", &via_link.display().to_string())
+                        .replace("${BUILD}", &cmake_dir.display().to_string())
+                })
+                .collect();
+            (ws.root(), ignored)
+        }
+        None => (ws.root(), Vec::new()),
     };
-    let cache =
-        cache::CompileCache::prepare(ws.compile_cache(), &tools, base_dir, &vdir, &ignored)?;
+    let cache = cache::CompileCache::prepare(
+        ws.compile_cache(),
+        &tools,
+        Some(base_dir),
+        paths.root.as_deref().filter(|_| nvcc),
+        &vdir,
+        &ignored,
+    )?;
     let seen_src = if paths.fixed() {
         paths.src.clone()
     } else {
@@ -240,7 +252,7 @@ pub fn build(
     let seen_cmake = paths.cmake_dir();
     let (template, actual) = cmake_args(
         variant,
-        &tools,
+        &paths.seen_tools(&tools),
         &Tree {
             path: seen_src,
             ..tree.clone()

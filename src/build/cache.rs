@@ -9,16 +9,17 @@
 //! runs the compiler with the command as given, not as rewritten, and gcc then spells some
 //! `__FILE__` of a header differently, `ggml-cuda/../ggml-cuda/common.cuh`: measured.)
 //!
-//! Paths: at the fixed build path (see [`super::fixed`]) every workspace names its sources
-//! `<cache>/fixed/src/...` and its build folder `<cache>/fixed/variant/cmake`, so nothing needs
-//! rewriting: no `base_dir`, and ccache hands the compiler the command CMake wrote. At the real
-//! folder (no mount namespace here), hits across vendor trees and workspaces need `base_dir`,
-//! which rewrites the absolute paths under the workspace into paths relative to the build
-//! folder before the compiler sees them; and nvcc's `-Xcompiler=` prefix maps, whose left side
-//! names the variant folder, go into `ignore_options`. There one exception is stated in the
-//! manifest: nvcc hashes the source's real path into its `_INTERNAL_` names, so a CUDA hit
-//! gives the bytes the compile in the tree that stored it gave (`nvcc_path_hashed_names`,
-//! `embeds_machine_path`).
+//! Paths: `base_dir` rewrites the absolute paths under it into paths relative to the build
+//! folder before the compiler sees them, so that every workspace's compiles look alike and a
+//! sanitizer's record of the source file name holds no path. At the fixed build path (see
+//! [`super::fixed`]) `base_dir` is the fixed folder: compiles name `../src/...` from
+//! `<fixed>/build`, and nvcc's `-Xcompiler=` prefix maps are the same everywhere. nvcc hashes the
+//! real path of each `.cu` file into its objects, so for a CUDA toolchain the fixed folder joins
+//! the key (`namespace`): a hit always carries the hash a compile here would give. At the real
+//! folder (no mount namespace here) `base_dir` is the workspace, and nvcc's prefix maps, whose
+//! left side names the variant folder, go into `ignore_options`; there one exception is stated
+//! in the manifest: a CUDA hit gives the bytes the compile in the tree that stored it gave
+//! (`nvcc_path_hashed_names`, `embeds_machine_path`).
 //!
 //! Why the source is also reached through `build/RECIPE/VARIANT/src` (a link to the vendor
 //! tree): at the real folder every variant's compiles then name their sources `../src/...`,
@@ -161,6 +162,7 @@ impl CompileCache {
         settings: &Settings,
         tools: &ResolvedToolchain,
         base_dir: Option<&Path>,
+        hashed_path: Option<&Path>,
         vdir: &Path,
         ignore: &[String],
     ) -> Result<CompileCache> {
@@ -217,8 +219,16 @@ impl CompileCache {
             // reaches the object, so it must not split the cache either.
             "hash_dir = false".to_string(),
             "compiler_check = content".to_string(),
-            // The same namespace in every key: a shared remote keeps toolchains apart too.
-            format!("namespace = {ns}"),
+            // The same namespace in every key: a shared remote keeps toolchains apart too. A
+            // folder nvcc hashes into its objects (the fixed build path, which has the uid in
+            // it) joins the key, so that a hit never carries another folder's hash.
+            match hashed_path {
+                Some(p) => format!(
+                    "namespace = {ns}-{}",
+                    Sha256::of_bytes(p.as_os_str().as_encoded_bytes()).short(12)
+                ),
+                None => format!("namespace = {ns}"),
+            },
             // No sloppiness: every input that can change the object stays in the key.
             "sloppiness =".to_string(),
             format!("stats_log = {}", stats_log.display()),

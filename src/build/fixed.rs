@@ -1,5 +1,6 @@
 //! The fixed build path: configure, build, install and the stamp's dry run see the vendor tree
-//! at `/tmp/pinforge-<uid>/src` and the variant folder at `/tmp/pinforge-<uid>/variant`,
+//! at `/tmp/pinforge-<uid>/src`, the CMake build folder at `/tmp/pinforge-<uid>/build`, the
+//! variant folder at `…/variant` and a provisioned CUDA toolkit at `…/toolkit`,
 //! bound there in a private mount namespace that only the build's processes see (what Nix's
 //! sandbox does with `/build`, without a new root: nothing of the host is hidden, two paths
 //! are added).
@@ -44,10 +45,20 @@ pub struct BuildPaths {
     pub src: PathBuf,
     /// The variant folder as the build sees it.
     pub variant: PathBuf,
+    /// The CMake build folder as the build sees it (`../src` from there is the source tree,
+    /// as the compile cache's relative paths need).
+    pub build: PathBuf,
+    /// The fixed folder (the compile cache's `base_dir`); `None` at the real folders.
+    pub root: Option<PathBuf>,
     /// The source tree's real folder (bound at `src` when fixed).
     pub real_src: PathBuf,
     /// The variant folder's real path (bound at `variant` when fixed).
     pub real_variant: PathBuf,
+    /// A provisioned CUDA toolkit as the build sees it, and where it really is: bound at
+    /// `<fixed>/toolkit` so that its cache folder reaches neither nvcc's `-isystem` (the
+    /// compile cache's key) nor any object.
+    #[serde(default)]
+    pub toolkit: Option<(PathBuf, PathBuf)>,
     /// Why the build runs at its real folders; `None` when the path is fixed.
     pub unfixed: Option<String>,
 }
@@ -58,8 +69,11 @@ impl BuildPaths {
         BuildPaths {
             src: tree.to_path_buf(),
             variant: vdir.to_path_buf(),
+            build: vdir.join("cmake"),
+            root: None,
             real_src: tree.to_path_buf(),
             real_variant: vdir.to_path_buf(),
+            toolkit: None,
             unfixed: Some(why),
         }
     }
@@ -67,7 +81,12 @@ impl BuildPaths {
     /// Decide for one build: the fixed path when a private mount namespace can be entered
     /// here (checked by running `probe -E cat` on a file through the bind), else the real
     /// folders with the reason. Only a mount point that is not the user's own is an error.
-    pub fn resolve(tree: &Path, vdir: &Path, probe: &Path) -> Result<BuildPaths> {
+    pub fn resolve(
+        tree: &Path,
+        vdir: &Path,
+        toolkit: Option<&Path>,
+        probe: &Path,
+    ) -> Result<BuildPaths> {
         // SAFETY: getuid cannot fail and touches no memory.
         #[allow(unsafe_code)]
         let uid = unsafe { libc::getuid() };
@@ -75,11 +94,18 @@ impl BuildPaths {
             &Path::new(PARENT).join(format!("pinforge-{uid}")),
             tree,
             vdir,
+            toolkit,
             probe,
         )
     }
 
-    fn resolve_at(base: &Path, tree: &Path, vdir: &Path, probe: &Path) -> Result<BuildPaths> {
+    fn resolve_at(
+        base: &Path,
+        tree: &Path,
+        vdir: &Path,
+        toolkit: Option<&Path>,
+        probe: &Path,
+    ) -> Result<BuildPaths> {
         if matches!(
             std::env::var(ENV).ok().as_deref().map(str::trim),
             Some("0" | "off" | "false" | "no")
@@ -90,13 +116,22 @@ impl BuildPaths {
         let paths = BuildPaths {
             src: base.join("src"),
             variant: base.join("variant"),
+            build: base.join("build"),
+            root: Some(base.to_path_buf()),
             real_src: tree.to_path_buf(),
             real_variant: vdir.to_path_buf(),
+            toolkit: toolkit.map(|t| (base.join("toolkit"), t.to_path_buf())),
             unfixed: None,
         };
-        for p in [&paths.src, &paths.variant] {
+        for p in [
+            &paths.src,
+            &paths.variant,
+            &paths.build,
+            &base.join("toolkit"),
+        ] {
             mount_point(p)?;
         }
+        crate::fsx::create_dir_all(&vdir.join("cmake"))?;
         // The probe file proves that the bind took place, not only that unshare returned.
         let marker = vdir.join(".pinforge-fixed-probe");
         let body = format!("{}\n", std::process::id());
@@ -134,7 +169,7 @@ impl BuildPaths {
 
     /// The CMake build folder as the build sees it.
     pub fn cmake_dir(&self) -> PathBuf {
-        self.variant.join("cmake")
+        self.build.clone()
     }
 
     /// A command for `program` that runs with these paths: in a private mount namespace with
@@ -142,13 +177,36 @@ impl BuildPaths {
     pub fn command(&self, program: &Path) -> Result<Command> {
         let mut cmd = Command::new(program);
         if self.fixed() {
-            let binds = vec![
+            let mut binds = vec![
                 (cstring(&self.real_src)?, cstring(&self.src)?),
                 (cstring(&self.real_variant)?, cstring(&self.variant)?),
+                (
+                    cstring(&self.real_variant.join("cmake"))?,
+                    cstring(&self.build)?,
+                ),
             ];
+            if let Some((seen, real)) = &self.toolkit {
+                binds.push((cstring(real)?, cstring(seen)?));
+            }
             ns::enter_on_exec(&mut cmd, binds);
         }
         Ok(cmd)
+    }
+
+    /// The toolchain as the build sees it: tools inside a bound toolkit at their fixed path.
+    pub fn seen_tools(
+        &self,
+        tools: &crate::toolchain::ResolvedToolchain,
+    ) -> crate::toolchain::ResolvedToolchain {
+        let mut seen = tools.clone();
+        if let Some((fixed, real)) = &self.toolkit {
+            for t in seen.tools.values_mut() {
+                if let Ok(rest) = t.path.strip_prefix(real) {
+                    t.path = fixed.join(rest);
+                }
+            }
+        }
+        seen
     }
 
     /// The manifest byproduct `build_path`: run details (the bytes of CUDA objects depend on
@@ -164,7 +222,14 @@ impl BuildPaths {
                 "variant".to_string(),
                 Value::from(self.variant.display().to_string()),
             ),
+            (
+                "build".to_string(),
+                Value::from(self.build.display().to_string()),
+            ),
         ]);
+        if let Some((seen, _)) = &self.toolkit {
+            ann.insert("toolkit".into(), Value::from(seen.display().to_string()));
+        }
         if let Some(why) = &self.unfixed {
             ann.insert("unfixed_because".into(), Value::from(why.clone()));
         }
@@ -345,7 +410,10 @@ mod tests {
         let Some(cmake) = cmake() else { return };
         let d = tempfile::tempdir().unwrap();
         let (t, v) = tree(d.path());
-        let p = BuildPaths::resolve(&t, &v, &cmake).unwrap();
+        let kit = d.path().join("toolkits/cuda-x/root");
+        std::fs::create_dir_all(kit.join("bin")).unwrap();
+        std::fs::write(kit.join("bin/nvcc"), "not nvcc").unwrap();
+        let p = BuildPaths::resolve(&t, &v, Some(&kit), &cmake).unwrap();
         if let Some(why) = &p.unfixed {
             // A machine that refuses namespaces must say why, and still build.
             assert!(why.contains("namespace") || why.contains("bind"), "{why}");
@@ -377,8 +445,56 @@ mod tests {
         // Outside the build the mount points stay empty.
         assert!(std::fs::read_dir(&p.src).unwrap().next().is_none());
         assert!(std::fs::read_dir(&p.variant).unwrap().next().is_none());
+        assert!(std::fs::read_dir(&p.build).unwrap().next().is_none());
+        // The build folder is the variant's, and the tree is `../src` from it.
+        let st = p
+            .command(&cmake)
+            .unwrap()
+            .current_dir("/")
+            .args(["-E", "chdir"])
+            .arg(&p.build)
+            .arg(&cmake)
+            .args(["-E", "cat", "../src/a.c"])
+            .output()
+            .unwrap();
+        assert_eq!(
+            st.stdout,
+            b"int a;\n",
+            "{}",
+            String::from_utf8_lossy(&st.stderr)
+        );
         assert!(!v.join(".pinforge-fixed-probe").exists());
         assert_eq!(p.resource().annotations["fixed"], Value::from(true));
+        // The toolkit too: the build names it at the fixed path, and finds it there.
+        let mut tools = crate::toolchain::ResolvedToolchain {
+            name: "cuda".into(),
+            tools: Default::default(),
+            cuda_root: None,
+            cuda_architectures: None,
+        };
+        tools.tools.insert(
+            "nvcc".into(),
+            crate::toolchain::ToolRecord {
+                path: kit.join("bin/nvcc"),
+                real_path: kit.join("bin/nvcc"),
+                version: "13.1.115".into(),
+                version_line: String::new(),
+                sha256: crate::digest::Sha256::of_bytes(b"not nvcc"),
+            },
+        );
+        let seen = p.seen_tools(&tools).tools["nvcc"].path.clone();
+        assert_eq!(
+            seen,
+            Path::new(&format!("/tmp/pinforge-{uid}/toolkit/bin/nvcc"))
+        );
+        let out = p
+            .command(&cmake)
+            .unwrap()
+            .args(["-E", "cat"])
+            .arg(&seen)
+            .output()
+            .unwrap();
+        assert_eq!(out.stdout, b"not nvcc");
     }
 
     #[test]
@@ -391,25 +507,25 @@ mod tests {
         // A link where a mount point belongs.
         std::fs::create_dir_all(&base).unwrap();
         std::os::unix::fs::symlink(d.path().join("vendor"), base.join("src")).unwrap();
-        let e = BuildPaths::resolve_at(&base, &t, &v, &cmake).unwrap_err();
+        let e = BuildPaths::resolve_at(&base, &t, &v, None, &cmake).unwrap_err();
         assert_eq!(e.exit_code(), 2, "{e}");
         assert!(e.to_string().contains("not a folder"), "{e}");
         std::fs::remove_file(base.join("src")).unwrap();
         // A file inside one: the bind would hide it.
         std::fs::create_dir_all(base.join("variant")).unwrap();
         std::fs::write(base.join("variant/x"), "").unwrap();
-        let e = BuildPaths::resolve_at(&base, &t, &v, &cmake).unwrap_err();
+        let e = BuildPaths::resolve_at(&base, &t, &v, None, &cmake).unwrap_err();
         assert!(e.to_string().contains("not empty"), "{e}");
         std::fs::remove_file(base.join("variant/x")).unwrap();
         // A folder of mount points that others may write, or that is a link.
         std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let e = BuildPaths::resolve_at(&base, &t, &v, &cmake).unwrap_err();
+        let e = BuildPaths::resolve_at(&base, &t, &v, None, &cmake).unwrap_err();
         assert!(e.to_string().contains("only this user can write"), "{e}");
         let link = d.path().join("fixed-link");
         std::os::unix::fs::symlink(&base, &link).unwrap();
         std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o700)).unwrap();
-        assert!(BuildPaths::resolve_at(&link, &t, &v, &cmake).is_err());
-        assert!(BuildPaths::resolve_at(&base, &t, &v, &cmake).is_ok());
+        assert!(BuildPaths::resolve_at(&link, &t, &v, None, &cmake).is_err());
+        assert!(BuildPaths::resolve_at(&base, &t, &v, None, &cmake).is_ok());
     }
 
     #[test]
@@ -435,7 +551,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let (t, v) = tree(d.path());
         let base = d.path().join("fixed");
-        let p = BuildPaths::resolve_at(&base, &t, &v, &d.path().join("no-cmake")).unwrap();
+        let p = BuildPaths::resolve_at(&base, &t, &v, None, &d.path().join("no-cmake")).unwrap();
         assert!(!p.fixed());
         assert!(p.unfixed.as_deref().unwrap().contains("namespace"), "{p:?}");
     }

@@ -271,8 +271,8 @@ fn a_build_with_a_provisioned_toolkit_records_it_and_never_its_cache_path() {
         "PINFORGE_FIXED_PATH=0"
     );
 
-    // At the fixed build path every workspace names the same folders: the compile cache needs
-    // neither base_dir nor ignore_options, and leaves the compile command as CMake wrote it.
+    // At the fixed build path every workspace names the same folders: base_dir is the fixed
+    // folder and nvcc's prefix maps need no ignore_options.
     let o = pinforge_cmd(&t.ws)
         .env("PINFORGE_TOOLKIT_CACHE", &cache)
         .args(["build", "recipes/tinycuda.toml", "--json"])
@@ -286,8 +286,20 @@ fn a_build_with_a_provisioned_toolkit_records_it_and_never_its_cache_path() {
     let bp = &build_path(&m)["annotations"];
     if bp["fixed"] == true {
         let conf = std::fs::read_to_string(vdir.join("ccache.conf")).expect("ccache.conf");
+        let root = Path::new(bp["source"].as_str().expect("source"))
+            .parent()
+            .expect("fixed folder")
+            .display()
+            .to_string();
+        assert!(!conf.contains("ignore_options"), "{conf}");
         assert!(
-            !conf.contains("ignore_options") && !conf.contains("base_dir"),
+            conf.lines().any(|l| l == format!("base_dir = {root}")),
+            "{conf}"
+        );
+        // nvcc hashes the fixed folder into its objects: it is part of the key.
+        assert!(
+            conf.lines()
+                .any(|l| l.starts_with("namespace = gcc-") && l.matches('-').count() == 2),
             "{conf}"
         );
         // The build files name the fixed folders, never the vendor tree or the variant folder.
@@ -540,14 +552,17 @@ fn real_cuda_13_1_variant_builds_verifies_smokes_and_reuses_ggml_cuda() {
     );
     let masked = cuda_lib["annotations"]["normalized"]["masked_names"].as_u64();
     assert!(masked.expect("masked_names") > 100, "{cuda_lib}");
-    // nvcc's `_INTERNAL_` names hash the source's real path: marked, so that a difference
-    // between two trees is explained rather than called noise.
+    // nvcc's `_INTERNAL_` names hash the source's real path: at the fixed build path that is
+    // the same in every workspace; at the real folder the library is marked, so that a
+    // difference between two trees is explained rather than called noise.
     assert_eq!(
         cuda_lib["annotations"]["nvcc_path_hashed_names"], true,
         "{cuda_lib}"
     );
+    let fixed = build_path(&m)["annotations"]["fixed"] == true;
     assert_eq!(
-        cuda_lib["annotations"]["embeds_machine_path"], true,
+        cuda_lib["annotations"]["embeds_machine_path"].as_bool(),
+        (!fixed).then_some(true),
         "{cuda_lib}"
     );
     // No hard driver dependency: the engine loads where no driver is.
@@ -600,4 +615,38 @@ fn real_cuda_13_1_variant_builds_verifies_smokes_and_reuses_ggml_cuda() {
     };
     assert_eq!(row("lib/libggml-cuda.so.0.9.5"), "same");
     assert_eq!(row("lib/libllama.so.0.0.0"), "different");
+
+    // PINFORGE_TEST_CUDA=repro: the same variant compiled again in another workspace with the
+    // cache off (about 20 minutes on 2 cores) compares equal, byte for byte or under the
+    // stated rule, never `different`.
+    if std::env::var("PINFORGE_TEST_CUDA").as_deref() != Ok("repro") || !fixed {
+        return;
+    }
+    let other = tempfile::tempdir().expect("tempdir");
+    let o = pinforge_cmd(other.path())
+        .env(
+            "PINFORGE_TOOLKIT_CACHE",
+            PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cuda-cache"),
+        )
+        .args([
+            "build",
+            recipe.to_str().expect("utf-8"),
+            "--variant",
+            "cuda-patched",
+        ])
+        .args(["--no-cache", "--json"])
+        .output()
+        .expect("run");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let again = json(&o);
+    let d = run(&[
+        "diff",
+        &manifest,
+        again["manifest"].as_str().expect("manifest"),
+        "--json",
+    ]);
+    assert_eq!(code(&d), 0, "{}", stdout(&d));
+    for r in json(&d)["artifacts"].as_array().expect("rows") {
+        assert!(r["change"] == "same" || r["change"] == "equivalent", "{r}");
+    }
 }
