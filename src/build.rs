@@ -202,10 +202,14 @@ pub fn build(
     ));
 
     let via_link = cache::source_link(&vdir, &tree.path, &cmake_dir)?;
+    let kit_id = toolkit.as_ref().map(|k| k.record.tree_sha256.short(12));
     let paths = fixed::BuildPaths::resolve(
         &tree.path,
         &vdir,
-        toolkit.as_ref().map(|k| k.root.as_path()),
+        toolkit
+            .as_ref()
+            .zip(kit_id.as_deref())
+            .map(|(k, id)| (k.root.as_path(), id)),
         &tools.tool("cmake")?.path,
     )?;
     let nvcc = tools.tools.contains_key("nvcc");
@@ -309,8 +313,12 @@ pub fn build(
     cmd.args(&variant.targets).args(&install_targets);
     cache.reset()?;
     cache.apply(&mut cmd);
-    let steps_run = run_logged(&mut cmd, &[], &log, &log_path, reporter)?;
-    let compile_cache = cache.stats()?;
+    let ran = run_logged(&mut cmd, &[], &log, &log_path, reporter);
+    // Before `?`: with the cache off, reading the counts also removes the throwaway store,
+    // which a failed build must not leave behind either.
+    let compile_cache = cache.stats();
+    let steps_run = ran?;
+    let compile_cache = compile_cache?;
     reporter.finish();
 
     reporter.stage("install", variant.name.as_str());
@@ -347,12 +355,11 @@ pub fn build(
     stage::relocate(&stage_dir)?;
     // The source tree and the variant folder are long, unique paths; the workspace root alone
     // (say `/srv`) could occur in any binary by chance.
-    // The fixed path is the same in every workspace that shares the cache folder, but still a
-    // folder of this machine: an artifact that names it is marked too.
-    let machine_paths = if paths.fixed() {
-        stage::find_machine_paths(&stage_dir, &[&tree.path, &vdir, &paths.src, &paths.variant])?
-    } else {
-        stage::find_machine_paths(&stage_dir, &[&tree.path, &vdir])?
+    // The fixed folder is the same in every workspace, but still a folder of this machine
+    // (and user): an artifact that names it is marked too.
+    let machine_paths = match &paths.root {
+        Some(root) => stage::find_machine_paths(&stage_dir, &[&tree.path, &vdir, root])?,
+        None => stage::find_machine_paths(&stage_dir, &[&tree.path, &vdir])?,
     };
     if !machine_paths.is_empty() {
         let files: Vec<&str> = machine_paths.iter().map(|(f, _)| f.as_str()).collect();
@@ -360,7 +367,7 @@ pub fn build(
             "note",
             &format!(
                 "{} staged file(s) embed this machine's build paths and will differ in another \
-                 workspace (marked `embeds_machine_path` in the manifest): {}",
+                 workspace or for another user (marked `embeds_machine_path` in the manifest): {}",
                 files.len(),
                 files.join(", ")
             ),
@@ -414,10 +421,17 @@ pub fn build(
             // cache folder (`build_path` names it); at the real folder another tree gives
             // other bytes.
             if crate::normalize::has_path_hashed_names(&bytes) {
-                if !paths.fixed() {
+                ann.insert("nvcc_path_hashed_names".into(), Value::from(true));
+                if paths.fixed() {
+                    // What the names hash: a build at the same folder (any workspace, the
+                    // same uid) gives the same names, another folder others; flip compares it.
+                    ann.insert(
+                        "hashed_source_path".into(),
+                        Value::from(paths.src.display().to_string()),
+                    );
+                } else {
                     ann.insert("embeds_machine_path".into(), Value::from(true));
                 }
-                ann.insert("nvcc_path_hashed_names".into(), Value::from(true));
                 path_hashed.push(a.path.clone());
             }
         }

@@ -1104,18 +1104,26 @@ impl FlipPlan<'_> {
             }
         }
         if let (Some(a), Some(b)) = (&manifests[0], &manifests[1]) {
-            let marked = |st: &manifest::Statement, name: &str| {
-                st.subject.iter().any(|x| {
-                    x.name == name
-                        && x.annotations.get("embeds_machine_path")
-                            == Some(&serde_json::Value::Bool(true))
-                })
+            let ann = |st: &manifest::Statement, name: &str, key: &str| {
+                st.subject
+                    .iter()
+                    .find(|x| x.name == name)
+                    .and_then(|x| x.annotations.get(key).cloned())
+            };
+            // A difference is blamed on build paths when either side names a machine path, or
+            // when nvcc's path-hashed names were hashed from two different folders (two
+            // builds at the same fixed folder hash alike: a difference there is real).
+            let marked = |st: &manifest::Statement, other: &manifest::Statement, name: &str| {
+                ann(st, name, "embeds_machine_path") == Some(serde_json::Value::Bool(true))
+                    || (ann(st, name, "nvcc_path_hashed_names").is_some()
+                        && ann(st, name, "hashed_source_path")
+                            != ann(other, name, "hashed_source_path"))
             };
             record.artifacts = crate::diff::diff(a, b)
                 .artifacts
                 .into_iter()
                 .map(|r| ArtifactRow {
-                    embeds_machine_path: marked(a, &r.name) || marked(b, &r.name),
+                    embeds_machine_path: marked(a, b, &r.name) || marked(b, a, &r.name),
                     same: r.change == crate::diff::Change::Same,
                     equal_under: r.rule,
                     path: r.name,

@@ -149,8 +149,12 @@ pub struct Stats {
 }
 
 impl CompileCache {
-    /// Prepare the cache for one build of `vdir` in the workspace at `ws_root`: check the
-    /// settings, create the namespaced folder and write the configuration ccache will read.
+    /// Prepare the cache for one build of `vdir`: check the settings, create the namespaced
+    /// folder and write the configuration ccache will read.
+    ///
+    /// `base_dir`: the folder under which ccache makes paths relative (the fixed build folder,
+    /// or the workspace at the real folder). `hashed_path`: a folder nvcc hashes into its
+    /// objects, made part of the key (the fixed build folder for a CUDA toolchain).
     ///
     /// `ignore` lists exact compiler arguments the key leaves out (ccache's `ignore_options`):
     /// pinforge's own prefix maps for nvcc, whose left side names the variant folder. ccache

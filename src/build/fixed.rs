@@ -1,9 +1,9 @@
 //! The fixed build path: configure, build, install and the stamp's dry run see the vendor tree
 //! at `/tmp/pinforge-<uid>/src`, the CMake build folder at `/tmp/pinforge-<uid>/build`, the
-//! variant folder at `…/variant` and a provisioned CUDA toolkit at `…/toolkit`,
+//! variant folder at `…/variant` and a provisioned CUDA toolkit at `…/toolkit-<tree digest>`,
 //! bound there in a private mount namespace that only the build's processes see (what Nix's
-//! sandbox does with `/build`, without a new root: nothing of the host is hidden, two paths
-//! are added).
+//! sandbox does with `/build`, without a new root: nothing of the host is hidden, one folder is
+//! covered by a private tmpfs that holds the mount points).
 //!
 //! Why: prefix maps keep the source and build folders out of what gcc writes, but not out of
 //! what nvcc writes. nvcc passes the real path of each `.cu` file to `cudafe++` and `cicc`
@@ -14,14 +14,18 @@
 //! two machines where the user has the same uid (a shared remote cache serves them alike).
 //!
 //! Why under `/tmp`: the path must not depend on the workspace or on the local cache folder
-//! (machines sharing a remote cache have their own), and `/tmp` exists everywhere. The folder
-//! is the user's own (mode 0700, checked like ssh checks its files), and its two mount points
-//! stay empty: the binds exist only inside the build's namespace, for as long as it runs.
+//! (machines sharing a remote cache have their own), and `/tmp` exists everywhere. On the host
+//! there is only the folder itself, which must be the user's own and writable by nobody else
+//! (the sticky `/tmp` then keeps others from replacing it); inside the namespace a private
+//! tmpfs covers it and holds the mount points, so nothing under it is shared between builds or
+//! left behind. A name in `/tmp` can be taken by another user first: then, as where the kernel
+//! or a container refuses namespaces, or with `PINFORGE_FIXED_PATH=0`, the build runs at its
+//! real folder, and the manifest's `build_path` byproduct says so and why. The fixed path is an
+//! improvement the build can do without, never a reason to refuse one.
 //!
-//! The namespace needs no privilege: an unprivileged user namespace maps the user to itself
-//! (root enters only a mount namespace). Where the kernel or a container refuses both, or
-//! `PINFORGE_FIXED_PATH=0`, the build runs at its real folder, and the manifest's `build_path`
-//! byproduct says so and why.
+//! What runs at the fixed path also reports it: `build.log` and compiler errors name
+//! `/tmp/pinforge-<uid>/src/…`, which outside the build is an empty folder; the real folders
+//! are in `build_path` (`real_source`, `real_variant`).
 
 use crate::error::{Error, IoContext, Result};
 use crate::manifest::Resource;
@@ -55,8 +59,9 @@ pub struct BuildPaths {
     /// The variant folder's real path (bound at `variant` when fixed).
     pub real_variant: PathBuf,
     /// A provisioned CUDA toolkit as the build sees it, and where it really is: bound at
-    /// `<fixed>/toolkit` so that its cache folder reaches neither nvcc's `-isystem` (the
-    /// compile cache's key) nor any object.
+    /// `<fixed>/toolkit-<tree digest>` so that its cache folder reaches neither nvcc's
+    /// `-isystem` (the compile cache's key) nor any object, while another toolkit is another
+    /// path (Ninja then sees every command change).
     #[serde(default)]
     pub toolkit: Option<(PathBuf, PathBuf)>,
     /// Why the build runs at its real folders; `None` when the path is fixed.
@@ -80,16 +85,14 @@ impl BuildPaths {
 
     /// Decide for one build: the fixed path when a private mount namespace can be entered
     /// here (checked by running `probe -E cat` on a file through the bind), else the real
-    /// folders with the reason. Only a mount point that is not the user's own is an error.
+    /// folders with the reason. `toolkit` is a provisioned toolkit's root and its identity.
     pub fn resolve(
         tree: &Path,
         vdir: &Path,
-        toolkit: Option<&Path>,
+        toolkit: Option<(&Path, &str)>,
         probe: &Path,
     ) -> Result<BuildPaths> {
-        // SAFETY: getuid cannot fail and touches no memory.
-        #[allow(unsafe_code)]
-        let uid = unsafe { libc::getuid() };
+        let (uid, _) = ns::ids();
         BuildPaths::resolve_at(
             &Path::new(PARENT).join(format!("pinforge-{uid}")),
             tree,
@@ -103,7 +106,7 @@ impl BuildPaths {
         base: &Path,
         tree: &Path,
         vdir: &Path,
-        toolkit: Option<&Path>,
+        toolkit: Option<(&Path, &str)>,
         probe: &Path,
     ) -> Result<BuildPaths> {
         if matches!(
@@ -112,7 +115,9 @@ impl BuildPaths {
         ) {
             return Ok(BuildPaths::real(tree, vdir, format!("{ENV}=0")));
         }
-        own_folder(base)?;
+        if let Err(why) = own_folder(base) {
+            return Ok(BuildPaths::real(tree, vdir, why));
+        }
         let paths = BuildPaths {
             src: base.join("src"),
             variant: base.join("variant"),
@@ -120,29 +125,27 @@ impl BuildPaths {
             root: Some(base.to_path_buf()),
             real_src: tree.to_path_buf(),
             real_variant: vdir.to_path_buf(),
-            toolkit: toolkit.map(|t| (base.join("toolkit"), t.to_path_buf())),
+            toolkit: toolkit.map(|(t, id)| (base.join(format!("toolkit-{id}")), t.to_path_buf())),
             unfixed: None,
         };
-        for p in [
-            &paths.src,
-            &paths.variant,
-            &paths.build,
-            &base.join("toolkit"),
-        ] {
-            mount_point(p)?;
-        }
         crate::fsx::create_dir_all(&vdir.join("cmake"))?;
         // The probe file proves that the bind took place, not only that unshare returned.
         let marker = vdir.join(".pinforge-fixed-probe");
         let body = format!("{}\n", std::process::id());
         std::fs::write(&marker, &body).at("write", &marker)?;
-        let mut cmd = paths.command(probe)?;
-        cmd.arg("-E")
-            .arg("cat")
-            .arg(paths.variant.join(".pinforge-fixed-probe"))
-            .stdin(Stdio::null())
-            .stderr(Stdio::piped());
-        let out = cmd.output();
+        let out = paths.command(probe).and_then(|mut cmd| {
+            cmd.arg("-E")
+                .arg("cat")
+                .arg(paths.variant.join(".pinforge-fixed-probe"))
+                .stdin(Stdio::null())
+                .stderr(Stdio::piped());
+            cmd.output().map_err(|e| {
+                Error::check(
+                    probe.display(),
+                    format!("the build could not start in a private mount namespace here: {e}"),
+                )
+            })
+        });
         let _ = std::fs::remove_file(&marker);
         match out {
             Ok(o) if o.status.success() && o.stdout == body.as_bytes() => Ok(paths),
@@ -154,11 +157,7 @@ impl BuildPaths {
                     String::from_utf8_lossy(&o.stderr).trim()
                 ),
             )),
-            Err(e) => Ok(BuildPaths::real(
-                tree,
-                vdir,
-                format!("the build could not start in a private mount namespace here: {e}"),
-            )),
+            Err(e) => Ok(BuildPaths::real(tree, vdir, e.to_string())),
         }
     }
 
@@ -173,23 +172,42 @@ impl BuildPaths {
     }
 
     /// A command for `program` that runs with these paths: in a private mount namespace with
-    /// the two binds when fixed, a plain command otherwise.
+    /// the binds when fixed, a plain command otherwise. The folder is checked again each time
+    /// (the stamp's fast path reads these paths from a file). Do not give the command a
+    /// `current_dir` at the fixed path: std changes folder before the namespace exists.
     pub fn command(&self, program: &Path) -> Result<Command> {
         let mut cmd = Command::new(program);
-        if self.fixed() {
-            let mut binds = vec![
-                (cstring(&self.real_src)?, cstring(&self.src)?),
-                (cstring(&self.real_variant)?, cstring(&self.variant)?),
-                (
-                    cstring(&self.real_variant.join("cmake"))?,
-                    cstring(&self.build)?,
-                ),
-            ];
-            if let Some((seen, real)) = &self.toolkit {
-                binds.push((cstring(real)?, cstring(seen)?));
-            }
-            ns::enter_on_exec(&mut cmd, binds);
+        let Some(root) = &self.root else {
+            return Ok(cmd);
+        };
+        own_folder(root).map_err(|why| Error::check(root.display(), why))?;
+        let mut binds = vec![
+            (self.real_src.clone(), self.src.clone()),
+            (self.real_variant.clone(), self.variant.clone()),
+            (self.real_variant.join("cmake"), self.build.clone()),
+        ];
+        if let Some((seen, real)) = &self.toolkit {
+            binds.push((real.clone(), seen.clone()));
         }
+        // A bind whose source is gone would fail in the child with ENOENT, which reads like a
+        // missing program: say which folder instead.
+        for (real, _) in &binds {
+            if !real.is_dir() {
+                return Err(Error::check(
+                    real.display(),
+                    "a folder the build binds at the fixed path is missing",
+                ));
+            }
+        }
+        let binds = binds
+            .iter()
+            .map(|(r, s)| Ok((cstring(r)?, cstring(s)?)))
+            .collect::<Result<Vec<_>>>()?;
+        ns::enter_on_exec(&mut cmd, cstring(root)?, binds);
+        // gcc and ccache take $PWD for the working folder when it is the same inode as the
+        // real one, which a bind keeps: a pinforge started inside the real build folder would
+        // put that path into the debug info.
+        cmd.env_remove("PWD");
         Ok(cmd)
     }
 
@@ -230,6 +248,17 @@ impl BuildPaths {
         if let Some((seen, _)) = &self.toolkit {
             ann.insert("toolkit".into(), Value::from(seen.display().to_string()));
         }
+        if self.fixed() {
+            // Where the bound folders really were, for a reader of build.log.
+            ann.insert(
+                "real_source".into(),
+                Value::from(self.real_src.display().to_string()),
+            );
+            ann.insert(
+                "real_variant".into(),
+                Value::from(self.real_variant.display().to_string()),
+            );
+        }
         if let Some(why) = &self.unfixed {
             ann.insert("unfixed_because".into(), Value::from(why.clone()));
         }
@@ -242,53 +271,24 @@ impl BuildPaths {
     }
 }
 
-/// Create the user's folder of mount points (0700), or refuse one that someone else could
-/// change: not a folder, a link, another owner's, or writable by others.
-fn own_folder(p: &Path) -> Result<()> {
+/// Create the user's folder of mount points (0700), or say why it cannot be used: not a
+/// folder, a link, another owner's, or writable by someone else.
+fn own_folder(p: &Path) -> std::result::Result<(), String> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     match std::fs::DirBuilder::new().mode(0o700).create(p) {
         Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
-            return Err(Error::io("create", p, e))
+            return Err(format!("{} cannot be created: {e}", p.display()))
         }
         _ => {}
     }
-    let m = std::fs::symlink_metadata(p).at("inspect", p)?;
-    // SAFETY: geteuid cannot fail and touches no memory.
-    #[allow(unsafe_code)]
-    let uid = unsafe { libc::geteuid() };
+    let m = std::fs::symlink_metadata(p).map_err(|e| format!("{}: {e}", p.display()))?;
+    let (uid, _) = ns::ids();
     if !m.is_dir() || m.uid() != uid || m.mode() & 0o022 != 0 {
-        return Err(Error::input(
-            p.display(),
-            "the folder of the build's mount points is not a folder of this user's that only \
-             this user can write",
-        )
-        .with_hint(format!(
-            "remove it (pinforge recreates it, mode 0700), or set {ENV}=0 to build at the real \
-             folder"
-        )));
-    }
-    Ok(())
-}
-
-/// Create a mount point, or refuse one that is not an empty folder of its own (a link there
-/// would move the bind somewhere else; a file in it would be hidden from the build).
-fn mount_point(p: &Path) -> Result<()> {
-    crate::fsx::create_dir_all(p)?;
-    let m = std::fs::symlink_metadata(p).at("inspect", p)?;
-    let hint = "remove it; pinforge recreates it (it only ever holds a bind mount)";
-    if !m.is_dir() {
-        return Err(
-            Error::input(p.display(), "the build's mount point is not a folder").with_hint(hint),
-        );
-    }
-    if std::fs::read_dir(p)
-        .at("read directory", p)?
-        .next()
-        .is_some()
-    {
-        return Err(
-            Error::input(p.display(), "the build's mount point is not empty").with_hint(hint),
-        );
+        return Err(format!(
+            "{} is not a folder of this user's that only this user can write (remove it, or \
+             ask its owner to)",
+            p.display()
+        ));
     }
     Ok(())
 }
@@ -305,21 +305,29 @@ mod ns {
     use std::os::unix::process::CommandExt;
     use std::process::Command;
 
-    /// Make `cmd`'s child enter a private mount namespace with `binds` (source, target) in
-    /// place before it executes the program.
+    /// The effective uid and gid: what the kernel lets an unprivileged process map, and whose
+    /// folder the fixed path is.
     #[allow(unsafe_code)]
-    pub fn enter_on_exec(cmd: &mut Command, binds: Vec<(CString, CString)>) {
-        // SAFETY: getuid, getgid and geteuid cannot fail and touch no memory.
-        let (uid, gid, root) = unsafe { (libc::getuid(), libc::getgid(), libc::geteuid() == 0) };
+    pub fn ids() -> (u32, u32) {
+        // SAFETY: geteuid and getegid cannot fail and touch no memory.
+        unsafe { (libc::geteuid(), libc::getegid()) }
+    }
+
+    /// Make `cmd`'s child enter a private mount namespace before it executes the program: a
+    /// private tmpfs over `root`, and each (source, target) of `binds` bound at its target,
+    /// created inside that tmpfs.
+    #[allow(unsafe_code)]
+    pub fn enter_on_exec(cmd: &mut Command, root: CString, binds: Vec<(CString, CString)>) {
+        let (uid, gid) = ids();
         // Built here, in the parent: the child must not allocate.
         let uid_map = format!("{uid} {uid} 1");
         let gid_map = format!("{gid} {gid} 1");
         // SAFETY: the closure runs in the forked child, which has one thread; it only makes
-        // system calls (unshare, open, write, close, mount) on memory prepared above, which
-        // the closure owns, and allocates nothing.
+        // system calls (unshare, open, write, close, mount, mkdir) on memory prepared above,
+        // which the closure owns, and allocates nothing (io::Error from an errno does not).
         unsafe {
             cmd.pre_exec(move || {
-                let own_ns = root && libc::unshare(libc::CLONE_NEWNS) == 0;
+                let own_ns = uid == 0 && libc::unshare(libc::CLONE_NEWNS) == 0;
                 if !own_ns {
                     if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != 0 {
                         return Err(io::Error::last_os_error());
@@ -334,30 +342,42 @@ mod ns {
                     write(c"/proc/self/gid_map", gid_map.as_bytes())?;
                 }
                 // Nothing this namespace mounts may propagate back to the host.
-                if libc::mount(
+                check(libc::mount(
                     c"none".as_ptr(),
                     c"/".as_ptr(),
                     std::ptr::null(),
                     libc::MS_REC | libc::MS_PRIVATE,
                     std::ptr::null(),
-                ) != 0
-                {
-                    return Err(io::Error::last_os_error());
-                }
+                ))?;
+                // The mount points live in a tmpfs of this namespace's own: nothing under the
+                // host's folder is read, shared with another build, or left behind.
+                check(libc::mount(
+                    c"tmpfs".as_ptr(),
+                    root.as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NODEV,
+                    c"mode=0700".as_ptr().cast(),
+                ))?;
                 for (src, dst) in &binds {
-                    if libc::mount(
+                    check(libc::mkdir(dst.as_ptr(), 0o700))?;
+                    check(libc::mount(
                         src.as_ptr(),
                         dst.as_ptr(),
                         std::ptr::null(),
                         libc::MS_BIND | libc::MS_REC,
                         std::ptr::null(),
-                    ) != 0
-                    {
-                        return Err(io::Error::last_os_error());
-                    }
+                    ))?;
                 }
                 Ok(())
             });
+        }
+    }
+
+    fn check(rc: libc::c_int) -> io::Result<()> {
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
         }
     }
 
@@ -374,8 +394,11 @@ mod ns {
             let n = libc::write(fd, data.as_ptr().cast(), data.len());
             let err = io::Error::last_os_error();
             libc::close(fd);
-            if n < 0 || n as usize != data.len() {
+            if n < 0 {
                 return Err(err);
+            }
+            if n as usize != data.len() {
+                return Err(io::Error::from_raw_os_error(libc::EIO));
             }
         }
         Ok(())
@@ -405,6 +428,16 @@ mod tests {
             .find(|p| p.exists())
     }
 
+    fn cat(p: &BuildPaths, cmake: &Path, file: &Path) -> Vec<u8> {
+        p.command(cmake)
+            .unwrap()
+            .args(["-E", "cat"])
+            .arg(file)
+            .output()
+            .unwrap()
+            .stdout
+    }
+
     #[test]
     fn the_build_sees_the_tree_and_the_variant_at_the_fixed_path_and_the_host_does_not() {
         let Some(cmake) = cmake() else { return };
@@ -413,39 +446,26 @@ mod tests {
         let kit = d.path().join("toolkits/cuda-x/root");
         std::fs::create_dir_all(kit.join("bin")).unwrap();
         std::fs::write(kit.join("bin/nvcc"), "not nvcc").unwrap();
-        let p = BuildPaths::resolve(&t, &v, Some(&kit), &cmake).unwrap();
+        // A folder of our own under the temp dir: the real /tmp/pinforge-<uid> may be in use.
+        let base = d.path().join("fixed");
+        let p = BuildPaths::resolve_at(&base, &t, &v, Some((&kit, "0123abcd")), &cmake).unwrap();
         if let Some(why) = &p.unfixed {
             // A machine that refuses namespaces must say why, and still build.
             assert!(why.contains("namespace") || why.contains("bind"), "{why}");
             return;
         }
-        #[allow(unsafe_code)]
-        let uid = unsafe { libc::getuid() };
-        assert_eq!(p.src, Path::new(&format!("/tmp/pinforge-{uid}/src")));
-        let out = p
-            .command(&cmake)
-            .unwrap()
-            .arg("-E")
-            .arg("cat")
-            .arg(p.src.join("a.c"))
-            .output()
-            .unwrap();
-        assert_eq!(out.stdout, b"int a;\n");
+        assert_eq!(p.src, base.join("src"));
+        assert_eq!(cat(&p, &cmake, &p.src.join("a.c")), b"int a;\n");
         // Writes through the bind land in the real folder.
         let st = p
             .command(&cmake)
             .unwrap()
-            .arg("-E")
-            .arg("touch")
+            .args(["-E", "touch"])
             .arg(p.variant.join("made-inside"))
             .status()
             .unwrap();
         assert!(st.success());
         assert!(v.join("made-inside").exists());
-        // Outside the build the mount points stay empty.
-        assert!(std::fs::read_dir(&p.src).unwrap().next().is_none());
-        assert!(std::fs::read_dir(&p.variant).unwrap().next().is_none());
-        assert!(std::fs::read_dir(&p.build).unwrap().next().is_none());
         // The build folder is the variant's, and the tree is `../src` from it.
         let st = p
             .command(&cmake)
@@ -463,8 +483,15 @@ mod tests {
             "{}",
             String::from_utf8_lossy(&st.stderr)
         );
+        // On the host the folder holds nothing: the mount points live in the build's tmpfs.
+        assert!(std::fs::read_dir(&base).unwrap().next().is_none());
         assert!(!v.join(".pinforge-fixed-probe").exists());
-        assert_eq!(p.resource().annotations["fixed"], Value::from(true));
+        let r = p.resource();
+        assert_eq!(r.annotations["fixed"], Value::from(true));
+        assert_eq!(
+            r.annotations["real_source"],
+            Value::from(t.display().to_string())
+        );
         // The toolkit too: the build names it at the fixed path, and finds it there.
         let mut tools = crate::toolchain::ResolvedToolchain {
             name: "cuda".into(),
@@ -483,49 +510,52 @@ mod tests {
             },
         );
         let seen = p.seen_tools(&tools).tools["nvcc"].path.clone();
-        assert_eq!(
-            seen,
-            Path::new(&format!("/tmp/pinforge-{uid}/toolkit/bin/nvcc"))
-        );
-        let out = p
-            .command(&cmake)
-            .unwrap()
-            .args(["-E", "cat"])
-            .arg(&seen)
-            .output()
-            .unwrap();
-        assert_eq!(out.stdout, b"not nvcc");
+        assert_eq!(seen, base.join("toolkit-0123abcd/bin/nvcc"));
+        assert_eq!(cat(&p, &cmake, &seen), b"not nvcc");
+        // A file someone left in the host's folder is not what the build sees there.
+        std::fs::write(base.join("left"), "x").unwrap();
+        assert!(cat(&p, &cmake, &base.join("left")).is_empty());
+        // A bound folder that went away is named, not reported as a missing program.
+        std::fs::remove_dir_all(&kit).unwrap();
+        let e = p.command(&cmake).unwrap_err();
+        assert!(e.to_string().contains("missing"), "{e}");
     }
 
     #[test]
-    fn mount_points_someone_could_change_are_refused() {
+    fn a_folder_someone_else_could_change_leaves_the_build_at_its_real_folder() {
         use std::os::unix::fs::PermissionsExt;
         let Some(cmake) = cmake() else { return };
         let d = tempfile::tempdir().unwrap();
         let (t, v) = tree(d.path());
         let base = d.path().join("fixed");
-        // A link where a mount point belongs.
+        // Writable by others: not used, and the reason says so (never a refused build).
         std::fs::create_dir_all(&base).unwrap();
-        std::os::unix::fs::symlink(d.path().join("vendor"), base.join("src")).unwrap();
-        let e = BuildPaths::resolve_at(&base, &t, &v, None, &cmake).unwrap_err();
-        assert_eq!(e.exit_code(), 2, "{e}");
-        assert!(e.to_string().contains("not a folder"), "{e}");
-        std::fs::remove_file(base.join("src")).unwrap();
-        // A file inside one: the bind would hide it.
-        std::fs::create_dir_all(base.join("variant")).unwrap();
-        std::fs::write(base.join("variant/x"), "").unwrap();
-        let e = BuildPaths::resolve_at(&base, &t, &v, None, &cmake).unwrap_err();
-        assert!(e.to_string().contains("not empty"), "{e}");
-        std::fs::remove_file(base.join("variant/x")).unwrap();
-        // A folder of mount points that others may write, or that is a link.
         std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let e = BuildPaths::resolve_at(&base, &t, &v, None, &cmake).unwrap_err();
-        assert!(e.to_string().contains("only this user can write"), "{e}");
+        let p = BuildPaths::resolve_at(&base, &t, &v, None, &cmake).unwrap();
+        assert!(!p.fixed());
+        assert!(
+            p.unfixed.as_deref().unwrap().contains("only this user"),
+            "{p:?}"
+        );
+        // A link in its place.
         let link = d.path().join("fixed-link");
         std::os::unix::fs::symlink(&base, &link).unwrap();
         std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o700)).unwrap();
-        assert!(BuildPaths::resolve_at(&link, &t, &v, None, &cmake).is_err());
-        assert!(BuildPaths::resolve_at(&base, &t, &v, None, &cmake).is_ok());
+        assert!(!BuildPaths::resolve_at(&link, &t, &v, None, &cmake)
+            .unwrap()
+            .fixed());
+        // A file in its place.
+        let file = d.path().join("fixed-file");
+        std::fs::write(&file, "").unwrap();
+        assert!(!BuildPaths::resolve_at(&file, &t, &v, None, &cmake)
+            .unwrap()
+            .fixed());
+        // The stamp's fast path re-checks before entering: a folder that changed is refused.
+        let p = BuildPaths::resolve_at(&base, &t, &v, None, &cmake).unwrap();
+        if p.fixed() {
+            std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o770)).unwrap();
+            assert!(p.command(&cmake).is_err());
+        }
     }
 
     #[test]

@@ -52,7 +52,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 /// Bumped whenever what the stamp records changes: older stamps are then ignored.
-const SCHEME: u32 = 3;
+const SCHEME: u32 = 4;
 const FILE: &str = "pinforge-stamp.json";
 
 /// What identifies a file's content without reading it.
