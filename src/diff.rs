@@ -309,7 +309,7 @@ fn links(s: &Statement) -> BTreeMap<String, String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::digest::Sha256;
     use crate::manifest::*;
@@ -328,7 +328,7 @@ mod tests {
         }
     }
 
-    fn statement(variant: &str, cmake: &[&str], subjects: Vec<Resource>) -> Statement {
+    pub(crate) fn statement(variant: &str, cmake: &[&str], subjects: Vec<Resource>) -> Statement {
         Statement {
             type_: STATEMENT_TYPE.into(),
             subject: subjects,

@@ -1104,26 +1104,11 @@ impl FlipPlan<'_> {
             }
         }
         if let (Some(a), Some(b)) = (&manifests[0], &manifests[1]) {
-            let ann = |st: &manifest::Statement, name: &str, key: &str| {
-                st.subject
-                    .iter()
-                    .find(|x| x.name == name)
-                    .and_then(|x| x.annotations.get(key).cloned())
-            };
-            // A difference is blamed on build paths when either side names a machine path, or
-            // when nvcc's path-hashed names were hashed from two different folders (two
-            // builds at the same fixed folder hash alike: a difference there is real).
-            let marked = |st: &manifest::Statement, other: &manifest::Statement, name: &str| {
-                ann(st, name, "embeds_machine_path") == Some(serde_json::Value::Bool(true))
-                    || (ann(st, name, "nvcc_path_hashed_names").is_some()
-                        && ann(st, name, "hashed_source_path")
-                            != ann(other, name, "hashed_source_path"))
-            };
             record.artifacts = crate::diff::diff(a, b)
                 .artifacts
                 .into_iter()
                 .map(|r| ArtifactRow {
-                    embeds_machine_path: marked(a, b, &r.name) || marked(b, a, &r.name),
+                    embeds_machine_path: build_paths_explain(a, b, &r.name),
                     same: r.change == crate::diff::Change::Same,
                     equal_under: r.rule,
                     path: r.name,
@@ -1329,9 +1314,70 @@ pub fn summary_markdown(r: &FlipRecord) -> String {
     s
 }
 
+/// Whether a difference in artifact `name` between two builds may come from their build
+/// paths: either side names a machine path, or nvcc's path-hashed names were hashed from two
+/// different folders (another uid's fixed folder, or a real folder). Two builds that hashed the
+/// same fixed folder hash alike: a difference there is real, and is not explained away.
+fn build_paths_explain(a: &manifest::Statement, b: &manifest::Statement, name: &str) -> bool {
+    let ann = |st: &manifest::Statement, key: &str| {
+        st.subject
+            .iter()
+            .find(|x| x.name == name)
+            .and_then(|x| x.annotations.get(key).cloned())
+    };
+    let marked = |st: &manifest::Statement, other: &manifest::Statement| {
+        ann(st, "embeds_machine_path") == Some(serde_json::Value::Bool(true))
+            || (ann(st, "nvcc_path_hashed_names").is_some()
+                && ann(st, "hashed_source_path") != ann(other, "hashed_source_path"))
+    };
+    marked(a, b) || marked(b, a)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn build_paths_explain_a_difference_only_when_the_hashed_folders_differ() {
+        use serde_json::Value;
+        let lib = |ann: &[(&str, Value)]| {
+            let mut r = crate::manifest::Resource {
+                name: "lib/libggml-cuda.so".into(),
+                uri: None,
+                digest: std::collections::BTreeMap::new(),
+                annotations: std::collections::BTreeMap::new(),
+            };
+            for (k, v) in ann {
+                r.annotations.insert(k.to_string(), v.clone());
+            }
+            crate::diff::tests::statement("v", &[], vec![r])
+        };
+        let hashed = |p: &str| {
+            lib(&[
+                ("nvcc_path_hashed_names", Value::from(true)),
+                ("hashed_source_path", Value::from(p)),
+            ])
+        };
+        let name = "lib/libggml-cuda.so";
+        let same_a = hashed("/tmp/pinforge-0/src");
+        let same_b = hashed("/tmp/pinforge-0/src");
+        assert!(
+            !build_paths_explain(&same_a, &same_b, name),
+            "a real difference"
+        );
+        let other_uid = hashed("/tmp/pinforge-1000/src");
+        assert!(build_paths_explain(&same_a, &other_uid, name));
+        // A real folder (no hashed path recorded) against a fixed one: explained.
+        let real = lib(&[
+            ("nvcc_path_hashed_names", Value::from(true)),
+            ("embeds_machine_path", Value::from(true)),
+        ]);
+        assert!(build_paths_explain(&same_a, &real, name));
+        assert!(build_paths_explain(&real, &same_a, name));
+        // Nothing marked on either side: nothing to explain with.
+        let plain = lib(&[]);
+        assert!(!build_paths_explain(&plain, &plain, name));
+    }
     use std::path::Path;
 
     const RECIPE: &str = r#"default-variant = "a"
