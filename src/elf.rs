@@ -95,12 +95,25 @@ pub fn layout(bytes: &[u8]) -> Option<Layout> {
 
 /// The `DT_NEEDED` entries of a shared library or executable, in order.
 pub fn needed(bytes: &[u8]) -> Option<Vec<String>> {
-    let (h, endian) = header(bytes)?;
-    let sections = h.sections(endian, bytes).ok()?;
-    let Some((dynamic, link)) = sections.dynamic(endian, bytes).ok()? else {
+    needed_in(bytes)
+}
+
+/// [`needed`] of a file, reading only the headers and the dynamic section (through
+/// `object`'s read cache): the CUDA runtime holds a 503 MB `libcublasLt`, of which a few
+/// kilobytes answer this.
+pub fn needed_of_file(file: std::fs::File) -> Option<Vec<String>> {
+    let cache = object::read::ReadCache::new(file);
+    needed_in(&cache)
+}
+
+fn needed_in<'data, R: object::ReadRef<'data>>(data: R) -> Option<Vec<String>> {
+    let h = FileHeader64::<LittleEndian>::parse(data).ok()?;
+    let endian = h.endian().ok()?;
+    let sections = h.sections(endian, data).ok()?;
+    let Some((dynamic, link)) = sections.dynamic(endian, data).ok()? else {
         return Some(vec![]);
     };
-    let strings = sections.strings(endian, bytes, link).ok()?;
+    let strings = sections.strings(endian, data, link).ok()?;
     let mut out = Vec::new();
     for d in dynamic {
         if d.d_tag(endian) == DT_NEEDED {
@@ -130,6 +143,11 @@ mod tests {
             needed.iter().any(|n| n.starts_with("libc.so")),
             "{needed:?}"
         );
+        // Read through the cache, a few pages of the file: the same answer.
+        let f = std::fs::File::open(std::env::current_exe().expect("exe")).expect("open");
+        assert_eq!(needed_of_file(f), Some(needed));
+        let junk = tempfile::tempfile().expect("tmp");
+        assert_eq!(needed_of_file(junk), None);
     }
 
     #[test]

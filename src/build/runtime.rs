@@ -100,8 +100,8 @@ pub fn ship(stage: &Path, root: &Path) -> Result<Shipping> {
     let mut shipped = Vec::new();
     let mut missing = Vec::new();
     while let Some(file) = queue.pop() {
-        let bytes = crate::fsx::read(&file)?;
-        let Some(needed) = crate::elf::needed(&bytes) else {
+        let f = crate::fsx::open_regular(&file, "staged library", true)?;
+        let Some(needed) = crate::elf::needed_of_file(f) else {
             continue;
         };
         for name in needed {
