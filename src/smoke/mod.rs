@@ -860,9 +860,13 @@ pub fn engine_env_symbolized(cmd: &mut Command, target: &SmokeTarget, symbolize:
 /// The exit code the sanitizer is told to use, so its stops are told apart from errors.
 pub const ASAN_EXIT: i32 = 86;
 
-/// The ASan runtime a library needs (`libasan.so.8`), read from its dynamic section strings
-/// (the bytes already checked against the record).
+/// The ASan runtime a library needs (`libasan.so.8`): its `DT_NEEDED` entry (the bytes
+/// already checked against the record). A file `elf` does not read (not ELF64 little-endian)
+/// falls back to a scan of its bytes for the name.
 fn asan_soname(bytes: &[u8]) -> Option<String> {
+    if let Some(needed) = crate::elf::needed(bytes) {
+        return needed.into_iter().find(|n| n.starts_with("libasan.so."));
+    }
     let needle = b"libasan.so.";
     let at = bytes.windows(needle.len()).position(|w| w == needle)?;
     let end = bytes[at..]
@@ -1142,5 +1146,43 @@ SUMMARY: AddressSanitizer: heap-buffer-overflow (/b/bin/libllama.so.0+0x1f) in l
             Some("libasan.so.8")
         );
         assert_eq!(asan_soname(b"\x7fELF....libm.so.6\0"), None);
+    }
+
+    #[test]
+    fn asan_runtime_of_a_real_instrumented_library_is_its_dt_needed_entry() {
+        let d = tempfile::tempdir().expect("tmp");
+        let src = d.path().join("a.c");
+        std::fs::write(
+            &src,
+            "int f(int *p) { return p[1]; }\nconst char *s = \"libasan.so.99\";\n",
+        )
+        .expect("write");
+        let lib = d.path().join("liba.so");
+        let ok = std::process::Command::new("cc")
+            .args(["-shared", "-fPIC", "-fsanitize=address", "-o"])
+            .arg(&lib)
+            .arg(&src)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            return; // no compiler with ASan here
+        }
+        let bytes = std::fs::read(&lib).expect("read");
+        let name = asan_soname(&bytes).expect("needs libasan");
+        // The dynamic section's entry, not the decoy string in .rodata.
+        assert!(
+            name.starts_with("libasan.so.") && name != "libasan.so.99",
+            "{name}"
+        );
+        // An uninstrumented library needs none, whatever its strings say.
+        let plain = d.path().join("libp.so");
+        let st = std::process::Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&plain)
+            .arg(&src)
+            .status()
+            .expect("cc");
+        assert!(st.success());
+        assert_eq!(asan_soname(&std::fs::read(&plain).expect("read")), None);
     }
 }
