@@ -243,7 +243,7 @@ pub fn build(
     let cache = cache::CompileCache::prepare(
         ws.compile_cache(),
         &tools,
-        Some(base_dir),
+        base_dir,
         paths.root.as_deref().filter(|_| nvcc),
         &vdir,
         &ignored,

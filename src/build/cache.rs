@@ -165,7 +165,7 @@ impl CompileCache {
     pub fn prepare(
         settings: &Settings,
         tools: &ResolvedToolchain,
-        base_dir: Option<&Path>,
+        base_dir: &Path,
         hashed_path: Option<&Path>,
         vdir: &Path,
         ignore: &[String],
@@ -178,10 +178,7 @@ impl CompileCache {
         let ns = namespace(tools);
         let dir = root.join(&ns);
         // ccache's configuration is line based: a value with a line break would add settings.
-        for p in [&dir, &vdir.to_path_buf()]
-            .into_iter()
-            .chain(base_dir.map(|b| b.to_path_buf()).as_ref())
-        {
+        for p in [&dir, &vdir.to_path_buf(), &base_dir.to_path_buf()] {
             config_value(p, "compile cache path")?;
         }
         match std::fs::symlink_metadata(&root) {
@@ -195,9 +192,9 @@ impl CompileCache {
             _ => {}
         }
         crate::fsx::create_dir_all(&dir)?;
-        let mut base_dirs: Vec<PathBuf> = base_dir.map(Path::to_path_buf).into_iter().collect();
-        if let Some(real) = base_dir.and_then(|b| std::fs::canonicalize(b).ok()) {
-            if Some(real.as_path()) != base_dir {
+        let mut base_dirs = vec![base_dir.to_path_buf()];
+        if let Ok(real) = std::fs::canonicalize(base_dir) {
+            if real != base_dir {
                 base_dirs.push(real);
             }
         }
