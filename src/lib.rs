@@ -2,53 +2,24 @@
 //! patches, build variants through CMake reproducibly, and record SHA-256 provenance that
 //! someone else can verify later. The binary is a thin layer over [`cli`].
 //!
-//! Module map (one owner per concern; a concern that outgrows a file becomes a folder):
+//! The folders read as the pipeline, and each imports only from the folders above it:
 //!
-//! | module | owns |
-//! |---|---|
-//! | `recipe` | the recipe TOML, variants, validation with line/column errors |
-//! | `upstream` | pins → verified sources, safe extraction, vendor trees as git repositories |
-//! | `patch` | headers and lint, series, apply (no fuzz), bundle and commit-message export |
-//! | `toolchain` | compilers, CMake, Ninja, nvcc by exact version and digest |
-//! | `build` | configure/build/stage/collect per variant; `build::stamp` the no-op fast path |
-//! | `manifest`, `diff`, `normalize` | the in-toto/SLSA provenance, verify, manifest comparison, the stated reproducibility rule |
-//! | `install` | the three-layer install root: store, generations, journal, recovery, gc |
-//! | `smoke`, `model`, `cuda` | smoke decodes, the tiny GGUF model, the CUDA probe |
-//! | `cli` | clap commands (one file each), rendering, hints, `cli::schema` (JSON Schemas) |
-//! | `digest`, `tree`, `fsx`, `process`, `time`, `elf` | typed digests, tree models, file and process edges, time, ELF tables |
-//! | `hooks` | test hooks, compiled only with the `test-hooks` feature |
-//! | `error`, `output`, `progress`, `workspace` | errors and exit codes, stdout, progress, layout |
+//! | layer | modules | owns |
+//! |---|---|---|
+//! | `base` | error, digest, fsx, process, git, time, tree, elf, progress, hooks, workspace | leaves: errors and exit codes, typed digests, file/process edges, layout |
+//! | `sys` | cuda | the only `unsafe` code |
+//! | `source` | recipe, upstream, patch, audit, rebase | pin → verified source → patched tree; carrying patches to a new pin |
+//! | `artifact` | toolchain, cudakit, build, manifest, normalize, diff | toolchains, the CMake build, provenance, the reproducibility rule |
+//! | `deploy` | install, model, smoke | the rollback root, the tiny model, smoke decodes |
+//! | `trial` | flip, ablate, validate | single-axis flips, ablation, the A/B soak |
+//! | `cli` | one file per command, output, reporter, schema | clap, rendering, hints, JSON Schemas |
 
-pub mod ablate;
-pub mod audit;
-pub mod build;
+pub mod artifact;
+pub mod base;
 pub mod cli;
-pub mod cuda;
-pub mod cudakit;
-pub mod diff;
-pub mod digest;
-pub mod elf;
-pub mod error;
-pub mod flip;
-pub mod fsx;
-pub mod git;
-pub mod hooks;
-pub mod install;
-pub mod manifest;
-pub mod model;
-pub mod normalize;
-pub mod output;
-pub mod patch;
-pub mod process;
-pub mod progress;
-pub mod rebase;
-pub mod recipe;
-pub mod smoke;
-pub mod time;
-pub mod toolchain;
-pub mod tree;
-pub mod upstream;
-pub mod validate;
-pub mod workspace;
+pub mod deploy;
+pub mod source;
+pub mod sys;
+pub mod trial;
 
-pub use error::{Error, Result};
+pub use base::error::{Error, Result};

@@ -3,12 +3,12 @@
 
 use super::reporter::TermReporter;
 use super::{print_json, JsonArg, Verbosity};
-use crate::ablate::{self, AblationRecord};
-use crate::build::BuildOptions;
-use crate::error::{exit, Result};
+use crate::artifact::build::BuildOptions;
+use crate::base::error::{exit, Result};
+use crate::base::workspace::Workspace;
 use crate::outln;
-use crate::recipe::Recipe;
-use crate::workspace::Workspace;
+use crate::source::recipe::Recipe;
+use crate::trial::ablate::{self, AblationRecord};
 use std::path::PathBuf;
 
 /// Arguments of `ablate`.
@@ -49,6 +49,7 @@ pub(super) fn run(ctx: &super::Ctx, a: AblateArgs) -> Result<i32> {
         &BuildOptions {
             jobs: a.jobs,
             reporter: &reporter,
+            compile_cache: crate::artifact::build::cache::Settings::from_env(),
         },
     )?;
     if a.out.json {

@@ -3,11 +3,11 @@
 //! when anything needs a decision.
 
 use super::{print_json, JsonArg};
-use crate::audit::{self, Verdict};
-use crate::error::{exit, Result};
+use crate::base::error::{exit, Result};
+use crate::base::workspace::Workspace;
 use crate::outln;
-use crate::recipe::Recipe;
-use crate::workspace::Workspace;
+use crate::source::audit::{self, Verdict};
+use crate::source::recipe::Recipe;
 use std::path::PathBuf;
 
 /// Arguments of `audit`.
@@ -26,7 +26,7 @@ pub struct AuditArgs {
 pub(super) fn run(ctx: &super::Ctx, a: AuditArgs) -> Result<i32> {
     let ws = Workspace::new(&ctx.ws_root)?;
     let recipe = Recipe::load(&a.recipe)?;
-    let bundle = crate::build::bundle_for(&recipe)?;
+    let bundle = crate::artifact::build::bundle_for(&recipe)?;
     let onto = audit::parse_onto(&a.onto)?;
     let session = audit::run(
         &ws,

@@ -2,12 +2,12 @@
 
 use super::reporter::TermReporter;
 use super::{print_json_line, JsonArg, Verbosity};
-use crate::build::{self, BuildOptions, BuildOutcome};
-use crate::error::{exit, Result};
-use crate::manifest;
+use crate::artifact::build::{self, BuildOptions, BuildOutcome};
+use crate::artifact::manifest;
+use crate::base::error::{exit, Result};
+use crate::base::workspace::Workspace;
 use crate::outln;
-use crate::recipe::Recipe;
-use crate::workspace::Workspace;
+use crate::source::recipe::Recipe;
 use std::path::PathBuf;
 
 /// Arguments of `build`.
@@ -76,8 +76,7 @@ fn cmd_build(
     cache: &CacheArgs,
     json: bool,
 ) -> Result<i32> {
-    let mut ws = Workspace::new(ws_root)?;
-    ws.set_compile_cache(cache.settings());
+    let ws = Workspace::new(ws_root)?;
     let recipe = Recipe::load_or_default(recipe_path.as_deref())?;
     let names = if variants.is_empty() {
         vec![recipe.default_variant.to_string()]
@@ -103,13 +102,14 @@ fn cmd_build(
             &BuildOptions {
                 jobs,
                 reporter: &reporter,
+                compile_cache: cache.settings(),
             },
         )?;
         let because = if outcome.cached {
             Vec::new()
         } else {
             let now = manifest::Statement::read(&outcome.manifest)?;
-            crate::diff::rebuild_reasons(previous.as_ref(), &now)
+            crate::artifact::diff::rebuild_reasons(previous.as_ref(), &now)
         };
         // One JSON line per build, written as soon as it is done: the same shape for one
         // variant or many, and a consumer sees each result without waiting for the rest.

@@ -2,8 +2,8 @@
 //! artifact.
 
 use super::{print_json, JsonArg};
-use crate::error::{exit, Result};
-use crate::manifest;
+use crate::artifact::manifest;
+use crate::base::error::{exit, Result};
 use crate::outln;
 use std::path::PathBuf;
 
@@ -38,7 +38,7 @@ fn cmd_diff(
     exact: bool,
     json: bool,
 ) -> Result<i32> {
-    let d = crate::diff::diff(
+    let d = crate::artifact::diff::diff(
         &manifest::Statement::read(a)?,
         &manifest::Statement::read(b)?,
     );
@@ -54,8 +54,13 @@ fn cmd_diff(
     })
 }
 
-fn render_diff(d: &crate::diff::ManifestDiff, a: &std::path::Path, b: &std::path::Path, all: bool) {
-    use crate::diff::Change;
+fn render_diff(
+    d: &crate::artifact::diff::ManifestDiff,
+    a: &std::path::Path,
+    b: &std::path::Path,
+    all: bool,
+) {
+    use crate::artifact::diff::Change;
     outln!("A {}  (input {})", a.display(), short(&d.input_digest.0));
     outln!("B {}  (input {})", b.display(), short(&d.input_digest.1));
     let sections = [
@@ -86,8 +91,9 @@ fn render_diff(d: &crate::diff::ManifestDiff, a: &std::path::Path, b: &std::path
             outln!("  {section:<10} {:<40} {what}", r.name);
         }
     }
-    let count =
-        |rows: &[crate::diff::Row], c: Change| rows.iter().filter(|r| r.change == c).count();
+    let count = |rows: &[crate::artifact::diff::Row], c: Change| {
+        rows.iter().filter(|r| r.change == c).count()
+    };
     let equivalent = count(&d.artifacts, Change::Equivalent);
     let rules: std::collections::BTreeSet<&str> = d
         .artifacts

@@ -3,13 +3,13 @@
 
 use super::reporter::TermReporter;
 use super::{print_json, JsonArg, Verbosity};
-use crate::build::BuildOptions;
-use crate::error::{exit, Result};
-use crate::flip::{self, FlipRecord, FlipRequest, FlipVerdict};
+use crate::artifact::build::BuildOptions;
+use crate::base::error::{exit, Result};
+use crate::base::workspace::Workspace;
+use crate::cli::output::{paint, Tone};
 use crate::outln;
-use crate::output::{paint, Tone};
-use crate::recipe::Recipe;
-use crate::workspace::Workspace;
+use crate::source::recipe::Recipe;
+use crate::trial::flip::{self, FlipRecord, FlipRequest, FlipVerdict};
 use std::path::PathBuf;
 
 /// Arguments of `flip`.
@@ -85,6 +85,7 @@ pub(super) fn run(ctx: &super::Ctx, a: FlipArgs) -> Result<i32> {
         &BuildOptions {
             jobs: a.jobs,
             reporter: &reporter,
+            compile_cache: crate::artifact::build::cache::Settings::from_env(),
         },
     )?;
     if a.out.json {

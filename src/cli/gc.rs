@@ -1,8 +1,8 @@
 //! `pinforge gc`: remove store entries nothing references.
 
 use super::{print_json, JsonArg, RootArg};
-use crate::error::{exit, Result};
-use crate::install::Root;
+use crate::base::error::{exit, Result};
+use crate::deploy::install::Root;
 use crate::outln;
 
 /// Arguments of `gc`.

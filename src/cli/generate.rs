@@ -1,6 +1,6 @@
 //! `pinforge completions SHELL` and `pinforge man`: generated from the clap definition itself.
 
-use crate::error::{exit, Error, Result};
+use crate::base::error::{exit, Error, Result};
 use clap::CommandFactory;
 
 /// Arguments of `completions`.
@@ -32,6 +32,6 @@ fn write_stdout(bytes: &[u8]) -> Result<i32> {
     // Generated text is UTF-8 (clap strings); lossy decoding would only hide a bug.
     let text = std::str::from_utf8(bytes)
         .map_err(|e| Error::Internal(format!("generated text is not UTF-8: {e}")))?;
-    crate::output::write_line(format_args!("{}", text.trim_end_matches('\n')));
+    crate::cli::output::write_line(format_args!("{}", text.trim_end_matches('\n')));
     Ok(exit::OK)
 }

@@ -3,8 +3,8 @@
 
 use super::rollback::slot;
 use super::{print_json, JsonArg, RootArg};
-use crate::error::{exit, Result};
-use crate::install::Root;
+use crate::base::error::{exit, Result};
+use crate::deploy::install::Root;
 use crate::outln;
 
 /// Arguments of `history`.

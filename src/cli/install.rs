@@ -3,12 +3,12 @@
 use super::smoke::{render_smoke, smoke_options};
 use super::verify::render_verification;
 use super::{print_json, JsonArg, RootArg};
-use crate::error::{exit, Error, Result};
-use crate::install::{InstallOutcome, Layer, Root, StageMode};
+use crate::base::error::{exit, Error, Result};
+use crate::base::workspace::Workspace;
+use crate::deploy::install::{InstallOutcome, Layer, Root, StageMode};
+use crate::deploy::smoke::{self, Verdict};
 use crate::outln;
-use crate::recipe::Recipe;
-use crate::smoke::{self, Verdict};
-use crate::workspace::Workspace;
+use crate::source::recipe::Recipe;
 use std::path::PathBuf;
 
 /// Arguments of `install`.

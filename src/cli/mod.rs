@@ -13,6 +13,7 @@ mod hint;
 mod history;
 mod install;
 mod model;
+pub mod output;
 mod patch;
 mod rebase;
 mod reporter;
@@ -25,8 +26,8 @@ mod validate;
 mod vendor;
 mod verify;
 
-use crate::error::{exit, Error, Result};
-use crate::install::Layer;
+use crate::base::error::{exit, Error, Result};
+use crate::deploy::install::Layer;
 use crate::outln;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -34,7 +35,7 @@ use std::path::PathBuf;
 /// pinforge: pin an upstream inference engine, carry attributed patches, build variants with
 /// verifiable provenance.
 #[derive(Debug, Parser)]
-#[command(name = "pinforge", version, after_help = crate::error::ExitCode::help_table())]
+#[command(name = "pinforge", version, after_help = crate::base::error::ExitCode::help_table())]
 pub struct Cli {
     /// Workspace folder holding vendor/ and build/ [default: current directory]
     #[arg(long, global = true, env = "PINFORGE_WORKSPACE")]
@@ -265,7 +266,7 @@ pub fn main() -> i32 {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
-    crate::output::set_color(cli.color.enabled());
+    crate::cli::output::set_color(cli.color.enabled());
     let hints = hint::HintOptions::from_matches(&matches);
     let code = match run(cli) {
         Ok(code) => code,
@@ -274,10 +275,10 @@ pub fn main() -> i32 {
             e.exit_code()
         }
     };
-    match crate::output::finish() {
+    match crate::cli::output::finish() {
         // The reader stopped reading (`| head -1`): that is its choice, not a failure.
-        None | Some(crate::output::OutputFailure::Closed) => code,
-        Some(crate::output::OutputFailure::Failed(why)) => {
+        None | Some(crate::cli::output::OutputFailure::Closed) => code,
+        Some(crate::cli::output::OutputFailure::Failed(why)) => {
             eprintln!("error: standard output: cannot write the report: {why}");
             eprintln!(
                 "note: the command's own work finished before this (it would have exited {code}); \

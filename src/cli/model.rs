@@ -1,7 +1,7 @@
 //! `pinforge model tiny`: write a tiny random-weight GGUF model.
 
-use crate::error::{exit, Result};
-use crate::model::{self, Arch};
+use crate::base::error::{exit, Result};
+use crate::deploy::model::{self, Arch};
 use crate::outln;
 use clap::Subcommand;
 use std::path::PathBuf;
@@ -42,7 +42,7 @@ fn cmd_model_tiny(arch: &str, output: &std::path::Path, seed: u64, json: bool) -
     let arch = Arch::parse(arch)?;
     let size = model::write_tiny(arch, seed, output)?;
     if json {
-        let (sha256, _) = crate::digest::Sha256::of_file(output)?;
+        let (sha256, _) = crate::base::digest::Sha256::of_file(output)?;
         super::print_json(
             "pinforge.model-tiny/v1",
             &ModelWritten {
@@ -71,5 +71,5 @@ pub(super) struct ModelWritten<'a> {
     bytes: u64,
     arch: &'a str,
     seed: u64,
-    sha256: crate::digest::Sha256,
+    sha256: crate::base::digest::Sha256,
 }

@@ -2,10 +2,10 @@
 //! checks, bibliography, application onto a checkout, and export back from one.
 
 use super::{print_json, JsonArg};
-use crate::error::{exit, Result};
+use crate::base::error::{exit, Result};
 use crate::outln;
-use crate::patch::lint::Severity;
-use crate::patch::{Bundle, PatchFile};
+use crate::source::patch::lint::Severity;
+use crate::source::patch::{Bundle, PatchFile};
 use clap::Subcommand;
 use std::path::PathBuf;
 
@@ -123,7 +123,7 @@ pub(super) fn run(ctx: &super::Ctx, c: PatchCommand) -> Result<i32> {
         PatchCommand::CommitMessage { dir } => {
             let bundle = Bundle::load(&bundle_dir(dir))?;
             bundle.select(None)?;
-            let text = crate::patch::bundle::commit_message(&bundle.bibliography());
+            let text = crate::source::patch::bundle::commit_message(&bundle.bibliography());
             outln!("{}", text.trim_end());
             Ok(exit::OK)
         }
@@ -194,7 +194,7 @@ fn cmd_lint(paths: Vec<PathBuf>, json: bool) -> Result<i32> {
 fn cmd_apply(repo: &std::path::Path, dir: &std::path::Path, json: bool) -> Result<i32> {
     let bundle = Bundle::load(dir)?;
     let patches = bundle.select(None)?;
-    let applied = crate::patch::apply::apply_to_checkout(repo, &patches)?;
+    let applied = crate::source::patch::apply::apply_to_checkout(repo, &patches)?;
     // A moved hunk applied, but the patch is due a refresh: say so on stderr in every mode.
     for note in applied.iter().flat_map(|a| a.notes()) {
         eprintln!("note: {note}");
@@ -281,9 +281,9 @@ fn cmd_bundle(dir: &std::path::Path, output: &std::path::Path, json: bool) -> Re
     let bundle = Bundle::load(dir)?;
     let patches = bundle.select(None)?;
     let rows = bundle.bibliography();
-    let bytes = crate::patch::bundle::mbox(&patches, &rows)?;
-    crate::fsx::write_atomic(output, &bytes)?;
-    let sha256 = crate::digest::Sha256::of_bytes(&bytes);
+    let bytes = crate::source::patch::bundle::mbox(&patches, &rows)?;
+    crate::base::fsx::write_atomic(output, &bytes)?;
+    let sha256 = crate::base::digest::Sha256::of_bytes(&bytes);
     if json {
         print_json(
             "pinforge.patch-bundle/v1",
@@ -312,13 +312,13 @@ fn cmd_export(
     base: Option<&str>,
     json: bool,
 ) -> Result<i32> {
-    let exported = crate::patch::export::export(repo, base)?;
-    crate::fsx::create_dir_all(dir)?;
+    let exported = crate::source::patch::export::export(repo, base)?;
+    crate::base::fsx::create_dir_all(dir)?;
     // Comment lines of an existing series stay; the entries are the exported order.
     let series_path = dir.join("series");
     let mut series = String::new();
     if series_path.exists() {
-        for l in crate::fsx::read_to_string(&series_path)?.lines() {
+        for l in crate::base::fsx::read_to_string(&series_path)?.lines() {
             if l.trim_start().starts_with('#') {
                 series.push_str(l);
                 series.push('\n');
@@ -330,9 +330,9 @@ fn cmd_export(
         series.push('\n');
     }
     for e in &exported {
-        crate::fsx::write_atomic_keep_mode(&dir.join(&e.file), &e.bytes)?;
+        crate::base::fsx::write_atomic_keep_mode(&dir.join(&e.file), &e.bytes)?;
     }
-    crate::fsx::write_atomic_keep_mode(&series_path, series.as_bytes())?;
+    crate::base::fsx::write_atomic_keep_mode(&series_path, series.as_bytes())?;
     let errors = exported
         .iter()
         .flat_map(|e| &e.findings)
@@ -385,7 +385,7 @@ fn cmd_export(
 pub(super) struct LintRow<'a> {
     file: String,
     #[serde(flatten)]
-    finding: &'a crate::patch::lint::Finding,
+    finding: &'a crate::source::patch::lint::Finding,
 }
 
 /// The `patch lint --json` document (see `cli::schema`).
@@ -417,7 +417,7 @@ pub(super) struct ApplyReport {
 /// The `patch list --json` document (see `cli::schema`).
 #[derive(serde::Serialize, schemars::JsonSchema)]
 pub(super) struct PatchList<'a> {
-    patches: &'a [crate::patch::BibRow],
+    patches: &'a [crate::source::patch::BibRow],
 }
 
 /// The `patch bundle --json` document (see `cli::schema`).
@@ -426,7 +426,7 @@ pub(super) struct BundleWritten {
     path: String,
     patches: usize,
     bytes: usize,
-    sha256: crate::digest::Sha256,
+    sha256: crate::base::digest::Sha256,
 }
 
 /// The `patch export --json` document (see `cli::schema`).
@@ -435,5 +435,5 @@ pub(super) struct ExportReport<'a> {
     dir: String,
     ok: bool,
     errors: usize,
-    patches: &'a [crate::patch::export::Exported],
+    patches: &'a [crate::source::patch::export::Exported],
 }

@@ -2,11 +2,11 @@
 //! upstream, with the ledger of what left the series (issue #9).
 
 use super::{print_json, JsonArg};
-use crate::error::{exit, Result};
+use crate::base::error::{exit, Result};
+use crate::base::workspace::Workspace;
 use crate::outln;
-use crate::rebase::{self, Decisions, Rebased};
-use crate::recipe::Recipe;
-use crate::workspace::Workspace;
+use crate::source::rebase::{self, Decisions, Rebased};
+use crate::source::recipe::Recipe;
 use std::path::PathBuf;
 
 /// Arguments of `rebase`.
@@ -32,7 +32,7 @@ pub struct RebaseArgs {
 pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<i32> {
     let ws = Workspace::new(&ctx.ws_root)?;
     let recipe = Recipe::load(&a.recipe)?;
-    let onto = crate::audit::parse_onto(&a.onto)?;
+    let onto = crate::source::audit::parse_onto(&a.onto)?;
     let decisions = Decisions {
         drop: a.drop.into_iter().collect(),
         keep: a.keep.into_iter().collect(),
@@ -43,7 +43,7 @@ pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<i32> {
         &recipe,
         &onto,
         &decisions,
-        &crate::audit::today(),
+        &crate::source::audit::today(),
     )?;
     let report = match report {
         Rebased::Done(r) => r,

@@ -3,8 +3,8 @@
 
 use super::verify::render_verification;
 use super::{print_json, JsonArg, RootArg};
-use crate::error::{exit, Result};
-use crate::install::{Layer, RollbackTo, Root, Slot};
+use crate::base::error::{exit, Result};
+use crate::deploy::install::{Layer, RollbackTo, Root, Slot};
 use crate::outln;
 
 /// Arguments of `rollback`.

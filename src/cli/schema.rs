@@ -16,7 +16,7 @@
 //! The `schema` member that `print_json` adds to every document is added here too, as a
 //! required constant.
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use crate::outln;
 use schemars::{JsonSchema, Schema};
 use std::path::{Path, PathBuf};
@@ -42,15 +42,15 @@ const fn doc<T: JsonSchema>(id: &'static str) -> Document {
 /// Every `--json` document pinforge prints: (schema id, type). One line per document kind.
 pub const DOCUMENTS: &[Document] = &[
     doc::<super::build::BuildLine<'static>>("pinforge.build/v1"),
-    doc::<crate::manifest::VerifyReport>("pinforge.verify/v1"),
-    doc::<crate::install::Verification>("pinforge.verify-installed/v1"),
-    doc::<crate::diff::ManifestDiff>("pinforge.diff/v1"),
+    doc::<crate::artifact::manifest::VerifyReport>("pinforge.verify/v1"),
+    doc::<crate::deploy::install::Verification>("pinforge.verify-installed/v1"),
+    doc::<crate::artifact::diff::ManifestDiff>("pinforge.diff/v1"),
     doc::<super::install::InstallJson<'static>>("pinforge.install/v1"),
-    doc::<crate::install::RollbackOutcome>("pinforge.rollback/v1"),
-    doc::<crate::install::Status>("pinforge.status/v1"),
-    doc::<crate::install::History>("pinforge.history/v1"),
-    doc::<crate::install::GcOutcome>("pinforge.gc/v1"),
-    doc::<crate::smoke::SmokeReport>("pinforge.smoke/v1"),
+    doc::<crate::deploy::install::RollbackOutcome>("pinforge.rollback/v1"),
+    doc::<crate::deploy::install::Status>("pinforge.status/v1"),
+    doc::<crate::deploy::install::History>("pinforge.history/v1"),
+    doc::<crate::deploy::install::GcOutcome>("pinforge.gc/v1"),
+    doc::<crate::deploy::smoke::SmokeReport>("pinforge.smoke/v1"),
     doc::<super::patch::LintReport<'static>>("pinforge.patch-lint/v1"),
     doc::<super::patch::ApplyReport>("pinforge.patch-apply/v1"),
     doc::<super::patch::PatchList<'static>>("pinforge.patch-list/v1"),
@@ -60,11 +60,11 @@ pub const DOCUMENTS: &[Document] = &[
     doc::<super::toolkit::ToolkitOut<'static>>("pinforge.toolkit/v1"),
     doc::<super::patch::ExportReport<'static>>("pinforge.patch-export/v1"),
     doc::<super::rebase::RebaseOut<'static>>("pinforge.rebase/v1"),
-    doc::<crate::audit::Audit>("pinforge.audit/v1"),
-    doc::<crate::validate::Report>("pinforge.validate/v1"),
-    doc::<crate::validate::EvidenceCheck>("pinforge.verify-evidence/v1"),
-    doc::<crate::flip::FlipRecord>("pinforge.flip/v1"),
-    doc::<crate::ablate::AblationRecord>("pinforge.ablate/v1"),
+    doc::<crate::source::audit::Audit>("pinforge.audit/v1"),
+    doc::<crate::trial::validate::Report>("pinforge.validate/v1"),
+    doc::<crate::trial::validate::EvidenceCheck>("pinforge.verify-evidence/v1"),
+    doc::<crate::trial::flip::FlipRecord>("pinforge.flip/v1"),
+    doc::<crate::trial::ablate::AblationRecord>("pinforge.ablate/v1"),
 ];
 
 impl Document {
@@ -125,16 +125,16 @@ pub(super) fn run(a: SchemasArgs) -> Result<i32> {
             }
         }
     }
-    Ok(crate::error::exit::OK)
+    Ok(crate::base::error::exit::OK)
 }
 
 fn write_all(dir: &Path) -> Result<()> {
-    crate::fsx::create_dir_all(dir)?;
+    crate::base::fsx::create_dir_all(dir)?;
     for d in DOCUMENTS {
         let mut text = serde_json::to_string_pretty(&d.schema()?)
             .map_err(|e| Error::Internal(e.to_string()))?;
         text.push('\n');
-        crate::fsx::write_atomic(&dir.join(d.file_name()), text.as_bytes())?;
+        crate::base::fsx::write_atomic(&dir.join(d.file_name()), text.as_bytes())?;
     }
     Ok(())
 }

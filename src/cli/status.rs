@@ -1,8 +1,8 @@
 //! `pinforge status`: the install root's layers, `current`, and any unfinished transaction.
 
 use super::{print_json, JsonArg, RootArg};
-use crate::error::{exit, Result};
-use crate::install::Root;
+use crate::base::error::{exit, Result};
+use crate::deploy::install::Root;
 use crate::outln;
 
 /// Arguments of `status`.
@@ -31,7 +31,7 @@ fn cmd_status(root: &std::path::Path, json: bool, verify: bool) -> Result<i32> {
         .layers
         .values()
         .flatten()
-        .all(|s| s.verification == crate::install::VerificationState::Ok);
+        .all(|s| s.verification == crate::deploy::install::VerificationState::Ok);
     let code = if verify && !all_ok {
         exit::CHECK_FAILED
     } else {
@@ -53,7 +53,7 @@ fn cmd_status(root: &std::path::Path, json: bool, verify: bool) -> Result<i32> {
         None => outln!("current -> nothing installed"),
     }
     // Layers in their own order (live, control, original), not the JSON map's alphabetical one.
-    let ordered = crate::install::Layer::ALL
+    let ordered = crate::deploy::install::Layer::ALL
         .iter()
         .filter_map(|l| st.layers.get(l.as_str()).map(|s| (l.as_str(), s)));
     for (name, slot) in ordered {

@@ -3,12 +3,12 @@
 
 use super::reporter::TermReporter;
 use super::{print_json, JsonArg, RootArg, Verbosity};
-use crate::error::{exit, Error, Result};
-use crate::install::Layer;
-use crate::model::Arch;
+use crate::base::error::{exit, Error, Result};
+use crate::cli::output::{paint, Tone};
+use crate::deploy::install::Layer;
+use crate::deploy::model::Arch;
 use crate::outln;
-use crate::output::{paint, Tone};
-use crate::validate::{self, ArmSource, Options};
+use crate::trial::validate::{self, ArmSource, Options};
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! `pinforge vendor digest`: the digest a tarball or folder pin needs.
 
-use crate::error::{exit, Result};
+use crate::base::error::{exit, Result};
 use crate::outln;
 use clap::Subcommand;
 use std::path::PathBuf;
@@ -23,7 +23,7 @@ pub enum VendorCommand {
 pub(super) fn run(c: VendorCommand) -> Result<i32> {
     match c {
         VendorCommand::Digest { path, out } => {
-            let (kind, digest) = crate::upstream::pin_digest(&path)?;
+            let (kind, digest) = crate::source::upstream::pin_digest(&path)?;
             if out.json {
                 super::print_json(
                     "pinforge.vendor-digest/v1",
@@ -47,5 +47,5 @@ pub(super) struct VendorDigest {
     path: String,
     /// `sha256` (a tarball pin) or `tree-sha256` (a folder pin).
     kind: &'static str,
-    digest: crate::digest::Sha256,
+    digest: crate::base::digest::Sha256,
 }

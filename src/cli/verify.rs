@@ -1,11 +1,11 @@
 //! `pinforge verify`: re-hash a build's outputs and inputs, or an installed layer.
 
 use super::{installed_layer, print_json, JsonArg, RootArg};
-use crate::error::{exit, Error, Result};
-use crate::install::{Root, Verification};
-use crate::manifest;
+use crate::artifact::manifest;
+use crate::base::error::{exit, Error, Result};
+use crate::cli::output::{paint, Tone};
+use crate::deploy::install::{Root, Verification};
 use crate::outln;
-use crate::output::{paint, Tone};
 use std::path::PathBuf;
 
 /// Arguments of `verify`.
@@ -36,7 +36,7 @@ pub(super) fn run(ctx: &super::Ctx, a: VerifyArgs) -> Result<i32> {
 }
 
 fn cmd_verify(path: &std::path::Path, json: bool) -> Result<i32> {
-    if crate::validate::is_evidence(path) {
+    if crate::trial::validate::is_evidence(path) {
         return cmd_verify_evidence(path, json);
     }
     let report = manifest::verify(path)?;
@@ -79,7 +79,7 @@ fn cmd_verify(path: &std::path::Path, json: bool) -> Result<i32> {
 /// A validate run's evidence manifest (or its run folder): files re-hashed, the summary
 /// recomputed from the rows.
 fn cmd_verify_evidence(path: &std::path::Path, json: bool) -> Result<i32> {
-    let c = crate::validate::verify_evidence(path)?;
+    let c = crate::trial::validate::verify_evidence(path)?;
     if json {
         print_json("pinforge.verify-evidence/v1", &c)?;
     } else if c.ok {

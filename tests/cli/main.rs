@@ -713,7 +713,7 @@ fn the_help_and_the_readme_list_the_same_exit_codes_as_the_enum() {
     let o = pinforge(&repo_root(), &["--help"]);
     let help = stdout(&o);
     let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("README");
-    for c in pinforge::error::ExitCode::ALL {
+    for c in pinforge::base::error::ExitCode::ALL {
         let line = format!("  {}  {}", c.code(), c.meaning());
         assert!(help.contains(&line), "--help lacks `{line}`:\n{help}");
         let row = format!("| {} | {} |", c.code(), c.meaning());

@@ -1,0 +1,757 @@
+//! Build manifests: an in-toto Statement v1 whose subjects are the output artifacts and whose
+//! predicate is SLSA provenance v1 (resolved dependencies: upstream pin, source tree, each
+//! patch, recipe, toolchain binaries; parameters: variant, CMake arguments, targets). The input
+//! digest is SHA-256 over the canonical JSON of the build definition's inputs, so it names a
+//! build independently of where the workspace is. `verify` re-hashes outputs and inputs.
+//!
+//! A manifest is data someone else may have written: subject names and the artifact root are
+//! relative paths checked component by component when the manifest is parsed (duplicates are
+//! refused there too), and `verify` opens nothing that is not a regular file (a FIFO or a
+//! device would hang it) and walks through no link on the way to an artifact.
+
+use crate::base::digest::{GitOid, Sha256};
+use crate::base::error::{Error, Result};
+use crate::base::fsx;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// in-toto Statement type.
+pub const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
+/// SLSA provenance predicate type.
+pub const PREDICATE_TYPE: &str = "https://slsa.dev/provenance/v1";
+/// pinforge's build type (a URI naming how to read the parameters).
+pub const BUILD_TYPE: &str = "https://pinforge.invalid/cmake-variant/v1";
+
+/// An in-toto ResourceDescriptor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Resource {
+    /// Name (artifact path relative to the artifact root, or a dependency name).
+    pub name: String,
+    /// URI, where one exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
+    /// Digests by algorithm (`sha256`, `gitCommit`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub digest: BTreeMap<String, String>,
+    /// Extra facts (size, order, version, link target).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, Value>,
+}
+
+impl Resource {
+    /// The `sha256` digest, typed.
+    pub fn sha256(&self) -> Option<Sha256> {
+        self.digest.get("sha256").and_then(|d| d.parse().ok())
+    }
+}
+
+/// The in-toto Statement.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Statement {
+    /// Always [`STATEMENT_TYPE`].
+    #[serde(rename = "_type")]
+    pub type_: String,
+    /// Output artifacts.
+    pub subject: Vec<Resource>,
+    /// Always [`PREDICATE_TYPE`].
+    #[serde(rename = "predicateType")]
+    pub predicate_type: String,
+    /// SLSA provenance.
+    pub predicate: Provenance,
+}
+
+/// SLSA provenance v1.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Provenance {
+    /// What was built from what.
+    #[serde(rename = "buildDefinition")]
+    pub build_definition: BuildDefinition,
+    /// Who built it, when.
+    #[serde(rename = "runDetails")]
+    pub run_details: RunDetails,
+}
+
+/// SLSA BuildDefinition.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct BuildDefinition {
+    /// [`BUILD_TYPE`].
+    #[serde(rename = "buildType")]
+    pub build_type: String,
+    /// The variant's parameters (part of the input digest).
+    #[serde(rename = "externalParameters")]
+    pub external_parameters: ExternalParameters,
+    /// Where things are on this machine (not part of the input digest).
+    #[serde(rename = "internalParameters")]
+    pub internal_parameters: InternalParameters,
+    /// Inputs (part of the input digest).
+    #[serde(rename = "resolvedDependencies")]
+    pub resolved_dependencies: Vec<Resource>,
+}
+
+/// What the user asked for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ExternalParameters {
+    /// Recipe name.
+    pub recipe: String,
+    /// Variant name.
+    pub variant: String,
+    /// CMAKE_BUILD_TYPE.
+    pub build_type: String,
+    /// Targets built.
+    pub targets: Vec<String>,
+    /// The CMake configure arguments, with `${SRC}`, `${BUILD}` and `${TOOL:role}` standing for
+    /// machine-specific paths.
+    pub cmake_args: Vec<String>,
+    /// Patch files in order.
+    pub patches: Vec<String>,
+}
+
+/// Machine-local facts that let `verify` find the inputs and outputs again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct InternalParameters {
+    /// Artifact root, relative to the manifest's folder (`stage`: the staged install prefix).
+    pub artifact_root: String,
+    /// How the artifacts were staged (`cmake-install`, or `built-libraries` for a project
+    /// without install rules); empty in manifests written before staging existed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub staging: String,
+    /// Local path of each dependency that is a file or tree, by dependency name.
+    pub inputs: BTreeMap<String, PathBuf>,
+    /// The input digest (also `runDetails.metadata.invocationId`).
+    pub input_digest: Sha256,
+}
+
+/// SLSA RunDetails.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RunDetails {
+    /// The builder.
+    pub builder: Builder,
+    /// Times and id.
+    pub metadata: Metadata,
+    /// Build log and links among the outputs.
+    #[serde(default)]
+    pub byproducts: Vec<Resource>,
+}
+
+/// SLSA Builder.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Builder {
+    /// `pinforge`.
+    pub id: String,
+    /// Versions.
+    #[serde(default)]
+    pub version: BTreeMap<String, String>,
+}
+
+/// SLSA BuildMetadata.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Metadata {
+    /// The input digest.
+    #[serde(rename = "invocationId")]
+    pub invocation_id: String,
+    /// RFC 3339.
+    #[serde(rename = "startedOn")]
+    pub started_on: String,
+    /// RFC 3339.
+    #[serde(rename = "finishedOn")]
+    pub finished_on: String,
+}
+
+impl Statement {
+    /// Read and check a manifest file (a regular file; a FIFO or device is refused unopened).
+    pub fn read(path: &Path) -> Result<Statement> {
+        if matches!(std::fs::metadata(path), Err(e) if e.kind() == std::io::ErrorKind::NotFound) {
+            return Err(Error::input(path.display(), "manifest not found")
+                .with_hint("`pinforge build` prints the path of the manifest it writes"));
+        }
+        let file = fsx::open_regular(path, "manifest", true)?;
+        let mut bytes = Vec::new();
+        use std::io::Read;
+        (&file)
+            .take(MAX_MANIFEST_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| Error::io("read", path, e))?;
+        if bytes.len() as u64 > MAX_MANIFEST_BYTES {
+            return Err(Error::input(
+                path.display(),
+                format!("larger than {MAX_MANIFEST_BYTES} bytes: not a pinforge manifest"),
+            ));
+        }
+        Statement::parse(&bytes, path)
+    }
+
+    /// Parse and check manifest bytes; `path` names them in errors.
+    pub fn parse(bytes: &[u8], path: &Path) -> Result<Statement> {
+        let text = std::str::from_utf8(bytes)
+            .map_err(|e| Error::input(path.display(), format!("manifest is not UTF-8: {e}")))?;
+        let s: Statement = serde_json::from_str(text).map_err(|e| {
+            Error::input(
+                format!("{}:{}:{}", path.display(), e.line(), e.column()),
+                format!("not a pinforge manifest: {e}"),
+            )
+        })?;
+        if s.type_ != STATEMENT_TYPE || s.predicate_type != PREDICATE_TYPE {
+            return Err(Error::input(
+                path.display(),
+                "not an in-toto Statement v1 with SLSA provenance v1",
+            ));
+        }
+        let root = &s
+            .predicate
+            .build_definition
+            .internal_parameters
+            .artifact_root;
+        check_relative(root).map_err(|m| {
+            Error::input(path.display(), format!("artifact root `{root}` {m}"))
+                .with_hint("a manifest's artifact root is a folder beside it, such as `stage`")
+        })?;
+        let mut names = std::collections::BTreeSet::new();
+        let links = s
+            .predicate
+            .run_details
+            .byproducts
+            .iter()
+            .filter(|b| b.annotations.contains_key("link_target"));
+        for (what, r) in s
+            .subject
+            .iter()
+            .map(|r| ("subject", r))
+            .chain(links.map(|r| ("link", r)))
+        {
+            check_relative(&r.name)
+                .map_err(|m| Error::input(path.display(), format!("{what} `{}` {m}", r.name)))?;
+            if !names.insert(r.name.as_str()) {
+                return Err(Error::input(
+                    path.display(),
+                    format!("`{}` is listed twice among the subjects and links", r.name),
+                )
+                .with_hint(
+                    "a manifest names each artifact once; this one was edited or is not pinforge's",
+                ));
+            }
+        }
+        Ok(s)
+    }
+
+    /// Canonical, pretty JSON (sorted keys, trailing newline).
+    pub fn to_json(&self) -> Result<String> {
+        let v = serde_json::to_value(self).map_err(|e| Error::Internal(e.to_string()))?;
+        let mut s =
+            serde_json::to_string_pretty(&sort(v)).map_err(|e| Error::Internal(e.to_string()))?;
+        s.push('\n');
+        Ok(s)
+    }
+
+    /// The input digest recorded in the manifest.
+    pub fn input_digest(&self) -> Sha256 {
+        self.predicate
+            .build_definition
+            .internal_parameters
+            .input_digest
+    }
+
+    /// The folder artifacts are relative to, checked: no link on the way from the manifest's
+    /// folder, and a directory (the name itself was checked when the manifest was parsed).
+    pub fn checked_artifact_root(&self, manifest_path: &Path) -> Result<PathBuf> {
+        let base = fsx::parent_of(manifest_path);
+        let rel = &self
+            .predicate
+            .build_definition
+            .internal_parameters
+            .artifact_root;
+        let mut cur = base.clone();
+        for c in Path::new(rel).components() {
+            cur.push(c);
+            match std::fs::symlink_metadata(&cur) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => {
+                    return Err(Error::input(
+                        cur.display(),
+                        "the manifest's artifact root passes through something that is not a folder (a link?)",
+                    ))
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(Error::input(cur.display(), "artifact root not found")
+                        .with_hint("the build folder was removed; rebuild the variant"))
+                }
+                Err(e) => return Err(Error::io("stat", &cur, e)),
+            }
+        }
+        Ok(cur)
+    }
+}
+
+/// The largest manifest read (a manifest of a large build is a few hundred kilobytes).
+const MAX_MANIFEST_BYTES: u64 = 64 << 20;
+
+/// Why a relative path from data may not be used, if it may not: empty, absolute, `.`/`..`
+/// or an empty component, a NUL or any other control character. The one rule for manifest
+/// names and install-root entry paths (the install root's identity lines are newline
+/// separated), so a manifest that parses names only paths that install accepts.
+pub fn check_relative(p: &str) -> std::result::Result<(), &'static str> {
+    if p.is_empty() {
+        return Err("is empty");
+    }
+    if p.starts_with('/') {
+        return Err("is absolute");
+    }
+    if p.contains('\0') {
+        return Err("holds a NUL");
+    }
+    if p.chars().any(char::is_control) {
+        return Err("holds a control character (a line break?)");
+    }
+    for c in p.split('/') {
+        match c {
+            "" => return Err("has an empty component"),
+            "." | ".." => return Err("has a `.` or `..` component"),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Recompute a subject's normalized digest (`normalized` annotation: `rule`, `sha256`) from its
+/// bytes; a mismatch (or a rule this pinforge does not know) is returned for the report.
+fn check_normalized(bytes: &[u8], claimed: &Value) -> Option<Mismatch> {
+    let rule = claimed.get("rule").and_then(Value::as_str).unwrap_or("");
+    let want = claimed.get("sha256").and_then(Value::as_str).unwrap_or("");
+    let expected = format!("normalized {want} ({rule})");
+    let actual = if rule != crate::artifact::normalize::NVCC_TMPXFT {
+        format!("unknown normalization rule `{rule}`")
+    } else {
+        match crate::artifact::normalize::normalize(bytes) {
+            Some(n) if n.sha256.to_string() == want => return None,
+            Some(n) => format!("normalized {} ({rule})", n.sha256),
+            None => "the rule does not apply to this file".to_string(),
+        }
+    };
+    Some(Mismatch {
+        path: String::new(),
+        expected,
+        actual,
+        role: "output".into(),
+    })
+}
+
+/// A regular file's bytes (never a FIFO or device, a link not followed).
+fn read_regular(path: &Path, what: &str) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    fsx::open_regular(path, what, false)?
+        .read_to_end(&mut bytes)
+        .map_err(|e| Error::io("read", path, e))?;
+    Ok(bytes)
+}
+
+/// SHA-256 of a regular file, opened with [`fsx::open_regular`] (nothing else is read).
+fn hash_regular(path: &Path, follow: bool, what: &str) -> Result<Sha256> {
+    Ok(Sha256::of_reader(fsx::open_regular(path, what, follow)?, path)?.0)
+}
+
+/// `root/rel` when no component before the last is a link or a non-folder (`rel` was checked
+/// with [`check_relative`]); None when something on the way is missing.
+fn walk_inside(root: &Path, rel: &str) -> Result<Option<PathBuf>> {
+    let parts: Vec<&str> = rel.split('/').collect();
+    let mut cur = root.to_path_buf();
+    for (i, c) in parts.iter().enumerate() {
+        cur.push(c);
+        if i + 1 == parts.len() {
+            break;
+        }
+        match std::fs::symlink_metadata(&cur) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(Error::input(
+                    cur.display(),
+                    format!(
+                        "`{rel}` passes through something that is not a folder (a link?); refused"
+                    ),
+                ))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io("stat", &cur, e)),
+        }
+    }
+    Ok(Some(cur))
+}
+
+/// Recursively sort object keys (serde_json keeps insertion order only with a feature some
+/// dependency might turn on; canonical form must not depend on that).
+fn sort(v: Value) -> Value {
+    match v {
+        Value::Object(map) => {
+            let sorted: BTreeMap<String, Value> =
+                map.into_iter().map(|(k, v)| (k, sort(v))).collect();
+            Value::Object(sorted.into_iter().collect())
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(sort).collect()),
+        other => other,
+    }
+}
+
+/// Canonical compact JSON of a value (sorted keys, no whitespace).
+pub fn canonical_json<T: Serialize>(value: &T) -> Result<String> {
+    let v = serde_json::to_value(value).map_err(|e| Error::Internal(e.to_string()))?;
+    serde_json::to_string(&sort(v)).map_err(|e| Error::Internal(e.to_string()))
+}
+
+/// The input digest: what was asked for and what it was built from, nothing machine-local.
+pub fn input_digest(params: &ExternalParameters, deps: &[Resource]) -> Result<Sha256> {
+    #[derive(Serialize, schemars::JsonSchema)]
+    struct Inputs<'a> {
+        #[serde(rename = "buildType")]
+        build_type: &'a str,
+        #[serde(rename = "externalParameters")]
+        external: &'a ExternalParameters,
+        #[serde(rename = "resolvedDependencies")]
+        deps: &'a [Resource],
+    }
+    let json = canonical_json(&Inputs {
+        build_type: BUILD_TYPE,
+        external: params,
+        deps,
+    })?;
+    Ok(Sha256::of_bytes(json.as_bytes()))
+}
+
+/// A difference found by `verify`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Mismatch {
+    /// The file (or tree) that differs.
+    pub path: String,
+    /// What the manifest records.
+    pub expected: String,
+    /// What is there now (`missing` when absent).
+    pub actual: String,
+    /// `output` or `input`.
+    pub role: String,
+}
+
+/// The result of `verify`.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct VerifyReport {
+    /// No mismatch.
+    pub ok: bool,
+    /// Every difference.
+    pub mismatches: Vec<Mismatch>,
+    /// Outputs re-hashed.
+    pub outputs_checked: usize,
+    /// Inputs re-hashed (those still on disk).
+    pub inputs_checked: usize,
+    /// Inputs not on disk any more (not an error: a manifest outlives its workspace).
+    pub inputs_absent: Vec<String>,
+    /// The manifest's input digest.
+    pub input_digest: Sha256,
+}
+
+/// Re-hash every output and every input still on disk.
+pub fn verify(manifest_path: &Path) -> Result<VerifyReport> {
+    let st = Statement::read(manifest_path)?;
+    let root = st.checked_artifact_root(manifest_path)?;
+    let mut mismatches = Vec::new();
+    for s in &st.subject {
+        let path = root.join(&s.name);
+        let expected = s.sha256().ok_or_else(|| {
+            Error::input(
+                manifest_path.display(),
+                format!("subject `{}` has no sha256", s.name),
+            )
+        })?;
+        let shown = path.display().to_string();
+        let present = match walk_inside(&root, &s.name)? {
+            None => None,
+            Some(p) => match std::fs::symlink_metadata(&p) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => return Err(Error::io("stat", &p, e)),
+                Ok(_) => Some(p),
+            },
+        };
+        match present {
+            None => mismatches.push(Mismatch {
+                path: shown,
+                expected: expected.to_string(),
+                actual: "missing".into(),
+                role: "output".into(),
+            }),
+            Some(p) => {
+                let claimed = s.annotations.get("normalized");
+                // A subject with a normalized digest is read once, into memory: its digest and
+                // its normalized digest come from the same bytes.
+                let (actual, bytes) = match claimed {
+                    None => (hash_regular(&p, false, "artifact")?, None),
+                    Some(_) => {
+                        let bytes = read_regular(&p, "artifact")?;
+                        (Sha256::of_bytes(&bytes), Some(bytes))
+                    }
+                };
+                if actual != expected {
+                    mismatches.push(Mismatch {
+                        path: shown,
+                        expected: expected.to_string(),
+                        actual: actual.to_string(),
+                        role: "output".into(),
+                    });
+                } else if let (Some(claimed), Some(bytes)) = (claimed, bytes) {
+                    // The bytes are right; the normalized digest a comparison will trust must
+                    // follow from them by the stated rule, or the manifest lies about noise.
+                    if let Some(m) = check_normalized(&bytes, claimed) {
+                        mismatches.push(Mismatch { path: shown, ..m });
+                    }
+                }
+            }
+        }
+    }
+    for b in &st.predicate.run_details.byproducts {
+        if let Some(Value::String(target)) = b.annotations.get("link_target") {
+            let path = root.join(&b.name);
+            let actual = walk_inside(&root, &b.name)?
+                .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))
+                .and_then(std::fs::read_link)
+                .map(|t| t.display().to_string())
+                .unwrap_or_else(|_| "missing".into());
+            if &actual != target {
+                mismatches.push(Mismatch {
+                    path: path.display().to_string(),
+                    expected: format!("link to {target}"),
+                    actual,
+                    role: "output".into(),
+                });
+            }
+        }
+    }
+
+    let internal = &st.predicate.build_definition.internal_parameters;
+    let base = fsx::parent_of(manifest_path);
+    let mut inputs_checked = 0;
+    let mut inputs_absent = Vec::new();
+    for dep in &st.predicate.build_definition.resolved_dependencies {
+        let Some(local) = internal.inputs.get(&dep.name) else {
+            continue;
+        };
+        let path = if local.is_absolute() {
+            local.clone()
+        } else {
+            base.join(local)
+        };
+        // symlink_metadata first: a dangling or looping link is absent, not an error.
+        if std::fs::symlink_metadata(&path).is_err() || std::fs::metadata(&path).is_err() {
+            inputs_absent.push(dep.name.clone());
+            continue;
+        }
+        inputs_checked += 1;
+        if let Some(commit) = dep.digest.get("gitCommit") {
+            let head: GitOid = commit.parse()?;
+            if let Err(e) = crate::source::upstream::check_clean(&path, head) {
+                mismatches.push(Mismatch {
+                    path: path.display().to_string(),
+                    expected: format!("git tree at {commit}, unmodified"),
+                    actual: e.to_string(),
+                    role: "input".into(),
+                });
+            }
+        } else if let Some(expected) = dep.sha256() {
+            let actual = hash_regular(&path, true, &format!("input `{}`", dep.name))?;
+            if actual != expected {
+                mismatches.push(Mismatch {
+                    path: path.display().to_string(),
+                    expected: expected.to_string(),
+                    actual: actual.to_string(),
+                    role: "input".into(),
+                });
+            }
+        }
+    }
+    Ok(VerifyReport {
+        ok: mismatches.is_empty(),
+        mismatches,
+        outputs_checked: st.subject.len(),
+        inputs_checked,
+        inputs_absent,
+        input_digest: internal.input_digest,
+    })
+}
+
+// Time formatting lives in `crate::base::time`; these names stay for callers of this module.
+pub use crate::base::time::{now_rfc3339, rfc3339};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_json_sorts_keys_at_every_level() {
+        let v = serde_json::json!({"b": 1, "a": {"d": [ {"z": 1, "y": 2} ], "c": 3}});
+        assert_eq!(
+            canonical_json(&v).expect("json"),
+            r#"{"a":{"c":3,"d":[{"y":2,"z":1}]},"b":1}"#
+        );
+    }
+
+    #[test]
+    fn input_digest_ignores_nothing_it_covers() {
+        let p = ExternalParameters {
+            recipe: "r".into(),
+            variant: "v".into(),
+            build_type: "Release".into(),
+            targets: vec!["llama".into()],
+            cmake_args: vec!["-DX=1".into()],
+            patches: vec![],
+        };
+        let d1 = input_digest(&p, &[]).expect("digest");
+        let mut p2 = p.clone();
+        p2.cmake_args.push("-DY=1".into());
+        assert_ne!(d1, input_digest(&p2, &[]).expect("digest"));
+        assert_eq!(d1, input_digest(&p, &[]).expect("digest"));
+    }
+
+    const VALID: &str = r#"{"_type": "https://in-toto.io/Statement/v1",
+ "predicateType": "https://slsa.dev/provenance/v1",
+ "subject": [{"name": "lib/liba.so", "digest": {"sha256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"}}],
+ "predicate": {"buildDefinition": {"buildType": "b",
+   "externalParameters": {"recipe": "r", "variant": "v", "build_type": "Release", "targets": [], "cmake_args": [], "patches": []},
+   "internalParameters": {"artifact_root": "stage", "inputs": {"recipe": "../r.toml"},
+     "input_digest": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+   "resolvedDependencies": [{"name": "recipe", "digest": {"sha256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"}}]},
+  "runDetails": {"builder": {"id": "pinforge"}, "metadata": {"invocationId": "x", "startedOn": "", "finishedOn": ""},
+   "byproducts": [{"name": "lib/liba.so.1", "annotations": {"link_target": "liba.so"}}]}}}"#;
+
+    #[test]
+    fn a_valid_manifest_parses_and_round_trips() {
+        let s = Statement::parse(VALID.as_bytes(), Path::new("m.json")).expect("parse");
+        assert_eq!(s.predicate.build_definition.internal_parameters.staging, "");
+        let again = Statement::parse(s.to_json().expect("json").as_bytes(), Path::new("m.json"))
+            .expect("reparse");
+        assert_eq!(again.subject, s.subject);
+    }
+
+    // issue #7 classes 1 and 10: names and roots from a manifest are checked when parsed.
+    #[test]
+    fn escaping_names_roots_and_duplicates_are_refused_at_parse_time() {
+        for (from, to, want) in [
+            (
+                "\"name\": \"lib/liba.so\"",
+                "\"name\": \"/dev/zero\"",
+                "is absolute",
+            ),
+            ("\"name\": \"lib/liba.so\"", "\"name\": \"../x\"", "`..`"),
+            ("\"name\": \"lib/liba.so\"", "\"name\": \"lib/./x\"", "`..`"),
+            ("\"name\": \"lib/liba.so\"", "\"name\": \"\"", "is empty"),
+            (
+                "\"name\": \"lib/liba.so.1\"",
+                "\"name\": \"lib/liba.so\"",
+                "listed twice",
+            ),
+            (
+                "\"name\": \"lib/liba.so.1\"",
+                "\"name\": \"/etc/x\"",
+                "link `/etc/x`",
+            ),
+            (
+                "\"artifact_root\": \"stage\"",
+                "\"artifact_root\": \"../..\"",
+                "artifact root",
+            ),
+            (
+                "\"artifact_root\": \"stage\"",
+                "\"artifact_root\": \"/\"",
+                "artifact root",
+            ),
+        ] {
+            let text = VALID.replacen(from, to, 1);
+            assert_ne!(text, VALID);
+            let e = Statement::parse(text.as_bytes(), Path::new("m.json")).expect_err(to);
+            assert_eq!(e.exit_code(), 2, "{to}");
+            assert!(e.to_string().contains(want), "{to}: {e}");
+        }
+        let twice = VALID.replacen(
+            "\"subject\": [",
+            "\"subject\": [{\"name\": \"lib/liba.so\", \"digest\": {}},",
+            1,
+        );
+        let e = Statement::parse(twice.as_bytes(), Path::new("m.json")).expect_err("dup");
+        assert!(e.to_string().contains("listed twice"), "{e}");
+    }
+
+    #[test]
+    fn relative_paths_are_checked_component_by_component() {
+        // issue #7: a line break in a name breaks install's identity lines, so the manifest
+        // parser refuses what install would refuse.
+        for bad in [
+            "", "/a", "a/../b", "..", "a//b", "a/", "./a", "a\0b", "a\nb", "a\tb", "a\u{7f}",
+        ] {
+            assert!(check_relative(bad).is_err(), "{bad:?}");
+        }
+        for good in ["a", "lib/liba.so", "a/b.c/d", "...", "..a"] {
+            assert!(check_relative(good).is_ok(), "{good:?}");
+        }
+    }
+
+    // issue #7 class 4: a FIFO or a device is refused before a byte is read.
+    #[test]
+    fn special_files_are_refused_unopened() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let fifo = d.path().join("f");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("cstr");
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        for (p, follow) in [
+            (fifo.as_path(), true),
+            (Path::new("/dev/zero"), true),
+            (Path::new("/dev/null"), false),
+        ] {
+            let e = hash_regular(p, follow, "artifact").expect_err("special");
+            assert_eq!(e.exit_code(), 2, "{}", p.display());
+            assert!(e.to_string().contains("not a regular file"), "{e}");
+        }
+        std::os::unix::fs::symlink("f", d.path().join("l")).expect("link");
+        let e = hash_regular(&d.path().join("l"), false, "artifact").expect_err("link");
+        assert!(e.to_string().contains("a symlink"), "{e}");
+        let e = Statement::read(&fifo).expect_err("manifest fifo");
+        assert_eq!(e.exit_code(), 2);
+        std::fs::write(d.path().join("r"), b"abc").expect("write");
+        assert_eq!(
+            hash_regular(&d.path().join("r"), false, "artifact").expect("hash"),
+            Sha256::of_bytes(b"abc")
+        );
+    }
+
+    mod prop {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 10_000, .. ProptestConfig::default() })]
+
+            // issue #7: arbitrary bytes never panic the manifest parser.
+            #[test]
+            fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+                let _ = Statement::parse(&bytes, Path::new("m.json"));
+            }
+
+            // Mutations of a valid manifest reach the path and duplicate checks.
+            #[test]
+            fn mutated_manifests_never_panic(
+                at in 0usize..VALID.len(),
+                cut in 0usize..12,
+                insert in "[\\PC/.\"{}\\[\\],:]{0,10}",
+            ) {
+                let mut text = VALID.to_string();
+                let at = (0..=at).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+                let end = (at..=(at + cut).min(text.len()))
+                    .rev()
+                    .find(|i| text.is_char_boundary(*i))
+                    .unwrap_or(at);
+                text.replace_range(at..end, &insert);
+                if let Ok(s) = Statement::parse(text.as_bytes(), Path::new("m.json")) {
+                    // What parses has only relative, unique names.
+                    for r in &s.subject {
+                        prop_assert!(check_relative(&r.name).is_ok());
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! Toolchains: find the compilers, CMake, Ninja and (for CUDA variants) nvcc a variant names,
+//! read their exact versions, check them against the recipe's requirements, and record what
+//! was used (path, version, SHA-256 of the binary). Nothing is assumed from the machine.
+
+use crate::base::digest::Sha256;
+use crate::base::error::{Error, Result};
+use crate::base::process;
+use crate::source::recipe::Toolchain;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// One tool as found and checked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ToolRecord {
+    /// Absolute path as invoked.
+    pub path: PathBuf,
+    /// The file it resolves to (symlinks followed); this is what was hashed.
+    pub real_path: PathBuf,
+    /// Version parsed from the tool's own output.
+    pub version: String,
+    /// The first line the tool printed about its version, verbatim.
+    pub version_line: String,
+    /// SHA-256 of the binary.
+    pub sha256: Sha256,
+}
+
+/// A toolchain resolved on this machine.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ResolvedToolchain {
+    /// Name in the recipe.
+    pub name: String,
+    /// Tools by role: cc, cxx, cmake, ninja, ccache, and nvcc for CUDA.
+    pub tools: BTreeMap<String, ToolRecord>,
+    /// CUDA toolkit root, for CUDA toolchains.
+    pub cuda_root: Option<String>,
+    /// CUDA architectures, for CUDA toolchains.
+    pub cuda_architectures: Option<String>,
+}
+
+impl ResolvedToolchain {
+    /// A tool by role.
+    pub fn tool(&self, role: &str) -> Result<&ToolRecord> {
+        self.tools
+            .get(role)
+            .ok_or_else(|| Error::Internal(format!("toolchain {} has no {role}", self.name)))
+    }
+}
+
+const BOOTSTRAP_HINT: &str =
+    "run tools/bootstrap.sh (installs CMake, Ninja and ccache into .tools/ without root), or put them on PATH";
+
+/// Find and check every tool of `tc`. `extra` directories are searched before `PATH`.
+pub fn resolve(tc: &Toolchain, extra: &[PathBuf]) -> Result<ResolvedToolchain> {
+    let mut tools = BTreeMap::new();
+    let mut wanted: Vec<(&str, String, &str)> = vec![
+        (
+            "cc",
+            tc.cc.clone(),
+            "install the C compiler, or point the toolchain's `cc` at it",
+        ),
+        (
+            "cxx",
+            tc.cxx.clone(),
+            "install the C++ compiler, or point the toolchain's `cxx` at it",
+        ),
+        ("cmake", "cmake".into(), BOOTSTRAP_HINT),
+        ("ninja", "ninja".into(), BOOTSTRAP_HINT),
+        // The compile cache's launcher: every compile goes through it, cache on or off (see
+        // build::cache), so it is part of the toolchain like Ninja.
+        (
+            crate::artifact::build::cache::ROLE,
+            "ccache".into(),
+            BOOTSTRAP_HINT,
+        ),
+    ];
+    if let Some(nvcc) = &tc.nvcc {
+        wanted.push((
+            "nvcc",
+            nvcc.clone(),
+            "install the CUDA toolkit this toolchain names, or fix its `nvcc` path",
+        ));
+    }
+    for (role, name, hint) in wanted {
+        let path = process::which(&name, extra).ok_or_else(|| {
+            Error::input(
+                format!("toolchain `{}`", tc.name),
+                format!("{role} `{name}` not found"),
+            )
+            .with_hint(hint)
+        })?;
+        let record = probe(role, &path)?;
+        if let Some(req) = tc.requirements.get(role) {
+            let v = lenient_semver(&record.version).ok_or_else(|| {
+                Error::input(
+                    path.display(),
+                    format!("cannot read a version from `{}`", record.version_line),
+                )
+            })?;
+            if !req.matches(&v) {
+                return Err(Error::input(
+                    format!("toolchain `{}`", tc.name),
+                    format!(
+                        "{role} {} is version {}, the recipe requires {req}",
+                        path.display(),
+                        record.version
+                    ),
+                )
+                .with_hint("install the required version or change the recipe's requirement"));
+            }
+        }
+        tools.insert(role.to_string(), record);
+    }
+    Ok(ResolvedToolchain {
+        name: tc.name.clone(),
+        tools,
+        cuda_root: tc.cuda_root.clone(),
+        cuda_architectures: tc.cuda_architectures.clone(),
+    })
+}
+
+/// Ask a tool for its version and hash it.
+fn probe(role: &str, path: &Path) -> Result<ToolRecord> {
+    let mut cmd = Command::new(path);
+    match role {
+        // -dumpfullversion gives gcc's full x.y.z; clang answers -dumpversion.
+        "cc" | "cxx" => cmd.args(["-dumpfullversion", "-dumpversion"]),
+        _ => cmd.arg("--version"),
+    };
+    let out = process::run(&mut cmd, "")?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let version_line = match role {
+        "nvcc" => text
+            .lines()
+            .find(|l| l.contains("release"))
+            .unwrap_or("")
+            .trim()
+            .to_string(),
+        _ => text.lines().next().unwrap_or("").trim().to_string(),
+    };
+    let version = parse_version(role, &version_line).ok_or_else(|| {
+        Error::input(
+            path.display(),
+            format!("cannot read a version from `{version_line}`"),
+        )
+    })?;
+    let real_path = std::fs::canonicalize(path).map_err(|e| Error::io("resolve", path, e))?;
+    let (sha256, _) = Sha256::of_file(&real_path)?;
+    Ok(ToolRecord {
+        path: path.to_path_buf(),
+        real_path,
+        version,
+        version_line,
+        sha256,
+    })
+}
+
+/// The version in a tool's version line: `cmake version 4.4.5` → 4.4.5;
+/// `1.13.2.git.kitware...` → 1.13.2; nvcc's `release 12.8, V12.8.93` → 12.8.93.
+pub fn parse_version(role: &str, line: &str) -> Option<String> {
+    let candidate = match role {
+        "nvcc" => line.rsplit(['V', ' ']).next()?,
+        "cmake" => line.rsplit(' ').next()?,
+        _ => line.split_whitespace().last()?,
+    };
+    let numeric: String = candidate
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    let parts: Vec<&str> = numeric
+        .split('.')
+        .filter(|p| !p.is_empty())
+        .take(3)
+        .collect();
+    (!parts.is_empty()).then(|| parts.join("."))
+}
+
+/// `12.8` → 12.8.0 so that semver requirements apply to two-part versions too.
+pub fn lenient_semver(v: &str) -> Option<semver::Version> {
+    let mut parts: Vec<u64> = v
+        .split('.')
+        .map(|p| p.parse().ok())
+        .collect::<Option<_>>()?;
+    parts.resize(3, 0);
+    Some(semver::Version::new(parts[0], parts[1], parts[2]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_read_from_real_tool_output_shapes() {
+        assert_eq!(
+            parse_version("cmake", "cmake version 4.4.5").as_deref(),
+            Some("4.4.5")
+        );
+        assert_eq!(
+            parse_version("ninja", "1.13.2.git.kitware.jobserver-pipe-1").as_deref(),
+            Some("1.13.2")
+        );
+        assert_eq!(
+            parse_version("nvcc", "Cuda compilation tools, release 12.8, V12.8.93").as_deref(),
+            Some("12.8.93")
+        );
+        assert_eq!(parse_version("cc", "12.2.0").as_deref(), Some("12.2.0"));
+        assert_eq!(parse_version("cc", "no digits"), None);
+    }
+
+    #[test]
+    fn two_part_versions_meet_requirements() {
+        let req = semver::VersionReq::parse(">=12.8.0, <12.9.0").expect("req");
+        assert!(req.matches(&lenient_semver("12.8").expect("v")));
+        assert!(!req.matches(&lenient_semver("13.1.115").expect("v")));
+    }
+
+    #[test]
+    fn missing_compiler_is_an_input_error() {
+        let tc = Toolchain {
+            name: "cpu".into(),
+            description: None,
+            cc: "pinforge-no-such-cc".into(),
+            cxx: "g++".into(),
+            requirements: BTreeMap::new(),
+            nvcc: None,
+            cuda_root: None,
+            cuda_architectures: None,
+            cuda_toolkit: None,
+        };
+        let e = resolve(&tc, &[]).expect_err("missing cc");
+        assert_eq!(e.exit_code(), 2);
+        assert!(
+            e.to_string().contains("cc `pinforge-no-such-cc` not found"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn host_gcc_is_probed_with_its_real_version() {
+        let Some(gcc) = process::which("gcc", &[]) else {
+            return; // the machine image always has gcc; nothing to check without it
+        };
+        let r = probe("cc", &gcc).expect("probe gcc");
+        assert!(lenient_semver(&r.version).is_some(), "{r:?}");
+    }
+}

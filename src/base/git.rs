@@ -1,0 +1,130 @@
+//! Git helpers shared by apply, audit, rebase and export (issue #8: git helpers have one home):
+//! the fixed identity pinforge commits with, the note that keeps a patch's original bytes on
+//! its vendor commit, abbreviated-id resolution, blob reads at a path, and ancestry.
+
+use crate::base::error::{GitContext, Result};
+use git2::{Oid, Repository, Signature, Time, Tree};
+use std::path::Path;
+
+/// The notes ref where each vendor patch commit keeps the exact bytes of the patch file it was
+/// made from, so that `patch export` gives back the file byte for byte.
+pub const PATCH_NOTES_REF: &str = "refs/notes/pinforge-patch";
+
+/// The committer name of every commit and note pinforge makes.
+pub const COMMITTER_NAME: &str = "pinforge";
+/// The committer e-mail of every commit and note pinforge makes (`.invalid`: never routable).
+pub const COMMITTER_EMAIL: &str = "pinforge@pinforge.invalid";
+
+/// The committer signature of every commit and note pinforge makes (fixed: ids depend on
+/// content only).
+pub fn tool_signature(when: &Time) -> Result<Signature<'static>> {
+    Signature::new(COMMITTER_NAME, COMMITTER_EMAIL, when).git_at(&"pinforge signature")
+}
+
+/// Record `bytes` (a patch file) as the note of `commit`.
+pub fn write_patch_note(repo: &Repository, commit: Oid, bytes: &[u8]) -> Result<()> {
+    // Notes are text in git: UTF-8 bytes without NUL are kept as they are; anything else (a
+    // diff may change lines of any bytes) is kept as hex behind a marker, never lossily.
+    let text = match std::str::from_utf8(bytes) {
+        Ok(t) if !t.contains('\0') && !t.starts_with(HEX_MARK) => t.to_string(),
+        _ => {
+            let mut t = String::from(HEX_MARK);
+            for b in bytes {
+                t.push_str(&format!("{b:02x}"));
+            }
+            t
+        }
+    };
+    let sig = tool_signature(&Time::new(0, 0))?;
+    repo.note(&sig, &sig, Some(PATCH_NOTES_REF), commit, &text, true)
+        .git_at(&format!("note on {commit}"))?;
+    Ok(())
+}
+
+const HEX_MARK: &str = "pinforge-hex:";
+
+/// The patch bytes kept on `commit`, if any.
+pub fn read_patch_note(repo: &Repository, commit: Oid) -> Option<Vec<u8>> {
+    let note = repo.find_note(Some(PATCH_NOTES_REF), commit).ok()?;
+    let raw = note.message_bytes();
+    match raw.strip_prefix(HEX_MARK.as_bytes()) {
+        Some(hex) => {
+            let hex = std::str::from_utf8(hex).ok()?.trim_end();
+            (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+                .collect()
+        }
+        None => Some(raw.to_vec()),
+    }
+}
+
+/// Resolve a full or abbreviated commit id to a commit present in `repo`.
+pub fn resolve_commit(repo: &Repository, spec: &str) -> Option<Oid> {
+    if spec.len() < 4 || !spec.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    repo.revparse_single(spec)
+        .ok()
+        .and_then(|o| o.peel_to_commit().ok())
+        .map(|c| c.id())
+}
+
+/// Whether `ancestor` is `tip` or one of its ancestors.
+pub fn is_ancestor(repo: &Repository, ancestor: Oid, tip: Oid) -> bool {
+    ancestor == tip || repo.graph_descendant_of(tip, ancestor).unwrap_or(false)
+}
+
+/// The bytes of the blob at `path` in `tree`; None when there is no blob there.
+pub fn blob_at(repo: &Repository, tree: &Tree, path: &Path) -> Option<Vec<u8>> {
+    let entry = tree.get_path(path).ok()?;
+    let blob = repo.find_blob(entry.id()).ok()?;
+    Some(blob.content().to_vec())
+}
+
+/// Make the objects of `other` (a repository folder with a `.git`, or a bare one) readable
+/// from `repo` without copying them.
+pub fn borrow_objects(repo: &Repository, other: &Path) -> Result<()> {
+    let objects = if other.join(".git").is_dir() {
+        other.join(".git").join("objects")
+    } else {
+        other.join("objects")
+    };
+    let odb = repo.odb().git_at(&other.display())?;
+    odb.add_disk_alternate(&objects.to_string_lossy())
+        .git_at(&objects.display())?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_patch_note_round_trips_and_abbreviated_ids_resolve() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let repo = Repository::init(dir.path()).expect("init");
+        let tree = repo
+            .find_tree(repo.index().expect("index").write_tree().expect("tree"))
+            .expect("tree");
+        let sig = tool_signature(&Time::new(0, 0)).expect("sig");
+        let c = repo
+            .commit(Some("HEAD"), &sig, &sig, "m", &tree, &[])
+            .expect("commit");
+        write_patch_note(&repo, c, b"From: x\n\ndiff\n").expect("note");
+        assert_eq!(
+            read_patch_note(&repo, c).as_deref(),
+            Some(&b"From: x\n\ndiff\n"[..])
+        );
+        let odd = b"diff\n+\xff\x00bytes\n".to_vec();
+        write_patch_note(&repo, c, &odd).expect("note");
+        assert_eq!(
+            read_patch_note(&repo, c),
+            Some(odd),
+            "non-UTF-8 bytes round trip"
+        );
+        assert_eq!(resolve_commit(&repo, &c.to_string()[..9]), Some(c));
+        assert_eq!(resolve_commit(&repo, "zz"), None);
+        assert!(is_ancestor(&repo, c, c));
+    }
+}

@@ -1,0 +1,465 @@
+//! History evidence for a patch against a git pin: is its `Upstream-Commit` an ancestor of the
+//! new pin, was it cherry-picked, and does the log between the old and the new pin reference
+//! its PR or issue number — and was any of that reverted since.
+
+use super::{Evidence, EvidenceKind, Strength};
+use crate::source::patch::lint::Attribution;
+use git2::{Oid, Repository};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One commit of the range, read once.
+struct LogCommit {
+    id: Oid,
+    subject: String,
+    body: String,
+}
+
+/// The log between two pins, read once for every patch of the bundle.
+pub struct Log {
+    commits: Vec<LogCommit>,
+    /// Commit → the revert that undid it (from `This reverts commit X`).
+    reverted_by: BTreeMap<Oid, Oid>,
+    /// Subjects named by `Revert "SUBJECT"` commits → the revert.
+    reverted_subjects: BTreeMap<String, Oid>,
+    /// Commits that are themselves reverts (they never count as a merge reference).
+    reverts: BTreeSet<Oid>,
+    /// What the range is, for evidence details ("b7992..b8148", "all history up to X").
+    pub range: String,
+}
+
+impl Log {
+    /// Read `tip`'s history, stopping at `base` when it is known (and an ancestor).
+    pub fn read(repo: &Repository, base: Option<Oid>, tip: Oid) -> Result<Log, git2::Error> {
+        let mut walk = repo.revwalk()?;
+        walk.push(tip)?;
+        let range = match base {
+            Some(b) if crate::base::git::is_ancestor(repo, b, tip) => {
+                walk.hide(b)?;
+                format!("{}..{}", short(b), short(tip))
+            }
+            _ => format!(
+                "all history up to {} (the old pin is not in it)",
+                short(tip)
+            ),
+        };
+        let mut log = Log {
+            commits: Vec::new(),
+            reverted_by: BTreeMap::new(),
+            reverted_subjects: BTreeMap::new(),
+            reverts: BTreeSet::new(),
+            range,
+        };
+        for id in walk {
+            let id = id?;
+            let c = repo.find_commit(id)?;
+            let msg = String::from_utf8_lossy(c.message_bytes()).into_owned();
+            let (subject, body) = match msg.split_once('\n') {
+                Some((s, b)) => (s.trim().to_string(), b.to_string()),
+                None => (msg.trim().to_string(), String::new()),
+            };
+            if let Some(inner) = subject
+                .strip_prefix("Revert \"")
+                .and_then(|s| s.strip_suffix('"'))
+            {
+                log.reverts.insert(id);
+                log.reverted_subjects.insert(inner.to_string(), id);
+                for word in body.split_whitespace() {
+                    let w = word.trim_end_matches(['.', ',']);
+                    if w.len() == 40 {
+                        if let Ok(o) = Oid::from_str(w) {
+                            log.reverted_by.insert(o, id);
+                        }
+                    }
+                }
+            }
+            log.commits.push(LogCommit { id, subject, body });
+        }
+        Ok(log)
+    }
+
+    /// Number of commits in the range.
+    pub fn len(&self) -> usize {
+        self.commits.len()
+    }
+
+    /// Whether the range is empty.
+    pub fn is_empty(&self) -> bool {
+        self.commits.is_empty()
+    }
+
+    fn revert_of(&self, c: &LogCommit) -> Option<Oid> {
+        self.reverted_by
+            .get(&c.id)
+            .or_else(|| self.reverted_subjects.get(&c.subject))
+            .copied()
+    }
+
+    fn subject_of(&self, id: Oid) -> String {
+        self.commits
+            .iter()
+            .find(|c| c.id == id)
+            .map(|c| c.subject.clone())
+            .unwrap_or_default()
+    }
+}
+
+fn short(o: Oid) -> String {
+    o.to_string()[..9].to_string()
+}
+
+/// `owner/repo` (lowercase, `.git` removed) of a git URL whose form names one: `https://host/o/r`,
+/// `ssh://host/o/r`, `git@host:o/r`, `file:///…/o/r`. A bare local path names none.
+pub fn repo_slug(url: &str) -> Option<String> {
+    let rest = match url.split_once("://") {
+        Some((_, r)) => r.split_once('/').map(|(_, p)| p)?,
+        None => {
+            let (host, path) = url.split_once(':')?;
+            if host.contains('/') || host.is_empty() {
+                return None;
+            }
+            path
+        }
+    };
+    let parts: Vec<&str> = rest
+        .trim_end_matches('/')
+        .split('/')
+        .filter(|p| !p.is_empty())
+        .collect();
+    let [.., owner, repo] = parts.as_slice() else {
+        return None;
+    };
+    let repo = repo.strip_suffix(".git").unwrap_or(repo);
+    Some(format!("{owner}/{repo}").to_ascii_lowercase())
+}
+
+/// `owner/repo` of an issue or PR URL (`https://github.com/o/r/pull/1`).
+pub fn ref_slug(url: &str) -> Option<String> {
+    let parts: Vec<&str> = url.split('/').collect();
+    let at = parts
+        .iter()
+        .rposition(|p| *p == "pull" || *p == "issues" || *p == "pulls")?;
+    let (owner, repo) = (parts.get(at.checked_sub(2)?)?, parts.get(at - 1)?);
+    if owner.is_empty() || repo.is_empty() || owner.contains(':') {
+        return None;
+    }
+    Some(format!("{owner}/{repo}").to_ascii_lowercase())
+}
+
+/// Whether `text` names `#n` as a whole number (`(#19928)`, `#19928,`, not `#199280`), or the
+/// GitHub URL of issue/PR `n`. A `#n` glued to a name (`ggml#1234`, `org/repo#1234`) is another
+/// repository's number, and so is a URL naming another `owner/repo` than `slug` (when known).
+pub fn mentions(text: &str, n: u64, slug: Option<&str>) -> bool {
+    let needle = format!("#{n}");
+    let foreign = |c: char| c.is_ascii_alphanumeric() || matches!(c, '/' | '-' | '_' | '.');
+    let mut from = 0usize;
+    while let Some(at) = text[from..].find(&needle) {
+        let start = from + at;
+        let end = start + needle.len();
+        let glued = text[..start].chars().next_back().is_some_and(foreign);
+        if !glued && !text[end..].starts_with(|c: char| c.is_ascii_digit()) {
+            return true;
+        }
+        from = end;
+    }
+    [format!("/pull/{n}"), format!("/issues/{n}")]
+        .iter()
+        .any(|u| {
+            text.match_indices(u.as_str()).any(|(i, m)| {
+                if text[i + m.len()..].starts_with(|c: char| c.is_ascii_digit()) {
+                    return false;
+                }
+                // The URL starts after the last separator (a multi-byte space included).
+                let url_start = text[..i]
+                    .char_indices()
+                    .rev()
+                    .find(|(_, c)| c.is_whitespace() || matches!(c, '(' | '<' | '['))
+                    .map(|(j, c)| j + c.len_utf8())
+                    .unwrap_or(0);
+                let named = ref_slug(&text[url_start..i + m.len()]);
+                !matches!((slug, named.as_deref()), (Some(a), Some(b)) if a != b)
+            })
+        })
+}
+
+/// The history evidence for one patch.
+///
+/// `pin_url` is the new pin's git URL: a PR or issue whose URL names another `owner/repo` than
+/// it (both known) is another repository's number, so a log reference to it is at most weak
+/// and never decides `merged` (`ggml-org/ggml#1234` is not llama.cpp's `#1234`).
+pub fn evidence(
+    repo: &Repository,
+    log: &Log,
+    tip: Oid,
+    a: &Attribution,
+    pin_url: &str,
+) -> Vec<Evidence> {
+    let pin_slug = repo_slug(pin_url);
+    let mut out = Vec::new();
+    // 1. The patch's upstream commit: an ancestor of the new pin, or cherry-picked into it.
+    if let Some(spec) = &a.commit {
+        match crate::base::git::resolve_commit(repo, spec) {
+            Some(c) if crate::base::git::is_ancestor(repo, c, tip) => {
+                match log.commits.iter().find(|lc| lc.id == c).and_then(|lc| log.revert_of(lc)) {
+                    Some(rev) => out.push(Evidence::new(
+                        EvidenceKind::Reverted,
+                        format!(
+                            "Upstream-Commit {spec} is an ancestor of the new pin, but {} \"{}\" reverted it",
+                            short(rev),
+                            log.subject_of(rev)
+                        ),
+                        Strength::Strong,
+                    )),
+                    None => out.push(Evidence::new(
+                        EvidenceKind::UpstreamCommitAncestor,
+                        format!("Upstream-Commit {spec} ({}) is an ancestor of the new pin {}", short(c), short(tip)),
+                        Strength::Strong,
+                    )),
+                }
+            }
+            Some(c) => out.push(Evidence::new(
+                EvidenceKind::UpstreamCommitAncestor,
+                format!(
+                    "Upstream-Commit {spec} ({}) exists but is not an ancestor of the new pin",
+                    short(c)
+                ),
+                Strength::Note,
+            )),
+            None => out.push(Evidence::new(
+                EvidenceKind::UpstreamCommitAncestor,
+                format!("Upstream-Commit {spec} is not in the fetched history"),
+                Strength::Note,
+            )),
+        }
+        let picked = log.commits.iter().find(|lc| {
+            !log.reverts.contains(&lc.id)
+                && lc.body.lines().any(|l| {
+                    l.trim()
+                        .strip_prefix("(cherry picked from commit ")
+                        .is_some_and(|r| r.trim_end_matches(')').starts_with(spec.as_str()))
+                })
+        });
+        if let Some(lc) = picked {
+            match log.revert_of(lc) {
+                Some(rev) => out.push(Evidence::new(
+                    EvidenceKind::Reverted,
+                    format!(
+                        "{} \"{}\" cherry-picked Upstream-Commit {spec}, but {} reverted it",
+                        short(lc.id),
+                        lc.subject,
+                        short(rev)
+                    ),
+                    Strength::Strong,
+                )),
+                None => out.push(Evidence::new(
+                    EvidenceKind::CherryPicked,
+                    format!(
+                        "{} \"{}\" is a cherry-pick of Upstream-Commit {spec}",
+                        short(lc.id),
+                        lc.subject
+                    ),
+                    Strength::Strong,
+                )),
+            }
+        }
+    }
+    // 2. The log references the PR (squash merges put `(#NNNN)` in the subject) or the issue.
+    let numbers: Vec<(&crate::source::patch::lint::IssueRef, &str)> = a
+        .prs
+        .iter()
+        .map(|p| (p, "PR"))
+        .chain(a.issues.iter().map(|i| (i, "issue")))
+        .collect();
+    for (r, what) in numbers {
+        let n = r.number;
+        let foreign = match (pin_slug.as_deref(), ref_slug(&r.url)) {
+            (Some(pin), Some(named)) if pin != named => Some(named),
+            _ => None,
+        };
+        let cap = |s: Strength| if foreign.is_some() { Strength::Weak } else { s };
+        let whose = foreign
+            .as_deref()
+            .map(|f| format!(" (of {f}, not of the pinned repository: not evidence of a merge)"))
+            .unwrap_or_default();
+        let mut in_subject = false;
+        let mut body_only: Vec<&LogCommit> = Vec::new();
+        for lc in &log.commits {
+            if log.reverts.contains(&lc.id) {
+                continue;
+            }
+            if mentions(&lc.subject, n, pin_slug.as_deref()) {
+                in_subject = true;
+                match log.revert_of(lc) {
+                    Some(rev) => out.push(Evidence::new(
+                        EvidenceKind::Reverted,
+                        format!(
+                            "{} \"{}\" references {what} #{n}{whose}, but {} \"{}\" reverted it",
+                            short(lc.id),
+                            lc.subject,
+                            short(rev),
+                            log.subject_of(rev)
+                        ),
+                        cap(Strength::Strong),
+                    )),
+                    None => out.push(Evidence::new(
+                        EvidenceKind::LogReference,
+                        format!(
+                            "{} \"{}\" references {what} #{n}{whose} in its subject ({})",
+                            short(lc.id),
+                            lc.subject,
+                            log.range
+                        ),
+                        cap(if what == "PR" {
+                            Strength::Strong
+                        } else {
+                            Strength::Moderate
+                        }),
+                    )),
+                }
+            } else if mentions(&lc.body, n, pin_slug.as_deref()) {
+                body_only.push(lc);
+            }
+        }
+        if !in_subject {
+            for lc in body_only {
+                out.push(Evidence::new(
+                    EvidenceKind::LogReferenceBody,
+                    format!(
+                        "{} \"{}\" mentions {what} #{n} only in its body: not evidence of a merge on its own",
+                        short(lc.id),
+                        lc.subject
+                    ),
+                    Strength::Weak,
+                ));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mentions_matches_whole_numbers_and_urls_only() {
+        assert!(mentions("kv-cache : fix can_shift (#19928)", 19928, None));
+        assert!(!mentions("bump (#199280)", 19928, None));
+        assert!(!mentions("bump (#1992)", 19928, None));
+        assert!(mentions(
+            "see https://github.com/o/r/issues/20093.",
+            20093,
+            None
+        ));
+        assert!(!mentions(
+            "see https://github.com/o/r/issues/200931",
+            20093,
+            None
+        ));
+    }
+
+    // review item 2: another repository's number is not this repository's.
+    #[test]
+    fn a_number_glued_to_a_name_or_a_foreign_url_is_not_a_mention() {
+        let me = Some("ggml-org/llama.cpp");
+        assert!(!mentions("sync ggml (ggml#1234)", 1234, me));
+        assert!(!mentions("sync (ggml-org/ggml#1234)", 1234, me));
+        assert!(mentions("fix (#1234)", 1234, me));
+        assert!(!mentions(
+            "see https://github.com/ggml-org/ggml/pull/1234",
+            1234,
+            me
+        ));
+        assert!(mentions(
+            "see https://github.com/ggml-org/llama.cpp/pull/1234",
+            1234,
+            me
+        ));
+        assert!(!mentions(
+            "see\u{3000}https://github.com/ggml-org/ggml/pull/1234",
+            1234,
+            me
+        ));
+        assert!(mentions("\u{3000}/pull/1234", 1234, me));
+        assert_eq!(
+            repo_slug("https://github.com/ggml-org/llama.cpp.git").as_deref(),
+            me
+        );
+        assert_eq!(
+            repo_slug("git@github.com:ggml-org/llama.cpp").as_deref(),
+            me
+        );
+        assert_eq!(repo_slug("/srv/git/upstream"), None);
+        assert_eq!(
+            ref_slug("https://github.com/ggml-org/ggml/pull/1234").as_deref(),
+            Some("ggml-org/ggml")
+        );
+    }
+
+    fn attribution(pr: &str, n: u64) -> Attribution {
+        Attribution {
+            summary: "x".into(),
+            description: String::new(),
+            body: String::new(),
+            status: crate::source::patch::header::UpstreamStatus::Pending,
+            issues: Vec::new(),
+            prs: vec![crate::source::patch::lint::IssueRef {
+                number: n,
+                url: pr.into(),
+            }],
+            commit: None,
+            authors: Vec::new(),
+            reporters: Vec::new(),
+            from: None,
+            origin: None,
+            applied_upstream: None,
+            last_update: None,
+            date: None,
+        }
+    }
+
+    // review item 2: a git history where llama.cpp's log carries `#1234` of its own, while the
+    // patch's PR is ggml's #1234: no strong reference, so the audit cannot call it merged.
+    #[test]
+    fn a_pr_of_another_repository_never_gives_strong_history_evidence() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let repo = Repository::init(dir.path()).expect("init");
+        let sig = git2::Signature::now("t", "t@example.invalid").expect("sig");
+        let mut parent: Option<Oid> = None;
+        let mut commit = |msg: &str| {
+            let tree_id = repo.treebuilder(None).expect("tb").write().expect("tree");
+            let tree = repo.find_tree(tree_id).expect("tree");
+            let parents: Vec<git2::Commit> = parent
+                .map(|p| repo.find_commit(p).expect("parent"))
+                .into_iter()
+                .collect();
+            let refs: Vec<&git2::Commit> = parents.iter().collect();
+            let id = repo
+                .commit(Some("HEAD"), &sig, &sig, msg, &tree, &refs)
+                .expect("commit");
+            parent = Some(id);
+            id
+        };
+        let base = commit("v1");
+        commit("server: unrelated fix (#1234)");
+        let tip = commit("sync ggml (ggml#1234)");
+        let log = Log::read(&repo, Some(base), tip).expect("log");
+        let pin = "https://github.com/ggml-org/llama.cpp";
+        let foreign = attribution("https://github.com/ggml-org/ggml/pull/1234", 1234);
+        let ev = evidence(&repo, &log, tip, &foreign, pin);
+        assert!(ev.iter().all(|e| e.strength != Strength::Strong), "{ev:?}");
+        assert!(
+            ev.iter().any(|e| e.detail.contains("of ggml-org/ggml")),
+            "{ev:?}"
+        );
+        // The same number of the pinned repository is a strong reference, but only its own
+        // `(#1234)`, not ggml's.
+        let own = attribution("https://github.com/ggml-org/llama.cpp/pull/1234", 1234);
+        let ev = evidence(&repo, &log, tip, &own, pin);
+        let strong: Vec<_> = ev
+            .iter()
+            .filter(|e| e.strength == Strength::Strong)
+            .collect();
+        assert_eq!(strong.len(), 1, "{ev:?}");
+        assert!(strong[0].detail.contains("unrelated fix"), "{ev:?}");
+    }
+}

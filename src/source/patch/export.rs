@@ -1,0 +1,248 @@
+//! The reverse of applying (issue #9, the way `gbp pq export` and `devtool finish` work): the
+//! vendor tree's commits above the pristine base written back as patch files, one per commit.
+//!
+//! A commit pinforge made from a patch file keeps that file's exact bytes as a git note
+//! ([`crate::base::git::PATCH_NOTES_REF`]); when the note is on that very commit and its SHA-256 is
+//! the one the commit's `Pinforge-Patch-Sha256` trailer names, the file is written back byte
+//! for byte. Any other commit (added or amended by hand) is exported from the commit itself:
+//! `From`/`Date`/`Subject` from the commit, the attribution fields from its trailers, the body
+//! as `Description`, then the diff against its parent. Every exported file is linted, so a
+//! commit without attribution trailers exports with lint errors, never silently.
+
+use super::{lint, PatchFile, PatchId};
+use crate::base::digest::Sha256;
+use crate::base::error::{Error, GitContext, Result};
+use git2::{Commit, Repository};
+use serde::Serialize;
+use std::path::Path;
+
+/// Trailers that are attribution fields of the header (in the order they are written).
+const FIELDS: &[&str] = &[
+    "Upstream-Status",
+    "Upstream-Issue",
+    "Upstream-PR",
+    "Upstream-Commit",
+    "Upstream-Author",
+    "Reported-by",
+    "Origin",
+    "Applied-Upstream",
+    "Last-Update",
+];
+
+/// One exported patch.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct Exported {
+    /// File name written.
+    pub file: String,
+    /// The commit it came from.
+    pub commit: String,
+    /// `note` (the original file, byte for byte) or `commit` (rebuilt from the commit).
+    pub from: &'static str,
+    /// SHA-256 of the file.
+    pub sha256: Sha256,
+    /// Lint findings of the file (errors for a commit without attribution).
+    pub findings: Vec<lint::Finding>,
+    /// The bytes.
+    #[serde(skip)]
+    pub bytes: Vec<u8>,
+}
+
+/// Export the commits of `repo` above `base` (default: the pristine tag), oldest first.
+pub fn export(repo_path: &Path, base: Option<&str>) -> Result<Vec<Exported>> {
+    let subject = repo_path.display().to_string();
+    let repo = Repository::open(repo_path)
+        .map_err(|e| Error::input(&subject, format!("not a git repository: {}", e.message())))?;
+    let base_spec = base.unwrap_or(crate::source::upstream::PRISTINE_TAG);
+    let base_oid = repo
+        .revparse_single(base_spec)
+        .and_then(|o| o.peel_to_commit())
+        .map(|c| c.id())
+        .map_err(|_| {
+            Error::input(&subject, format!("base `{base_spec}` is not a commit here"))
+                .with_hint("name the upstream commit the patches sit on with --base")
+        })?;
+    let head = repo
+        .head()
+        .and_then(|h| h.peel_to_commit())
+        .map_err(|_| Error::input(&subject, "repository has no HEAD commit"))?;
+    let mut walk = repo.revwalk().git_at(&subject)?;
+    walk.push(head.id()).git_at(&subject)?;
+    walk.hide(base_oid).git_at(&subject)?;
+    walk.simplify_first_parent().git_at(&subject)?;
+    walk.set_sorting(git2::Sort::TOPOLOGICAL | git2::Sort::REVERSE)
+        .git_at(&subject)?;
+    let mut out: Vec<Exported> = Vec::new();
+    for (n, oid) in walk.enumerate() {
+        let oid = oid.git_at(&subject)?;
+        let c = repo.find_commit(oid).git_at(&subject)?;
+        if c.parent_count() != 1 {
+            return Err(Error::input(
+                format!("{subject}: commit {oid}"),
+                "a merge commit cannot become one patch",
+            )
+            .with_hint("rebase the vendor tree's patches into a linear series first"));
+        }
+        let trailers = trailers(&c);
+        let named = trailers
+            .iter()
+            .find(|(k, _)| k == "Pinforge-Patch")
+            .map(|(_, v)| v.clone());
+        let want = trailers
+            .iter()
+            .find(|(k, _)| k == "Pinforge-Patch-Sha256")
+            .and_then(|(_, v)| v.parse::<Sha256>().ok());
+        let note = crate::base::git::read_patch_note(&repo, oid)
+            .filter(|b| want.is_some_and(|w| w == Sha256::of_bytes(b)));
+        let (bytes, from) = match note {
+            Some(b) => (b, "note"),
+            None => (from_commit(&repo, &c, &trailers, &subject)?, "commit"),
+        };
+        // An amended pinforge commit keeps its trailer, and so its file name.
+        let file = match named.filter(|f| PatchId::new(f).is_ok()) {
+            Some(f) => f,
+            None => file_name(n + 1, c.summary().unwrap_or("patch")),
+        };
+        // Two commits naming one file (a copied trailer, or a generated name equal to a
+        // trailer's) would overwrite each other's patch: refuse before anything is written.
+        if let Some(first) = out.iter().find(|e| e.file == file) {
+            return Err(Error::input(
+                format!("{subject}: commits {} and {oid}", first.commit),
+                format!("both export to {file}; one patch would overwrite the other"),
+            )
+            .with_hint(format!(
+                "give one of them its own file name: amend its `Pinforge-Patch: {file}` trailer (or remove it to get a generated name)"
+            )));
+        }
+        let id = PatchId::new(&file).map_err(|m| Error::Internal(m.to_string()))?;
+        let parsed = PatchFile::from_bytes(id, file.clone().into(), bytes.clone());
+        out.push(Exported {
+            file,
+            commit: oid.to_string(),
+            from,
+            sha256: parsed.sha256,
+            findings: parsed.findings,
+            bytes,
+        });
+    }
+    Ok(out)
+}
+
+/// The last paragraph's `Key: value` lines.
+fn trailers(c: &Commit) -> Vec<(String, String)> {
+    let msg = String::from_utf8_lossy(c.message_bytes()).into_owned();
+    let last = msg
+        .trim_end()
+        .rsplit("\n\n")
+        .next()
+        .unwrap_or("")
+        .to_string();
+    let mut out = Vec::new();
+    for line in last.lines() {
+        match line.split_once(": ") {
+            Some((k, v))
+                if !k.is_empty() && k.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '-') =>
+            {
+                out.push((k.to_string(), v.trim().to_string()))
+            }
+            _ => return Vec::new(),
+        }
+    }
+    out
+}
+
+/// `NNNN-slug.patch` from a subject, as `git format-patch` names files.
+fn file_name(n: usize, subject: &str) -> String {
+    let mut slug = String::new();
+    for ch in subject.chars() {
+        if ch.is_ascii_alphanumeric() || ch == '.' || ch == '_' {
+            slug.push(ch);
+        } else if !slug.ends_with('-') {
+            slug.push('-');
+        }
+    }
+    let slug: String = slug.trim_matches(['-', '.']).chars().take(52).collect();
+    format!(
+        "{n:04}-{}.patch",
+        if slug.is_empty() { "patch" } else { &slug }
+    )
+}
+
+fn rfc2822(t: git2::Time) -> String {
+    crate::base::time::rfc2822(t.seconds(), t.offset_minutes())
+}
+
+/// A patch file rebuilt from a commit: mail header, attribution from its trailers, the body as
+/// `Description`, the diff against its parent.
+fn from_commit(
+    repo: &Repository,
+    c: &Commit,
+    trailers: &[(String, String)],
+    subject: &str,
+) -> Result<Vec<u8>> {
+    let author = c.author();
+    let mut s = format!(
+        "From: {} <{}>\nDate: {}\nSubject: [PATCH] {}\n",
+        author.name().unwrap_or("unknown"),
+        author.email().unwrap_or("unknown@invalid"),
+        rfc2822(author.when()),
+        c.summary().unwrap_or("")
+    );
+    let msg = String::from_utf8_lossy(c.message_bytes()).into_owned();
+    let mut paragraphs: Vec<&str> = msg.trim_end().split("\n\n").collect();
+    if !trailers.is_empty() {
+        paragraphs.pop();
+    }
+    let body: Vec<&str> = paragraphs.iter().skip(1).flat_map(|p| p.lines()).collect();
+    if !body.is_empty() {
+        s.push_str(&format!("Description: {}\n", body[0].trim()));
+        for l in &body[1..] {
+            let l = l.trim();
+            s.push_str(if l.is_empty() { " .\n" } else { " " });
+            if !l.is_empty() {
+                s.push_str(l);
+                s.push('\n');
+            }
+        }
+    }
+    for f in FIELDS {
+        for (k, v) in trailers {
+            if k.eq_ignore_ascii_case(f) {
+                s.push_str(&format!("{f}: {v}\n"));
+            }
+        }
+    }
+    s.push_str("\n---\n");
+    let parent = c.parent(0).and_then(|p| p.tree()).git_at(&subject)?;
+    let tree = c.tree().git_at(&subject)?;
+    let diff = repo
+        .diff_tree_to_tree(Some(&parent), Some(&tree), None)
+        .git_at(&subject)?;
+    let mut bytes = s.into_bytes();
+    diff.print(git2::DiffFormat::Patch, |_, _, line| {
+        if matches!(line.origin(), '+' | '-' | ' ') {
+            bytes.push(line.origin() as u8);
+        }
+        bytes.extend_from_slice(line.content());
+        true
+    })
+    .git_at(&subject)?;
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_and_dates_follow_git_format_patch() {
+        assert_eq!(
+            file_name(3, "kv-cache: fix can_shift() check"),
+            "0003-kv-cache-fix-can_shift-check.patch"
+        );
+        assert_eq!(file_name(1, "!!!"), "0001-patch.patch");
+        assert_eq!(
+            rfc2822(git2::Time::new(1_795_996_800, 60)),
+            "Mon, 30 Nov 2026 01:00:00 +0100"
+        );
+    }
+}

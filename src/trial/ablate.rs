@@ -1,0 +1,765 @@
+//! Patch ablation: a variant built and smoked with subsets of its patch list (every subset for
+//! at most four patches; otherwise none, each alone, each left out, and all), to tell which
+//! patches are necessary and which sets are sufficient to remove a crash signature.
+//!
+//! Each subset is a derived variant (the same everything, `patches = [subset]`) built under its
+//! own folder `VARIANT.abl-none`, `VARIANT.abl-0001-0003` (the leading number of each patch
+//! file, or its position when a name has none). A subset whose configuration equals a variant
+//! the recipe already defines (the empty subset of `patched-asan` is `unpatched-asan`, the full
+//! one `patched-asan` itself) is built as that variant, so its build folder — and pinforge's
+//! build cache — is reused. A subset whose patches do not apply alone is retried with one more
+//! patch of the list (the first, in series order, with which it applies), and the record says
+//! which. Records go to `ablations/RECIPE--VARIANT-NNNN/` (see [`crate::trial::flip`] for the id rule).
+//!
+//! Words used in the record: a subset is `clean` (smoke ok), shows `signature` (the crash
+//! signature the empty subset shows), `other-crash` (another signature), or is `undetermined`
+//! (it did not apply, build or smoke; or the decode diverged). A set is sufficient when it is
+//! clean and no smaller tested set inside it is; a patch is necessary when the full set is
+//! clean and leaving that patch out alone is not; a patch does not touch the signature when
+//! adding it to any tested subset never changes the outcome.
+
+use crate::artifact::build::{self, BuildOptions};
+use crate::artifact::manifest;
+use crate::base::digest::Sha256;
+use crate::base::error::{Error, Result};
+use crate::base::names::is_identifier;
+use crate::base::workspace::Workspace;
+use crate::deploy::smoke::{SmokeOptions, Verdict as SmokeVerdict};
+use crate::source::recipe::{PatchSelection, Recipe, Variant, VariantName};
+use crate::source::upstream;
+use crate::trial::flip::{self, PatchRef, SideResult, SmokeSide};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// The schema id of an ablation record and of `ablate --json`.
+pub const SCHEMA: &str = "pinforge.ablate/v1";
+
+/// Up to this many patches, every subset is tried.
+pub const ALL_SUBSETS_UP_TO: usize = 4;
+
+/// The subsets to try, as sorted index lists: every subset (by size, then order) for at most
+/// [`ALL_SUBSETS_UP_TO`] patches; otherwise the empty set, each patch alone, each left out,
+/// and the full set.
+pub fn subsets(n: usize) -> Vec<Vec<usize>> {
+    let mut out: Vec<Vec<usize>> = if n <= ALL_SUBSETS_UP_TO {
+        (0u32..(1u32 << n))
+            .map(|mask| (0..n).filter(|i| mask & (1 << i) != 0).collect())
+            .collect()
+    } else {
+        let mut v = vec![Vec::new()];
+        v.extend((0..n).map(|i| vec![i]));
+        v.extend((0..n).map(|i| (0..n).filter(|j| *j != i).collect()));
+        v.push((0..n).collect());
+        v
+    };
+    out.sort_by(|a, b| a.len().cmp(&b.len()).then_with(|| a.cmp(b)));
+    out.dedup();
+    out
+}
+
+/// The short labels of a variant's patches, one per patch: each file's leading number (`0001`
+/// of `0001-fix.patch`) when every file has one and no two repeat; otherwise every patch gets
+/// its 1-based position as four digits. Mixing the two could collide (`fix.patch` at position
+/// 1 and `0001-x.patch`), and a label names a derived variant and its build folder, so the
+/// labels must be unique.
+pub fn short_ids(patches: &[PatchRef]) -> Vec<String> {
+    let leads: Vec<String> = patches
+        .iter()
+        .map(|p| p.file.chars().take_while(char::is_ascii_digit).collect())
+        .collect();
+    let usable = leads.iter().all(|l| !l.is_empty() && l.len() <= 8)
+        && leads
+            .iter()
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+            == leads.len();
+    if usable {
+        leads
+    } else {
+        (1..=patches.len()).map(|i| format!("{i:04}")).collect()
+    }
+}
+
+/// A subset's label: `none`, or the short ids joined with `+`.
+pub fn label(patches: &[PatchRef], subset: &[usize]) -> String {
+    if subset.is_empty() {
+        return "none".into();
+    }
+    let ids = short_ids(patches);
+    subset
+        .iter()
+        .map(|&i| ids[i].clone())
+        .collect::<Vec<_>>()
+        .join("+")
+}
+
+/// The derived variant's name: `VARIANT.abl-none`, `VARIANT.abl-0001-0003`. Too long for a
+/// folder name, it becomes `abl-` and a digest of the variant and the subset.
+pub fn derived_name(variant: &str, patches: &[PatchRef], subset: &[usize]) -> VariantName {
+    let name = format!("{variant}.abl-{}", label(patches, subset).replace('+', "-"));
+    let name = if is_identifier(&name) {
+        name
+    } else {
+        let key = format!("{variant}\n{}", label(patches, subset));
+        format!("abl-{}", Sha256::of_bytes(key.as_bytes()).short(16))
+    };
+    VariantName::new(&name).expect("invariant: derived names are identifiers")
+}
+
+/// How one subset came out, for the analysis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Class {
+    /// Smoke ok.
+    Clean,
+    /// A crash with this normalized signature.
+    Crash(String),
+    /// No outcome, with the reason.
+    Undetermined(String),
+}
+
+/// What the subsets show.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct Analysis {
+    /// The normalized signature of the empty subset (None: nothing to ablate).
+    pub target_signature: Option<String>,
+    /// Patches (indices) whose removal alone from the full set brings the target signature
+    /// back.
+    pub necessary: Vec<usize>,
+    /// Patches (indices) whose removal alone from the full set gives a crash with another
+    /// signature: a different failure, not evidence that the patch fixes the target.
+    pub other_crash_when_left_out: Vec<usize>,
+    /// Minimal clean subsets.
+    pub sufficient: Vec<Vec<usize>>,
+    /// Patches whose addition never changes a tested subset's outcome.
+    pub no_effect: Vec<usize>,
+}
+
+/// The analysis of tested subsets (each a sorted index list of the `n` patches, as actually
+/// applied).
+pub fn analyse(n: usize, results: &[(Vec<usize>, Class)]) -> Analysis {
+    let class_of = |s: &[usize]| results.iter().find(|(x, _)| x == s).map(|(_, c)| c);
+    let target_signature = match class_of(&[]) {
+        Some(Class::Crash(s)) => Some(s.clone()),
+        _ => None,
+    };
+    if target_signature.is_none() {
+        return Analysis {
+            target_signature,
+            necessary: Vec::new(),
+            other_crash_when_left_out: Vec::new(),
+            sufficient: Vec::new(),
+            no_effect: Vec::new(),
+        };
+    }
+    let full: Vec<usize> = (0..n).collect();
+    let clean: Vec<&Vec<usize>> = results
+        .iter()
+        .filter(|(_, c)| *c == Class::Clean)
+        .map(|(s, _)| s)
+        .collect();
+    let subset_of = |a: &[usize], b: &[usize]| a.iter().all(|x| b.contains(x));
+    let mut sufficient: Vec<Vec<usize>> = clean
+        .iter()
+        .filter(|s| !clean.iter().any(|t| t.len() < s.len() && subset_of(t, s)))
+        .map(|s| (*s).clone())
+        .collect();
+    sufficient.sort_by(|a, b| a.len().cmp(&b.len()).then_with(|| a.cmp(b)));
+    sufficient.dedup();
+    // Only the target signature coming back makes a patch necessary; another crash is a
+    // different failure and is reported on its own.
+    let mut necessary = Vec::new();
+    let mut other_crash_when_left_out = Vec::new();
+    if class_of(&full) == Some(&Class::Clean) {
+        for p in 0..n {
+            let without: Vec<usize> = full.iter().copied().filter(|x| *x != p).collect();
+            match class_of(&without) {
+                Some(Class::Crash(s)) if Some(s) == target_signature.as_ref() => necessary.push(p),
+                Some(Class::Crash(_)) => other_crash_when_left_out.push(p),
+                _ => {}
+            }
+        }
+    }
+    let no_effect = (0..n)
+        .filter(|p| {
+            let mut pairs = 0;
+            for (s, c) in results {
+                if s.contains(p) || matches!(c, Class::Undetermined(_)) {
+                    continue;
+                }
+                let mut with: Vec<usize> = s.clone();
+                with.push(*p);
+                with.sort_unstable();
+                match class_of(&with) {
+                    Some(Class::Undetermined(_)) | None => {}
+                    Some(d) if d == c => pairs += 1,
+                    Some(_) => return false,
+                }
+            }
+            pairs > 0
+        })
+        .collect();
+    Analysis {
+        target_signature,
+        necessary,
+        other_crash_when_left_out,
+        sufficient,
+        no_effect,
+    }
+}
+
+/// One subset, as recorded.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct SubsetRecord {
+    /// `none`, `0001+0003`.
+    pub label: String,
+    /// The patch files asked for.
+    pub patches: Vec<String>,
+    /// The patch files actually applied (more than asked when a dependency was added).
+    pub applied: Vec<String>,
+    /// Why patches were added, when they were.
+    pub dependency: Option<String>,
+    /// The folder name the subset was built under (an existing variant's when equal).
+    pub built_as: String,
+    /// Whether that is a variant the recipe defines.
+    pub existing_variant: bool,
+    /// Whether the build was reused unchanged.
+    pub cached: bool,
+    /// Manifest path.
+    pub manifest: Option<PathBuf>,
+    /// The manifest's digest when the subset was built, so that a later rebuild or gc of that
+    /// folder cannot silently change what the record points to.
+    pub manifest_sha256: Option<Sha256>,
+    /// Build wall time in seconds.
+    pub build_seconds: f64,
+    /// The smoke.
+    pub smoke: Option<SmokeSide>,
+    /// clean | signature | other-crash | undetermined.
+    pub class: String,
+    /// Why undetermined.
+    pub reason: Option<String>,
+}
+
+/// An ablation record.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct AblationRecord {
+    /// [`SCHEMA`].
+    pub schema: String,
+    /// The record id (its folder under `ablations/`).
+    pub id: String,
+    /// Recipe name.
+    pub recipe: String,
+    /// The variant ablated.
+    pub variant: String,
+    /// Its resolved patch list.
+    pub patches: Vec<PatchRef>,
+    /// `every-subset` or `each-alone-and-each-left-out`.
+    pub mode: String,
+    /// The smoke settings every subset ran with.
+    pub smoke_settings: flip::SmokeSettings,
+    /// Every subset tried, in order.
+    pub subsets: Vec<SubsetRecord>,
+    /// The normalized signature of the empty subset.
+    pub target_signature: Option<String>,
+    /// Patch files whose removal alone brings the target signature back.
+    pub necessary: Vec<String>,
+    /// Patch files whose removal alone gives a crash with another signature.
+    pub other_crash_when_left_out: Vec<String>,
+    /// Minimal sets sufficient to remove the signature.
+    pub sufficient: Vec<Vec<String>>,
+    /// Patch files that do not touch the signature.
+    pub no_effect: Vec<String>,
+    /// pinforge's version.
+    pub pinforge_version: String,
+    /// When it started.
+    pub started_at: String,
+    /// When it ended (None while running).
+    pub finished_at: Option<String>,
+    /// Wall time in seconds.
+    pub seconds: f64,
+    /// Where this record is.
+    pub record: PathBuf,
+    /// Where its summary is.
+    pub summary: PathBuf,
+}
+
+/// A variant the recipe defines whose resolved build is the same as `derived`'s (the variant
+/// itself first), so that its folder and cache are reused.
+fn existing_equal<'a>(
+    recipe: &'a Recipe,
+    base: &'a Variant,
+    derived: &Variant,
+    derived_patches: &[String],
+) -> Option<&'a Variant> {
+    let same = |v: &Variant| -> bool {
+        let patches = match flip::resolve_patches(recipe, v) {
+            Ok(p) => p.into_iter().map(|p| p.file).collect::<Vec<_>>(),
+            Err(_) => return false,
+        };
+        patches == derived_patches
+            && v.toolchain == derived.toolchain
+            && v.build_type == derived.build_type
+            && v.targets == derived.targets
+            && v.cmake == derived.cmake
+    };
+    std::iter::once(base)
+        .chain(recipe.variants.values().filter(|v| v.name != base.name))
+        .find(|v| same(v))
+}
+
+/// Whether `patches` apply onto the pristine tree (materializing the patched tree, which the
+/// build then reuses). Only an input error (a hunk that matches nowhere) counts as "does not
+/// apply"; anything else is a real error.
+fn applies(
+    ws: &Workspace,
+    recipe: &Recipe,
+    patches: &[&crate::source::patch::PatchFile],
+) -> Result<Option<String>> {
+    let _lock = ws.lock()?;
+    let pristine = upstream::pristine(ws, recipe)?;
+    match upstream::patched(ws, &pristine, patches) {
+        Ok(_) => Ok(None),
+        Err(e @ Error::Input { .. }) => Ok(Some(e.to_string())),
+        Err(e) => Err(e),
+    }
+}
+
+/// Ablate `variant`'s patch list: build and smoke every subset, analyse, and write the record.
+pub fn run(
+    ws: &Workspace,
+    recipe: &Recipe,
+    variant: &str,
+    smoke_opts: &SmokeOptions,
+    build_opts: &BuildOptions,
+) -> Result<AblationRecord> {
+    let started = Instant::now();
+    let base = recipe.variant(variant)?;
+    let patches = flip::resolve_patches(recipe, base)?;
+    if patches.is_empty() {
+        return Err(Error::input(
+            format!("ablate {variant}"),
+            "the variant applies no patch: there is nothing to ablate",
+        )
+        .with_hint("ablate a patched variant, e.g. --variant patched-asan"));
+    }
+    // Checked before anything is built, as `build` does.
+    crate::artifact::toolchain::resolve(&base.toolchain, &ws.tool_dirs())?;
+    let bundle = build::bundle_for(recipe)?;
+    let files: Vec<String> = patches.iter().map(|p| p.file.clone()).collect();
+    let n = patches.len();
+    let (id, dir) = flip::claim_record_dir(
+        ws.root(),
+        "ablations",
+        &format!("{}--{}", recipe.name, variant),
+    )?;
+    let mut record = AblationRecord {
+        schema: SCHEMA.into(),
+        id,
+        recipe: recipe.name.clone(),
+        variant: variant.into(),
+        patches: patches.clone(),
+        mode: if n <= ALL_SUBSETS_UP_TO {
+            "every-subset"
+        } else {
+            "each-alone-and-each-left-out"
+        }
+        .into(),
+        smoke_settings: flip::SmokeSettings {
+            model: smoke_opts.model.clone(),
+            arch: smoke_opts.arch.name().to_string(),
+            tokens: smoke_opts.tokens,
+        },
+        subsets: Vec::new(),
+        target_signature: None,
+        necessary: Vec::new(),
+        other_crash_when_left_out: Vec::new(),
+        sufficient: Vec::new(),
+        no_effect: Vec::new(),
+        pinforge_version: env!("CARGO_PKG_VERSION").into(),
+        started_at: manifest::now_rfc3339(),
+        finished_at: None,
+        seconds: 0.0,
+        record: dir.join("record.json"),
+        summary: dir.join("summary.md"),
+    };
+    flip::write_json(&record.record, &record)?;
+
+    let mut results: Vec<(Vec<usize>, Class)> = Vec::new();
+    for subset in subsets(n) {
+        let lbl = label(&patches, &subset);
+        build_opts
+            .reporter
+            .stage("ablate", &format!("{variant} with {lbl}"));
+        let pick = |s: &[usize]| -> Result<Vec<&crate::source::patch::PatchFile>> {
+            let names: Vec<String> = s.iter().map(|&i| files[i].clone()).collect();
+            bundle.select(Some(&names))
+        };
+        // Does it apply alone? If not, with which one more patch?
+        let mut applied = subset.clone();
+        let mut dependency = None;
+        let mut undetermined = None;
+        if let Some(why) = applies(ws, recipe, &pick(&subset)?)? {
+            let found = (0..n).filter(|q| !subset.contains(q)).find_map(|q| {
+                let mut with = subset.clone();
+                with.push(q);
+                with.sort_unstable();
+                match pick(&with).and_then(|p| applies(ws, recipe, &p)) {
+                    Ok(None) => Some(Ok((q, with))),
+                    Ok(Some(_)) => None,
+                    Err(e) => Some(Err(e)),
+                }
+            });
+            match found.transpose()? {
+                Some((q, with)) => {
+                    dependency = Some(format!(
+                        "{lbl} does not apply alone ({why}); tried with {} added",
+                        files[q]
+                    ));
+                    applied = with;
+                }
+                None => {
+                    undetermined = Some(format!(
+                        "{lbl} does not apply, alone or with one more patch of the list: {why}"
+                    ))
+                }
+            }
+        }
+        let applied_files: Vec<String> = applied.iter().map(|&i| files[i].clone()).collect();
+        let mut derived = base.clone();
+        derived.name = derived_name(variant, &patches, &applied);
+        derived.patches = PatchSelection::List(applied_files.clone());
+        derived.description = Some(format!("ablation of {variant}: patches {lbl}"));
+        derived.inherits.insert(0, variant.to_string());
+        let existing = existing_equal(recipe, base, &derived, &applied_files);
+        let to_build = existing.cloned().unwrap_or(derived);
+
+        let mut rec = SubsetRecord {
+            label: lbl.clone(),
+            patches: subset.iter().map(|&i| files[i].clone()).collect(),
+            applied: applied_files,
+            dependency,
+            built_as: to_build.name.to_string(),
+            existing_variant: existing.is_some(),
+            cached: false,
+            manifest: None,
+            manifest_sha256: None,
+            build_seconds: 0.0,
+            smoke: None,
+            class: "undetermined".into(),
+            reason: undetermined.clone(),
+        };
+        let class = if let Some(why) = undetermined {
+            Class::Undetermined(why)
+        } else {
+            let t = Instant::now();
+            match build::build(ws, recipe, &to_build, build_opts) {
+                Err(e) => {
+                    rec.build_seconds = t.elapsed().as_secs_f64();
+                    Class::Undetermined(format!("did not build: {}", flip::error_text(&e)))
+                }
+                Ok(o) => {
+                    rec.build_seconds = o.seconds;
+                    rec.cached = o.cached;
+                    build_opts.reporter.stage("smoke", to_build.name.as_str());
+                    let (result, side) = flip::smoke_one(&o.manifest, smoke_opts);
+                    rec.manifest_sha256 = Some(Sha256::of_file(&o.manifest)?.0);
+                    rec.manifest = Some(o.manifest);
+                    rec.smoke = Some(side);
+                    match result {
+                        SideResult::Smoked {
+                            verdict: SmokeVerdict::Ok,
+                            ..
+                        } => Class::Clean,
+                        SideResult::Smoked {
+                            verdict: SmokeVerdict::Crash,
+                            signature: Some(s),
+                            ..
+                        } => Class::Crash(flip::normalize_signature(&s)),
+                        SideResult::Smoked {
+                            verdict, detail, ..
+                        } => Class::Undetermined(format!(
+                            "smoke {}: {}",
+                            serde_json::to_value(&verdict)
+                                .ok()
+                                .and_then(|v| v.as_str().map(String::from))
+                                .unwrap_or_default(),
+                            detail.unwrap_or_default()
+                        )),
+                        SideResult::BuildFailed(e) | SideResult::NotRun(e) => {
+                            Class::Undetermined(e)
+                        }
+                    }
+                }
+            }
+        };
+        if let Class::Undetermined(why) = &class {
+            rec.reason = Some(why.clone());
+        }
+        results.push((applied, class));
+        record.subsets.push(rec);
+        classify(&mut record, &results);
+        // Written after every subset: a long ablation that is interrupted keeps what it found.
+        flip::write_json(&record.record, &record)?;
+    }
+    let a = analyse(n, &results);
+    let names = |v: &[usize]| v.iter().map(|&i| files[i].clone()).collect::<Vec<_>>();
+    record.target_signature = a.target_signature.clone();
+    record.necessary = names(&a.necessary);
+    record.other_crash_when_left_out = names(&a.other_crash_when_left_out);
+    record.sufficient = a.sufficient.iter().map(|s| names(s)).collect();
+    record.no_effect = names(&a.no_effect);
+    record.finished_at = Some(manifest::now_rfc3339());
+    record.seconds = started.elapsed().as_secs_f64();
+    crate::base::fsx::write_atomic(&record.summary, summary_markdown(&record).as_bytes())?;
+    flip::write_json(&record.record, &record)?;
+    Ok(record)
+}
+
+/// Name every subset's class against the empty subset's signature (known once it has run).
+fn classify(record: &mut AblationRecord, results: &[(Vec<usize>, Class)]) {
+    let target = results
+        .iter()
+        .find(|(s, _)| s.is_empty())
+        .and_then(|(_, c)| match c {
+            Class::Crash(s) => Some(s.clone()),
+            _ => None,
+        });
+    for (rec, (_, class)) in record.subsets.iter_mut().zip(results) {
+        rec.class = match class {
+            Class::Clean => "clean",
+            Class::Crash(s) if Some(s) == target.as_ref() => "signature",
+            Class::Crash(_) => "other-crash",
+            Class::Undetermined(_) => "undetermined",
+        }
+        .into();
+    }
+    record.target_signature = target;
+}
+
+/// The readable summary of an ablation record.
+pub fn summary_markdown(r: &AblationRecord) -> String {
+    let mut s = format!(
+        "# Ablation {}\n\nRecipe `{}`, variant `{}` ({} patches, {}); pinforge {}; {} → {}, {:.1}s.\n\n",
+        r.id,
+        r.recipe,
+        r.variant,
+        r.patches.len(),
+        r.mode,
+        r.pinforge_version,
+        r.started_at,
+        r.finished_at.as_deref().unwrap_or("-"),
+        r.seconds
+    );
+    s.push_str(&format!(
+        "- **Signature under test:** {}\n",
+        flip::cell(
+            r.target_signature
+                .as_deref()
+                .unwrap_or("none (the unpatched subset is clean: nothing to ablate)")
+        )
+    ));
+    let list = |v: &[String]| {
+        if v.is_empty() {
+            "none".to_string()
+        } else {
+            v.join(", ")
+        }
+    };
+    s.push_str(&format!("- **Necessary:** {}\n", list(&r.necessary)));
+    if !r.other_crash_when_left_out.is_empty() {
+        s.push_str(&format!(
+            "- **Another crash when left out (not the target signature):** {}\n",
+            list(&r.other_crash_when_left_out)
+        ));
+    }
+    s.push_str(&format!(
+        "- **Sufficient (minimal):** {}\n",
+        if r.sufficient.is_empty() {
+            "none".to_string()
+        } else {
+            r.sufficient
+                .iter()
+                .map(|x| format!("{{{}}}", x.join(", ")))
+                .collect::<Vec<_>>()
+                .join("; ")
+        }
+    ));
+    s.push_str(&format!(
+        "- **Does not touch the signature:** {}\n\n",
+        list(&r.no_effect)
+    ));
+    s.push_str("| subset | applied | built as | build | smoke | class | signature or reason |\n|---|---|---|---|---|---|---|\n");
+    for x in &r.subsets {
+        s.push_str(&format!(
+            "| {} | {} | {} | {} {:.1}s | {} | {} | {} |\n",
+            x.label,
+            flip::cell(&list(&x.applied)),
+            x.built_as,
+            if x.cached { "cached" } else { "built" },
+            x.build_seconds,
+            x.smoke.as_ref().map(|s| s.verdict.as_str()).unwrap_or("-"),
+            x.class,
+            flip::cell(
+                x.smoke
+                    .as_ref()
+                    .and_then(|s| s.normalized_signature.as_deref())
+                    .or(x.reason.as_deref())
+                    .or(x.dependency.as_deref())
+                    .unwrap_or("-")
+            )
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_subset_up_to_four_then_singles_and_leave_one_out() {
+        let s = subsets(3);
+        assert_eq!(s.len(), 8);
+        assert_eq!(s[0], Vec::<usize>::new());
+        assert_eq!(s[7], vec![0, 1, 2]);
+        assert_eq!(subsets(4).len(), 16);
+        // 5 patches: none, 5 alone, 5 left out, all.
+        let s = subsets(5);
+        assert_eq!(s.len(), 12);
+        assert!(s.contains(&vec![0, 1, 2, 4]));
+        assert!(!s.contains(&vec![0, 1]));
+    }
+
+    #[test]
+    fn derived_names_are_folder_names_and_deterministic() {
+        let p = |f: &str| PatchRef {
+            file: f.into(),
+            sha256: Sha256::of_bytes(b""),
+        };
+        let patches = vec![p("0001-a.patch"), p("fix-b.patch"), p("0003-c.patch")];
+        assert_eq!(
+            derived_name("patched-asan", &patches, &[]).as_str(),
+            "patched-asan.abl-none"
+        );
+        assert_eq!(
+            derived_name("patched-asan", &patches, &[0, 1, 2]).as_str(),
+            "patched-asan.abl-0001-0002-0003"
+        );
+        let long = "v".repeat(60);
+        let n = derived_name(&long, &patches, &[0]);
+        assert!(
+            n.as_str().starts_with("abl-") && n.as_str().len() == 20,
+            "{n}"
+        );
+        assert_eq!(n, derived_name(&long, &patches, &[0]));
+        assert_ne!(n, derived_name(&long, &patches, &[1]));
+    }
+
+    // review: labels name derived variants and build folders, so they must never collide —
+    // not for a repeated leading number, nor for a file without one next to `0001-…`.
+    #[test]
+    fn patch_labels_are_unique_whatever_the_file_names() {
+        let p = |f: &str| PatchRef {
+            file: f.into(),
+            sha256: Sha256::of_bytes(f.as_bytes()),
+        };
+        let numbered = vec![p("0001-a.patch"), p("0002-b.patch")];
+        assert_eq!(short_ids(&numbered), vec!["0001", "0002"]);
+        for patches in [
+            vec![p("0001-a.patch"), p("0001-b.patch")],
+            vec![p("fix.patch"), p("0001-x.patch")],
+            vec![p("0002-a.patch"), p("2-b.patch"), p("x.patch")],
+        ] {
+            let ids = short_ids(&patches);
+            let unique: std::collections::BTreeSet<_> = ids.iter().collect();
+            assert_eq!(unique.len(), patches.len(), "{ids:?}");
+            let all: Vec<usize> = (0..patches.len()).collect();
+            let names: std::collections::BTreeSet<String> = subsets(patches.len())
+                .iter()
+                .map(|s| derived_name("v", &patches, s).to_string())
+                .collect();
+            assert_eq!(names.len(), subsets(patches.len()).len(), "{names:?}");
+            assert_eq!(
+                label(&patches, &all),
+                (1..=patches.len())
+                    .map(|i| format!("{i:04}"))
+                    .collect::<Vec<_>>()
+                    .join("+")
+            );
+        }
+    }
+
+    fn sig() -> Class {
+        Class::Crash("heap-buffer-overflow in llama_kv_cache::apply_ubatch".into())
+    }
+    fn other() -> Class {
+        Class::Crash("heap-buffer-overflow in llama_kv_cache::state_read_meta".into())
+    }
+
+    // issue #10: the M-RoPE case as the real trees show it — resize (0) alone is sufficient,
+    // broadcast (1) alone still overflows, the K-shift guard (2) does not touch the signature.
+    #[test]
+    fn the_analysis_names_necessary_sufficient_and_untouched_patches() {
+        let r = vec![
+            (vec![], sig()),
+            (vec![0], Class::Clean),
+            (vec![1], other()),
+            (vec![2], sig()),
+            (vec![0, 1], Class::Clean),
+            (vec![0, 2], Class::Clean),
+            (vec![1, 2], other()),
+            (vec![0, 1, 2], Class::Clean),
+        ];
+        let a = analyse(3, &r);
+        assert_eq!(
+            a.target_signature.as_deref(),
+            Some("heap-buffer-overflow in llama_kv_cache::apply_ubatch")
+        );
+        assert_eq!(a.sufficient, vec![vec![0]]);
+        // Leaving 0 out ({1,2}) overflows with another top frame: a different failure, so 0
+        // is reported as "another crash when left out", not as necessary.
+        assert!(a.necessary.is_empty());
+        assert_eq!(a.other_crash_when_left_out, vec![0]);
+        assert_eq!(a.no_effect, vec![2]);
+        let mut same = r.clone();
+        same[6].1 = sig();
+        assert_eq!(analyse(3, &same).necessary, vec![0]);
+    }
+
+    #[test]
+    fn nothing_is_concluded_without_a_signature_or_from_undetermined_subsets() {
+        let a = analyse(1, &[(vec![], Class::Clean), (vec![0], Class::Clean)]);
+        assert_eq!(a.target_signature, None);
+        assert!(a.sufficient.is_empty() && a.necessary.is_empty());
+        let r = vec![
+            (vec![], sig()),
+            (vec![0], Class::Undetermined("did not build".into())),
+            (vec![1], sig()),
+            (vec![0, 1], Class::Clean),
+        ];
+        let a = analyse(2, &r);
+        assert_eq!(a.sufficient, vec![vec![0, 1]]);
+        // Leaving 0 out gives the signature; leaving 1 out is undetermined: not necessary.
+        assert_eq!(a.necessary, vec![0]);
+        // 1 never changes a determined pair (none -> {1}), 0 has no determined pair but one
+        // that changes ({1} -> {0,1}).
+        assert_eq!(a.no_effect, vec![1]);
+    }
+
+    // review: leaving a patch out of the full set and getting a *different* crash does not
+    // make it necessary; it is reported as another crash.
+    #[test]
+    fn only_the_target_signature_coming_back_makes_a_patch_necessary() {
+        let r = vec![
+            (vec![], sig()),
+            (vec![0], other()),
+            (vec![1], sig()),
+            (vec![0, 1], Class::Clean),
+        ];
+        let a = analyse(2, &r);
+        // Without 0 ({1}): the target signature -> 0 is necessary. Without 1 ({0}): another
+        // crash -> not necessary, reported separately.
+        assert_eq!(a.necessary, vec![0]);
+        assert_eq!(a.other_crash_when_left_out, vec![1]);
+    }
+}

@@ -1,0 +1,906 @@
+//! The engine process of one arm: `pinforge __validate-engine` loads the smoke shim (compiled
+//! against the verified build) and the model once, keeps one slot (sequence 0), and answers
+//! row requests read as JSON lines on stdin with JSON lines on stdout. Between rows it works
+//! as a server's prompt cache does: after a row the slot's sequence state is saved
+//! (`llama_state_seq_get_data`) and the memory cleared; before the next row the state is
+//! restored (`llama_state_seq_set_data`, where llama.cpp issue #20093 lives), the cells past
+//! the common prefix are dropped, and only the rest of the prompt is decoded. Each row is also
+//! decoded uninterrupted from an empty memory, so the parent can compare the two.
+//!
+//! The parent side ([`Engine`]) spawns it, talks to it with a deadline per row, and turns its
+//! death (signal, sanitizer report, exit, hang) into a crash signature.
+
+use crate::base::error::{Error, Result};
+use crate::deploy::smoke::{self, SmokeTarget};
+use serde::{Deserialize, Serialize};
+use std::ffi::{c_char, c_int, c_void, CString};
+use std::io::{BufRead, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The context a row runs in (prompt plus budget must fit).
+pub const N_CTX: usize = 256;
+
+/// A row request.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Request {
+    /// Row id.
+    pub row: u64,
+    /// Prompt text.
+    pub prompt: String,
+    /// Token budget.
+    pub budget: u32,
+}
+
+/// The engine's answer.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Response {
+    /// Row id answered.
+    pub row: u64,
+    /// The row could not run (the engine is still alive).
+    pub error: Option<String>,
+    /// Prompt tokens.
+    pub tokens_in: u64,
+    /// Tokens generated on the restored path.
+    pub restored: Vec<i32>,
+    /// Tokens generated from an empty memory.
+    pub reference: Vec<i32>,
+    /// EOG sampled on the restored path.
+    pub eog: bool,
+    /// The restored path used the whole budget.
+    pub budget_exhausted: bool,
+    /// A saved state was restored before the row.
+    pub restored_state: bool,
+    /// Common prefix kept from the restored state.
+    pub cached_prefix: u64,
+    /// Bytes of the state restored.
+    pub state_bytes: u64,
+    /// Engine time for the row.
+    pub engine_ms: f64,
+    /// Bare decode loop time (restored path).
+    pub decode_ms: f64,
+    /// Generated text (restored path), lossy UTF-8, capped.
+    pub text: String,
+}
+
+/// The engine's first line.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Ready {
+    /// Loading failed (the engine exits after saying so).
+    pub error: Option<String>,
+    /// Vocabulary size.
+    pub n_vocab: u32,
+}
+
+// The shim's C ABI, declared once beside the smoke child that loads the same shim.
+use crate::deploy::smoke::child::{
+    DecodeFn, LoadFn, LogitsFn, NVocabFn as HInt, SizeFn, StateGetFn, StateSetFn, TokenizeFn,
+    VoidFn,
+};
+type SeqRmFn = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
+type GrammarInitFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+type GrammarPickFn = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
+type GrammarAcceptFn = unsafe extern "C" fn(*mut c_void, c_int);
+type IsEogFn = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
+type PieceFn = unsafe extern "C" fn(*mut c_void, c_int, *mut c_char, c_int) -> c_int;
+type AbiFn = unsafe extern "C" fn() -> c_int;
+type CrashFn = unsafe extern "C" fn();
+
+struct Shim {
+    _lib: libloading::Library,
+    load: LoadFn,
+    n_vocab: HInt,
+    tokenize: TokenizeFn,
+    decode: DecodeFn,
+    logits: LogitsFn,
+    state_size: SizeFn,
+    state_get: StateGetFn,
+    state_set: StateSetFn,
+    clear: VoidFn,
+    seq_rm: SeqRmFn,
+    grammar_init: GrammarInitFn,
+    grammar_pick: GrammarPickFn,
+    grammar_accept: GrammarAcceptFn,
+    grammar_free: VoidFn,
+    is_eog: IsEogFn,
+    piece: PieceFn,
+    crash: CrashFn,
+}
+
+#[allow(unsafe_code)]
+impl Shim {
+    fn open(path: &Path) -> std::result::Result<Shim, String> {
+        // SAFETY: loading the shim runs its (and libllama's) initializers: the code under
+        // test, isolated in this engine process on purpose.
+        let lib = unsafe { libloading::Library::new(path) }
+            .map_err(|e| format!("cannot load the shim {}: {e}", path.display()))?;
+        macro_rules! sym {
+            ($name:literal, $ty:ty) => {{
+                // SAFETY: the type is the shim's declared C signature (ABI checked below).
+                let s: libloading::Symbol<$ty> = unsafe { lib.get($name) }
+                    .map_err(|e| format!("shim lacks {}: {e}", String::from_utf8_lossy($name)))?;
+                *s
+            }};
+        }
+        let abi = sym!(b"pf_abi_version", AbiFn);
+        // SAFETY: no arguments, returns an int.
+        if unsafe { abi() } != smoke::child::SHIM_ABI {
+            return Err("shim ABI version mismatch".into());
+        }
+        Ok(Shim {
+            load: sym!(b"pf_load", LoadFn),
+            n_vocab: sym!(b"pf_n_vocab", HInt),
+            tokenize: sym!(b"pf_tokenize", TokenizeFn),
+            decode: sym!(b"pf_decode", DecodeFn),
+            logits: sym!(b"pf_logits", LogitsFn),
+            state_size: sym!(b"pf_state_size", SizeFn),
+            state_get: sym!(b"pf_state_get", StateGetFn),
+            state_set: sym!(b"pf_state_set", StateSetFn),
+            clear: sym!(b"pf_clear", VoidFn),
+            seq_rm: sym!(b"pf_seq_rm", SeqRmFn),
+            grammar_init: sym!(b"pf_grammar_init", GrammarInitFn),
+            grammar_pick: sym!(b"pf_grammar_pick", GrammarPickFn),
+            grammar_accept: sym!(b"pf_grammar_accept", GrammarAcceptFn),
+            grammar_free: sym!(b"pf_grammar_free", VoidFn),
+            is_eog: sym!(b"pf_is_eog", IsEogFn),
+            piece: sym!(b"pf_token_piece", PieceFn),
+            crash: sym!(b"pf_crash_for_test", CrashFn),
+            _lib: lib,
+        })
+    }
+}
+
+/// A loaded model with its one slot.
+struct Slot<'a> {
+    shim: &'a Shim,
+    h: *mut c_void,
+    n_vocab: usize,
+    grammar: Option<CString>,
+    /// The saved state of the slot and the tokens its cells hold.
+    saved: Option<(Vec<u8>, Vec<i32>)>,
+}
+
+struct Generated {
+    tokens: Vec<i32>,
+    /// Every token whose cell is in the memory after the generation (prompt included).
+    cells: Vec<i32>,
+    eog: bool,
+    exhausted: bool,
+}
+
+#[allow(unsafe_code)]
+impl Slot<'_> {
+    fn decode(&self, tokens: &[i32], pos0: usize) -> std::result::Result<(), String> {
+        if tokens.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: live handle; `tokens` holds tokens.len() ints.
+        let rc = unsafe {
+            (self.shim.decode)(
+                self.h,
+                tokens.as_ptr(),
+                tokens.len() as c_int,
+                pos0 as c_int,
+            )
+        };
+        if rc != 0 {
+            return Err(format!("llama_decode returned {rc} at position {pos0}"));
+        }
+        Ok(())
+    }
+
+    fn argmax(&self) -> std::result::Result<i32, String> {
+        let mut logits = vec![0f32; self.n_vocab];
+        // SAFETY: the buffer holds n_vocab floats.
+        let n = unsafe { (self.shim.logits)(self.h, logits.as_mut_ptr(), self.n_vocab as c_int) };
+        if n <= 0 {
+            return Err("no logits after decode".into());
+        }
+        let mut best = 0usize;
+        for (i, x) in logits.iter().enumerate().take(n as usize) {
+            if *x > logits[best] {
+                best = i;
+            }
+        }
+        Ok(best as i32)
+    }
+
+    /// Generate greedily (under the grammar when there is one) from the logits of the last
+    /// decode; `cells` are the tokens already in memory.
+    fn generate(&self, mut cells: Vec<i32>, budget: u32) -> std::result::Result<Generated, String> {
+        let smpl = match &self.grammar {
+            // SAFETY: live handle, NUL-terminated grammar text.
+            Some(g) => {
+                let s = unsafe { (self.shim.grammar_init)(self.h, g.as_ptr()) };
+                if s.is_null() {
+                    return Err("llama.cpp refused the grammar (its parser's message is on the engine's stderr)".into());
+                }
+                Some(s)
+            }
+            None => None,
+        };
+        let result = (|| {
+            let mut tokens = Vec::new();
+            let mut eog = false;
+            loop {
+                let t = match smpl {
+                    // SAFETY: live handle and sampler.
+                    Some(s) => unsafe { (self.shim.grammar_pick)(self.h, s) },
+                    None => self.argmax()?,
+                };
+                if t < 0 {
+                    return Err("the grammar allows no token here".into());
+                }
+                // SAFETY: live handle.
+                if unsafe { (self.shim.is_eog)(self.h, t) } != 0 {
+                    eog = true;
+                    break;
+                }
+                if let Some(s) = smpl {
+                    // SAFETY: live sampler; t came from it.
+                    unsafe { (self.shim.grammar_accept)(s, t) };
+                }
+                tokens.push(t);
+                if tokens.len() >= budget as usize {
+                    break;
+                }
+                self.decode(&[t], cells.len())?;
+                cells.push(t);
+            }
+            let exhausted = !eog && tokens.len() >= budget as usize;
+            Ok(Generated {
+                tokens,
+                cells,
+                eog,
+                exhausted,
+            })
+        })();
+        if let Some(s) = smpl {
+            // SAFETY: freed once.
+            unsafe { (self.shim.grammar_free)(s) };
+        }
+        result
+    }
+
+    fn clear(&self) {
+        // SAFETY: live handle.
+        unsafe { (self.shim.clear)(self.h) }
+    }
+
+    fn tokenize(&self, text: &str) -> std::result::Result<Vec<i32>, String> {
+        let c = CString::new(text).map_err(|_| "the prompt contains NUL".to_string())?;
+        let mut out = vec![0i32; N_CTX * 4];
+        // SAFETY: out has room for out.len() tokens.
+        let n = unsafe {
+            (self.shim.tokenize)(self.h, c.as_ptr(), out.as_mut_ptr(), out.len() as c_int)
+        };
+        if n <= 0 {
+            return Err(format!("tokenization failed ({n})"));
+        }
+        out.truncate(n as usize);
+        Ok(out)
+    }
+
+    fn text(&self, tokens: &[i32]) -> String {
+        let mut bytes = Vec::new();
+        let mut buf = vec![0 as c_char; 64];
+        for &t in tokens {
+            // SAFETY: buf has buf.len() bytes.
+            let n = unsafe { (self.shim.piece)(self.h, t, buf.as_mut_ptr(), buf.len() as c_int) };
+            if n > 0 {
+                bytes.extend(buf[..n as usize].iter().map(|&c| c as u8));
+            }
+            if bytes.len() > 512 {
+                break;
+            }
+        }
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    fn row(&mut self, req: &Request) -> Response {
+        let t0 = Instant::now();
+        let mut r = Response {
+            row: req.row,
+            ..Default::default()
+        };
+        if let Err(e) = self.row_inner(req, &mut r) {
+            r.error = Some(e);
+            // The slot is in an unknown state: start the next row from an empty one.
+            self.saved = None;
+            self.clear();
+        }
+        r.engine_ms = t0.elapsed().as_secs_f64() * 1e3;
+        r
+    }
+
+    #[allow(unsafe_code)]
+    fn row_inner(&mut self, req: &Request, r: &mut Response) -> std::result::Result<(), String> {
+        let prompt = self.tokenize(&req.prompt)?;
+        r.tokens_in = prompt.len() as u64;
+        if prompt.len() + req.budget as usize > N_CTX {
+            return Err(format!(
+                "prompt of {} tokens plus a budget of {} exceeds the context of {N_CTX}",
+                prompt.len(),
+                req.budget
+            ));
+        }
+        // The restored path: the slot's saved state, then only the new part of the prompt.
+        let t_decode = Instant::now();
+        let mut kept = 0usize;
+        if let Some((state, cached)) = self.saved.take() {
+            self.clear();
+            // SAFETY: live handle; state holds state.len() bytes written by pf_state_get.
+            let read = unsafe { (self.shim.state_set)(self.h, state.as_ptr(), state.len()) };
+            if read == 0 {
+                return Err("llama_state_seq_set_data restored nothing (returned 0)".into());
+            }
+            r.restored_state = true;
+            r.state_bytes = state.len() as u64;
+            // Keep the common prefix, but always decode at least the prompt's last token
+            // (its logits start the generation), as llama.cpp's server does.
+            kept = cached
+                .iter()
+                .zip(&prompt)
+                .take_while(|(a, b)| a == b)
+                .count()
+                .min(prompt.len() - 1);
+            // SAFETY: live handle.
+            if unsafe { (self.shim.seq_rm)(self.h, kept as c_int) } == 0 {
+                self.clear();
+                kept = 0;
+            }
+        } else {
+            self.clear();
+        }
+        r.cached_prefix = kept as u64;
+        self.decode(&prompt[kept..], kept)?;
+        let restored = self.generate(prompt.clone(), req.budget)?;
+        r.decode_ms = t_decode.elapsed().as_secs_f64() * 1e3;
+        // Save the slot as the prompt cache does, before anything else touches the memory.
+        // SAFETY: live handle.
+        let size = unsafe { (self.shim.state_size)(self.h) };
+        let mut state = vec![0u8; size];
+        // SAFETY: state has `size` bytes.
+        let got = unsafe { (self.shim.state_get)(self.h, state.as_mut_ptr(), state.len()) };
+        state.truncate(got);
+        // The uninterrupted reference: the same prompt from an empty memory.
+        self.clear();
+        self.decode(&prompt, 0)?;
+        let reference = self.generate(prompt, req.budget)?;
+        self.clear();
+        if got > 0 {
+            self.saved = Some((state, restored.cells.clone()));
+        }
+        r.text = self.text(&restored.tokens);
+        r.eog = restored.eog;
+        r.budget_exhausted = restored.exhausted;
+        r.restored = restored.tokens;
+        r.reference = reference.tokens;
+        Ok(())
+    }
+}
+
+/// Options of the engine process.
+#[derive(Debug, Clone)]
+pub struct EngineArgs {
+    /// The compiled shim.
+    pub shim: PathBuf,
+    /// The model.
+    pub model: PathBuf,
+    /// GBNF grammar file, when rows are constrained.
+    pub grammar: Option<PathBuf>,
+    /// Threads for llama.cpp.
+    pub threads: i32,
+}
+
+/// Serve rows on stdin/stdout until stdin closes. Returns the process exit code.
+#[allow(unsafe_code)]
+pub fn serve(a: &EngineArgs) -> i32 {
+    let mut out = std::io::stdout().lock();
+    let say = |out: &mut std::io::StdoutLock<'_>, v: &dyn erased::Line| -> bool {
+        let line = v.line();
+        out.write_all(line.as_bytes())
+            .and_then(|_| out.write_all(b"\n"))
+            .and_then(|_| out.flush())
+            .is_ok()
+    };
+    let fail = |out: &mut std::io::StdoutLock<'_>, e: String| {
+        say(
+            out,
+            &Ready {
+                error: Some(e),
+                n_vocab: 0,
+            },
+        );
+        2
+    };
+    let shim = match Shim::open(&a.shim) {
+        Ok(s) => s,
+        Err(e) => return fail(&mut out, e),
+    };
+    let grammar = match &a.grammar {
+        Some(p) => match std::fs::read_to_string(p).map(CString::new) {
+            Ok(Ok(g)) => Some(g),
+            _ => return fail(&mut out, format!("cannot read the grammar {}", p.display())),
+        },
+        None => None,
+    };
+    let Ok(path) = CString::new(a.model.as_os_str().as_encoded_bytes()) else {
+        return fail(&mut out, "model path contains NUL".into());
+    };
+    let crash_rows: Vec<u64> = crate::base::hooks::validate_crash_rows();
+    let mut err = vec![0 as c_char; 512];
+    let verbose = c_int::from(std::env::var_os("PINFORGE_SMOKE_VERBOSE").is_some());
+    // SAFETY: path NUL-terminated; err has err.len() bytes.
+    let h = unsafe {
+        (shim.load)(
+            path.as_ptr(),
+            0,
+            N_CTX as c_int,
+            a.threads,
+            verbose,
+            err.as_mut_ptr(),
+            err.len(),
+        )
+    };
+    if h.is_null() {
+        // SAFETY: pf_load NUL-terminates its message within err.
+        let msg = unsafe { std::ffi::CStr::from_ptr(err.as_ptr()) };
+        return fail(&mut out, msg.to_string_lossy().into_owned());
+    }
+    // SAFETY: live handle.
+    let n_vocab = unsafe { (shim.n_vocab)(h) }.max(1) as usize;
+    let mut slot = Slot {
+        shim: &shim,
+        h,
+        n_vocab,
+        grammar,
+        saved: None,
+    };
+    if !say(
+        &mut out,
+        &Ready {
+            error: None,
+            n_vocab: n_vocab as u32,
+        },
+    ) {
+        return 0;
+    }
+    let stdin = std::io::stdin();
+    for line in stdin.lock().lines() {
+        let Ok(line) = line else { break };
+        let req: Request = match serde_json::from_str(&line) {
+            Ok(r) => r,
+            Err(e) => {
+                let r = Response {
+                    error: Some(format!("bad request: {e}")),
+                    ..Default::default()
+                };
+                if !say(&mut out, &r) {
+                    break;
+                }
+                continue;
+            }
+        };
+        if crash_rows.contains(&req.row) {
+            // SAFETY: deliberately crashes this process (test of the parent's containment).
+            unsafe { (shim.crash)() };
+        }
+        let r = slot.row(&req);
+        if !say(&mut out, &r) {
+            break;
+        }
+    }
+    // Exit without unloading: the parent only needs the answers, and freeing a model on the
+    // way out is one more place for a broken build to fault after the work is done.
+    0
+}
+
+mod erased {
+    /// Something that serializes to one JSON line.
+    pub trait Line {
+        fn line(&self) -> String;
+    }
+    impl<T: serde::Serialize> Line for T {
+        fn line(&self) -> String {
+            serde_json::to_string(self)
+                .unwrap_or_else(|e| format!("{{\"error\":\"cannot serialize the answer: {e}\"}}"))
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Parent side.
+
+/// How a request ended when the engine did not answer it.
+#[derive(Debug, Clone)]
+pub struct Death {
+    /// Crash signature: sanitizer report, signal, exit status, or hang.
+    pub signature: String,
+    /// Last lines of the engine's stderr.
+    pub stderr_tail: String,
+    /// The engine's stderr (its last 256 KiB).
+    pub stderr: String,
+    /// Whether the sanitizer was told to symbolize.
+    pub symbolized: bool,
+}
+
+/// Frame names learnt from symbolized sanitizer reports, keyed by `module+offset`: the first
+/// crash of an engine is symbolized (seconds on an instrumented libllama), later ones are
+/// not and get their names back from here. A frame not seen before is shown as
+/// `module+offset` and the next engine symbolizes again.
+#[derive(Debug, Clone)]
+pub struct Symbols {
+    names: std::collections::BTreeMap<String, String>,
+    /// Whether the next engine should symbolize.
+    pub need: bool,
+}
+
+impl Default for Symbols {
+    fn default() -> Self {
+        Symbols {
+            names: Default::default(),
+            need: true,
+        }
+    }
+}
+
+impl Symbols {
+    /// Learn from a symbolized report, or name an unsymbolized one's frames; the text to read
+    /// a signature from.
+    pub fn process(&mut self, stderr: &str, symbolized: bool) -> String {
+        let mut out = String::with_capacity(stderr.len());
+        for line in stderr.lines() {
+            out.push_str(
+                &self
+                    .frame(line, symbolized)
+                    .unwrap_or_else(|| line.to_string()),
+            );
+            out.push('\n');
+        }
+        out
+    }
+
+    fn frame(&mut self, line: &str, symbolized: bool) -> Option<String> {
+        let t = line.trim_start();
+        if !t.starts_with('#') || !t.ends_with('>') {
+            return None;
+        }
+        let open = t.rfind(" <")?;
+        let key_full = &t[open + 2..t.len() - 1];
+        let (module, off) = key_full.rsplit_once('+')?;
+        let key = format!("{}+{off}", module.rsplit('/').next().unwrap_or(module));
+        let mut parts = t[..open].splitn(3, ' ');
+        let (n, pc, rest) = (
+            parts.next()?,
+            parts.next()?,
+            parts.next().unwrap_or("").trim(),
+        );
+        if symbolized {
+            if rest.starts_with("in ") {
+                self.names.insert(key, rest.to_string());
+            }
+            return None;
+        }
+        let named = match self.names.get(&key) {
+            Some(r) => r.clone(),
+            None => {
+                self.need = true;
+                format!("in {key}")
+            }
+        };
+        Some(format!("    {n} {pc} {named} <{key}>"))
+    }
+}
+
+/// Everything a spawn needs (cloneable per worker).
+#[derive(Debug, Clone)]
+pub struct Spawn {
+    /// The verified build.
+    pub target: SmokeTarget,
+    /// The engine's arguments.
+    pub args: EngineArgs,
+    /// Deadline per row (and for loading).
+    pub timeout: Duration,
+}
+
+/// Why an engine did not become ready.
+#[derive(Debug)]
+pub enum StartFailure {
+    /// It answered with an error (or garbage) instead of its ready line: a harness failure.
+    Refused(String),
+    /// It died (or hung) before its ready line.
+    Died(Death),
+}
+
+impl StartFailure {
+    /// The one-line reason.
+    pub fn message(&self) -> String {
+        match self {
+            StartFailure::Refused(m) => m.clone(),
+            StartFailure::Died(d) => format!("the engine died while loading: {}", d.signature),
+        }
+    }
+}
+
+impl Death {
+    /// Whether this death is the engine crashing (a sanitizer report or a signal), as opposed
+    /// to a hang or a plain exit: a crash while loading is evidence about the build, not a
+    /// harness failure.
+    pub fn is_crash(&self) -> bool {
+        smoke::asan_signature(&self.stderr).is_some()
+            || self.signature.starts_with("killed by signal")
+    }
+}
+
+/// A running engine process.
+pub struct Engine {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    stderr: Arc<Mutex<Vec<u8>>>,
+    stderr_thread: Option<std::thread::JoinHandle<()>>,
+    timeout: Duration,
+    /// Rows answered or died on since this process started.
+    pub rows_run: u64,
+    symbolized: bool,
+}
+
+/// The most stderr kept per engine process (a sanitizer report is a few KiB).
+const STDERR_KEEP: usize = 256 << 10;
+
+impl Engine {
+    /// Spawn and wait for the engine to say it is ready. `Err(Death)` when it dies or hangs
+    /// while loading; `Ok(Err(msg))` when it refused to load.
+    pub fn start(s: &Spawn, symbolize: bool) -> Result<std::result::Result<Engine, StartFailure>> {
+        let exe =
+            std::env::current_exe().map_err(|e| Error::io("locate", Path::new("pinforge"), e))?;
+        let mut cmd = Command::new(exe);
+        cmd.arg("__validate-engine")
+            .arg("--shim")
+            .arg(&s.args.shim)
+            .arg("--model")
+            .arg(&s.args.model)
+            .arg("--threads")
+            .arg(s.args.threads.to_string());
+        if let Some(g) = &s.args.grammar {
+            cmd.arg("--grammar").arg(g);
+        }
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        smoke::engine_env_symbolized(&mut cmd, &s.target, symbolize);
+        let line = crate::base::process::display(&cmd);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| crate::base::process::spawn_error(&line, e, ""))?;
+        let stdout = child.stdout.take();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            if let Some(out) = stdout {
+                for l in std::io::BufReader::new(out).lines() {
+                    let Ok(l) = l else { break };
+                    if tx.send(l).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let stderr = child.stderr.take();
+        let b2 = Arc::clone(&buf);
+        let stderr_thread = std::thread::spawn(move || {
+            let Some(mut err) = stderr else { return };
+            let mut chunk = [0u8; 8192];
+            loop {
+                match err.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if let Ok(mut b) = b2.lock() {
+                            b.extend_from_slice(&chunk[..n]);
+                            if b.len() > STDERR_KEEP * 2 {
+                                let cut = b.len() - STDERR_KEEP;
+                                b.drain(..cut);
+                            }
+                        }
+                    }
+                }
+            }
+        });
+        let mut e = Engine {
+            stdin: child.stdin.take(),
+            child,
+            lines: rx,
+            stderr: buf,
+            stderr_thread: Some(stderr_thread),
+            timeout: s.timeout,
+            rows_run: 0,
+            symbolized: symbolize,
+        };
+        match e.next_line() {
+            Ok(l) => match serde_json::from_str::<Ready>(&l) {
+                Ok(Ready { error: None, .. }) => Ok(Ok(e)),
+                Ok(Ready { error: Some(m), .. }) => {
+                    e.kill();
+                    Ok(Err(StartFailure::Refused(m)))
+                }
+                Err(err) => {
+                    e.kill();
+                    Ok(Err(StartFailure::Refused(format!(
+                        "the engine's first line is not its ready line: {err}"
+                    ))))
+                }
+            },
+            Err(d) => Ok(Err(StartFailure::Died(d))),
+        }
+    }
+
+    fn next_line(&mut self) -> std::result::Result<String, Death> {
+        match self.lines.recv_timeout(self.timeout) {
+            Ok(l) => Ok(l),
+            Err(RecvTimeoutError::Timeout) => {
+                self.kill();
+                Err(self.death(Some(format!(
+                    "hang: no answer within {}s",
+                    self.timeout.as_secs()
+                ))))
+            }
+            Err(RecvTimeoutError::Disconnected) => Err(self.death(None)),
+        }
+    }
+
+    /// Run one row: the answer, or how the engine died on it.
+    pub fn request(&mut self, req: &Request) -> std::result::Result<Response, Death> {
+        self.rows_run += 1;
+        let line = serde_json::to_string(req).unwrap_or_default();
+        let wrote = match self.stdin.as_mut() {
+            Some(w) => w
+                .write_all(line.as_bytes())
+                .and_then(|_| w.write_all(b"\n"))
+                .and_then(|_| w.flush())
+                .is_ok(),
+            None => false,
+        };
+        if !wrote {
+            return Err(self.death(None));
+        }
+        let l = self.next_line()?;
+        match serde_json::from_str::<Response>(&l) {
+            Ok(r) if r.row == req.row || r.error.is_some() => Ok(r),
+            Ok(r) => Ok(Response {
+                error: Some(format!(
+                    "answer for row {} to a request for row {}",
+                    r.row, req.row
+                )),
+                ..r
+            }),
+            Err(e) => Ok(Response {
+                row: req.row,
+                error: Some(format!("unreadable answer: {e}")),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// The process ended (or was killed): wait for it and read why.
+    fn death(&mut self, hang: Option<String>) -> Death {
+        self.stdin = None;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(s)) => break Some(s),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                _ => {
+                    self.kill();
+                    break None;
+                }
+            }
+        };
+        if let Some(t) = self.stderr_thread.take() {
+            let _ = t.join();
+        }
+        let stderr = self
+            .stderr
+            .lock()
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
+        use std::os::unix::process::ExitStatusExt;
+        let signature = hang
+            .or_else(|| smoke::asan_signature(&stderr))
+            .unwrap_or_else(|| match status {
+                Some(s) if s.signal().is_some() => {
+                    let sig = s.signal().unwrap_or(0);
+                    format!("killed by signal {sig} ({})", smoke::signal_name(sig))
+                }
+                Some(s) => format!(
+                    "exited with {} without an answer",
+                    s.code()
+                        .map(|c| c.to_string())
+                        .unwrap_or_else(|| "?".into())
+                ),
+                None => "did not exit after its output closed".into(),
+            });
+        Death {
+            signature,
+            stderr_tail: crate::base::process::tail(&smoke::without_shadow_legend(&stderr), 12),
+            stderr,
+            symbolized: self.symbolized,
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // Closing stdin ends the serve loop; a process that does not go is killed.
+        self.stdin = None;
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.kill();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SYMBOLIZED: &str = "==1==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x1
+    #0 0x7f3a in llama_kv_cache::apply_ubatch(llama_ubatch const&) /src/llama-kv-cache.cpp:9 </b/lib/libllama.so.0+0x1f>
+    #1 0x7f3b in llama_kv_cache::state_read_meta(int) /src/llama-kv-cache.cpp:20 </b/lib/libllama.so.0+0x2f>
+allocated by thread T0 here:
+    #0 0x7f10 in operator new(unsigned long) asan_new_delete.cpp:95 </usr/lib/libasan.so.8+0x10>
+    #1 0x7f11 in llama_batch_allocr::ubatch_reserve(unsigned int) /src/llama-batch.cpp:5 </b/lib/libllama.so.0+0x4f>
+";
+
+    #[test]
+    fn an_unsymbolized_report_gets_the_names_a_symbolized_one_taught() {
+        let mut s = Symbols::default();
+        assert!(s.need);
+        let first = smoke::asan_signature(&s.process(SYMBOLIZED, true)).expect("sig");
+        // Other load addresses, same module offsets: the next engine's report, unsymbolized.
+        let raw = SYMBOLIZED
+            .lines()
+            .map(|l| match l.find(" in ") {
+                Some(i) if l.trim_start().starts_with('#') => {
+                    let loc = &l[l.rfind(" <").expect("key")..];
+                    format!(
+                        "{}  (/b/lib/libllama.so.0+0x0){loc}",
+                        &l[..i].replace("0x7f", "0x5f")
+                    )
+                }
+                _ => l.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        s.need = false;
+        let again = smoke::asan_signature(&s.process(&raw, false)).expect("sig");
+        assert_eq!(first, again);
+        assert!(
+            again.starts_with("heap-buffer-overflow in llama_kv_cache::apply_ubatch (allocated in llama_batch_allocr::ubatch_reserve)"),
+            "{again}"
+        );
+        assert!(!s.need, "every frame was known");
+        // A frame never seen: shown by module+offset, and the next engine symbolizes again.
+        let other = raw.replace("libllama.so.0+0x1f>", "libllama.so.0+0x99>");
+        let sig = smoke::asan_signature(&s.process(&other, false)).expect("sig");
+        assert!(
+            sig.starts_with("heap-buffer-overflow in libllama.so.0+0x99"),
+            "{sig}"
+        );
+        assert!(s.need);
+    }
+}
