@@ -43,44 +43,75 @@ fn tool_path() -> PathBuf {
     p
 }
 
-/// Variables of the outer environment that would change what pinforge does: none may leak
-/// into a test (a developer's `PINFORGE_ROOT` must never receive test installs).
-const LEAKY_VARS: &[&str] = &[
-    "PINFORGE_WORKSPACE",
-    "PINFORGE_TOOLKIT_CACHE",
-    "PINFORGE_ROOT",
-    "PINFORGE_CRASH_AT",
-    "PINFORGE_FAIL_WRITE_AFTER",
-    "PINFORGE_FS_PROBE",
-    "PINFORGE_SMOKE_CRASH_TEST",
-    "PINFORGE_VALIDATE_CRASH_ROWS",
-    "PINFORGE_SMOKE_VERBOSE",
-    "PINFORGE_CACHE",
-    "PINFORGE_CACHE_DIR",
-    "PINFORGE_CACHE_REMOTE",
-    "SOURCE_DATE_EPOCH",
-    "CFLAGS",
-    "CXXFLAGS",
-    "LDFLAGS",
+/// Variables of the outer environment that a pinforge run may see, each for a reason that is
+/// about reaching the machine, never about what pinforge does: everything else is cleared (as
+/// jj's `TestEnvironment` does with `env_clear()`), so a developer's `PINFORGE_*`, `CFLAGS`,
+/// `SOURCE_DATE_EPOCH` or `NO_COLOR` can never change what a test checks, and a new variable
+/// read by pinforge cannot leak in by being missing from a list.
+const PASSED_THROUGH: &[&str] = &[
+    // Set by cargo for the test run: the cargo that runs `cargo fetch` for crate pins, and the
+    // toolchain rustup selected for it.
+    "CARGO",
+    "RUSTUP_TOOLCHAIN",
+    // The dynamic loader's search path: where containers put the GPU driver's libraries.
+    "LD_LIBRARY_PATH",
+    // Which GPU the machine lends to this run.
+    "CUDA_VISIBLE_DEVICES",
+    // How downloads (pip's wheels, cargo's crates) reach the network on this machine.
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
 ];
 
-/// A `pinforge` command in `ws` with a clean pinforge environment and the bootstrapped tools.
+/// A folder under cargo's per-target temp folder, made once per test run.
+fn run_dir(name: &str) -> PathBuf {
+    let p = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::create_dir_all(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    p
+}
+
+/// The outer `HOME` (or the given variable), for the cargo and rustup folders that live there.
+fn outer_home_dir(var: &str, below_home: &str) -> Option<PathBuf> {
+    std::env::var_os(var)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(below_home)))
+}
+
+/// A `pinforge` command in `ws` that starts from an empty environment: only what is set here,
+/// the [`PASSED_THROUGH`] variables, and what each test adds.
 fn pinforge_cmd(ws: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_pinforge"));
-    c.current_dir(ws).env("PINFORGE_TOOL_PATH", tool_path());
-    for v in LEAKY_VARS {
-        c.env_remove(v);
+    c.current_dir(ws).env_clear();
+    for v in PASSED_THROUGH {
+        if let Some(value) = std::env::var_os(v) {
+            c.env(v, value);
+        }
     }
+    // The machine's compilers, git, python3 and clang (tests that need another PATH set it).
+    c.env("PATH", std::env::var_os("PATH").unwrap_or_default());
+    // A home of the test run: no developer's dotfiles (pip, ccache or git configuration), and
+    // no default cache folder in the developer's home. Cargo's and rustup's folders stay the
+    // real ones, named explicitly, so crate pins find the registry cache offline.
+    c.env("HOME", run_dir("home"));
+    if let Some(cargo_home) = outer_home_dir("CARGO_HOME", ".cargo") {
+        c.env("CARGO_HOME", cargo_home);
+    }
+    if let Some(rustup_home) = outer_home_dir("RUSTUP_HOME", ".rustup") {
+        c.env("RUSTUP_HOME", rustup_home);
+    }
+    // The temp folder the tests themselves use (snapshots redact paths under `/tmp`).
+    c.env("TMPDIR", std::env::temp_dir());
+    c.env("PINFORGE_TOOL_PATH", tool_path());
     // Provisioned CUDA toolkits go to the run's temp folder, never to the developer's cache.
-    c.env(
-        "PINFORGE_TOOLKIT_CACHE",
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join("toolkit-cache"),
-    );
+    c.env("PINFORGE_TOOLKIT_CACHE", run_dir("toolkit-cache"));
     // The compile cache of the test run: never the developer's own cache folder.
-    c.env(
-        "PINFORGE_CACHE_DIR",
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join("compile-cache"),
-    );
+    c.env("PINFORGE_CACHE_DIR", run_dir("compile-cache"));
     c
 }
 
