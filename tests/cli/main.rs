@@ -115,6 +115,55 @@ fn pinforge_cmd(ws: &Path) -> Command {
     c
 }
 
+/// The variable that turns a test skipped for a missing tool or permission into a failure:
+/// `.ci/run` sets it, so CI proves that every such test ran there.
+const REQUIRE_TOOLS: &str = "PINFORGE_REQUIRE_TOOLS";
+
+/// A test that cannot run here, for a missing tool or permission (cargo's
+/// `#[cargo_test(requires = "…")]`): said on the terminal as `ignored at run time: WHY` (written
+/// past libtest's capture, so a passing run shows it too), and a failure when
+/// `PINFORGE_REQUIRE_TOOLS=1`. The caller returns right after. Stable Rust cannot mark a
+/// test ignored once it runs, and `#[ignore]` would stop these tests from running where the
+/// tool is there, so the skip is loud instead of silent, and required in CI.
+pub(crate) fn skip(why: &str) {
+    let name = std::thread::current()
+        .name()
+        .unwrap_or("this test")
+        .to_string();
+    if std::env::var_os(REQUIRE_TOOLS).is_some_and(|v| !v.is_empty() && v != "0") {
+        panic!("{name} cannot run here and {REQUIRE_TOOLS} is set: {why}");
+    }
+    say_ignored(&name, why);
+}
+
+/// An opt-in test (a long download or build that only its variable asks for): true when
+/// `var` is set; otherwise says `ignored at run time: set VAR=1 to WHAT` and returns false,
+/// also under `PINFORGE_REQUIRE_TOOLS` (not opting in is a choice, not a missing tool).
+#[allow(
+    dead_code,
+    reason = "for tests/cli/cuda.rs's opt-in tests, which still check the variable themselves"
+)]
+pub(crate) fn opted_in(var: &str, what: &str) -> bool {
+    if std::env::var_os(var).is_some() {
+        return true;
+    }
+    let name = std::thread::current()
+        .name()
+        .unwrap_or("this test")
+        .to_string();
+    say_ignored(&name, &format!("set {var}=1 to {what}"));
+    false
+}
+
+fn say_ignored(name: &str, why: &str) {
+    use std::io::Write;
+    // `writeln!` on the handle, not `eprintln!`: libtest captures only the print macros.
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "test {name} ... ignored at run time: {why}"
+    );
+}
+
 /// The one llama.cpp workspace of a test run, shared by every test that needs real llama.cpp
 /// builds (the brief: real builds are shared between tests, not dropped). It lives under
 /// cargo's per-target temp folder, so a clean clone (CI) starts cold and a developer's rerun
@@ -1682,7 +1731,7 @@ fn install_root_on_a_filesystem_without_symlinks_is_refused_up_front() {
         .map(|s| s.success())
         .unwrap_or(false);
     if !mounted {
-        eprintln!("mount not permitted here: covered by install::tests::probe_refuses_simulated_filesystem_without_symlinks");
+        skip("mount(8) of a tmpfs is not permitted here (the refusal logic is covered by install::tests::probe_refuses_simulated_filesystem_without_symlinks)");
         return;
     }
     let small = synthetic_build(&dir.path().join("small"), &[("lib/libsmall.so", 1000)]);
