@@ -355,6 +355,50 @@ patches = []
     }
 }
 
+// jj's `test_no_forgotten_test_files`: a file in tests/cli/ that is no `mod` of this file is
+// never compiled, so its tests would silently never run.
+#[test]
+fn every_test_file_is_a_module_of_the_one_test_binary() {
+    use std::collections::BTreeSet;
+    let dir = repo_root().join("tests/cli");
+    let main = std::fs::read_to_string(dir.join("main.rs")).expect("tests/cli/main.rs");
+    let declared: BTreeSet<String> = main
+        .lines()
+        .filter_map(|l| l.strip_prefix("mod ")?.strip_suffix(';'))
+        .map(str::to_string)
+        .collect();
+    let mut files = BTreeSet::new();
+    for e in std::fs::read_dir(&dir).expect("tests/cli").flatten() {
+        let p = e.path();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(stem) = name.strip_suffix(".rs") {
+            if stem != "main" {
+                files.insert(stem.to_string());
+            }
+        } else if p.join("mod.rs").is_file() {
+            files.insert(name);
+        }
+    }
+    let forgotten: Vec<&String> = files.difference(&declared).collect();
+    assert!(
+        forgotten.is_empty(),
+        "tests/cli/ files that are no `mod` of main.rs (never compiled, never run): {forgotten:?}"
+    );
+    // And one test binary (DESIGN §4.7): cargo would build any other tests/*.rs or
+    // tests/*/main.rs as a binary of its own.
+    let others: Vec<String> = std::fs::read_dir(repo_root().join("tests"))
+        .expect("tests")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.extension().is_some_and(|x| x == "rs")
+                || (p.join("main.rs").is_file() && !p.ends_with("cli"))
+        })
+        .map(|p| p.display().to_string())
+        .collect();
+    assert!(others.is_empty(), "a second test binary: {others:?}");
+}
+
 #[test]
 fn tiny_build_verify_noop_and_tamper() {
     let t = Tiny::new();
