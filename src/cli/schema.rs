@@ -7,9 +7,10 @@
 //!
 //! A new command joins in two steps:
 //! 1. its `--json` document is a named type deriving `serde::Serialize` and
-//!    `schemars::JsonSchema` (no ad-hoc `serde_json::json!`), printed with
-//!    `print_json("pinforge.NAME/v1", &doc)` (or `print_json_line`);
-//! 2. one line in [`DOCUMENTS`] below: `doc::<Type>("pinforge.NAME/v1")`; then run
+//!    `schemars::JsonSchema` (no ad-hoc `serde_json::json!`), its id a constant in [`id`]
+//!    (`pub const NAME: &str = "pinforge.NAME/v1"`), printed with
+//!    `print_json(schema::id::NAME, &doc)` (or `print_json_line`);
+//! 2. one line in [`DOCUMENTS`] below: `doc::<Type>(id::NAME)`; then run
 //!    `cargo run -- __schemas --out schemas` and commit the new file. The `schemas` test
 //!    module's output cases should run the command once and validate it.
 //!
@@ -39,32 +40,88 @@ const fn doc<T: JsonSchema>(id: &'static str) -> Document {
     }
 }
 
+/// The schema id of every `--json` document, each written once: [`DOCUMENTS`] and the print
+/// sites (`print_json(id::BUILD, …)`) name these constants, so an id cannot be misspelled at
+/// one of its two uses. Record files whose id the library writes into them keep it where the
+/// library owns it (flip, ablate), and the id here is that constant.
+pub mod id {
+    /// `build --json`, one line per variant.
+    pub const BUILD: &str = "pinforge.build/v1";
+    /// `verify MANIFEST --json`.
+    pub const VERIFY: &str = "pinforge.verify/v1";
+    /// `verify --installed --json`.
+    pub const VERIFY_INSTALLED: &str = "pinforge.verify-installed/v1";
+    /// `diff --json`.
+    pub const DIFF: &str = "pinforge.diff/v1";
+    /// `install --json`.
+    pub const INSTALL: &str = "pinforge.install/v1";
+    /// `rollback --json`.
+    pub const ROLLBACK: &str = "pinforge.rollback/v1";
+    /// `status --json`.
+    pub const STATUS: &str = "pinforge.status/v1";
+    /// `history --json`.
+    pub const HISTORY: &str = "pinforge.history/v1";
+    /// `gc --json`.
+    pub const GC: &str = "pinforge.gc/v1";
+    /// `smoke --json` (and the smoke report of a gated `install --json`).
+    pub const SMOKE: &str = "pinforge.smoke/v1";
+    /// `patch lint --json`.
+    pub const PATCH_LINT: &str = "pinforge.patch-lint/v1";
+    /// `patch apply --json`.
+    pub const PATCH_APPLY: &str = "pinforge.patch-apply/v1";
+    /// `patch list --json`.
+    pub const PATCH_LIST: &str = "pinforge.patch-list/v1";
+    /// `patch bundle --json`.
+    pub const PATCH_BUNDLE: &str = "pinforge.patch-bundle/v1";
+    /// `model tiny --json`.
+    pub const MODEL_TINY: &str = "pinforge.model-tiny/v1";
+    /// `vendor digest --json`.
+    pub const VENDOR_DIGEST: &str = "pinforge.vendor-digest/v1";
+    /// `toolkit --json` (the on-disk `toolkit.json` still carries this id too: see
+    /// `artifact::cudakit`'s `RECORD_SCHEMA`, a record of another shape).
+    pub const TOOLKIT: &str = "pinforge.toolkit/v1";
+    /// `patch export --json`.
+    pub const PATCH_EXPORT: &str = "pinforge.patch-export/v1";
+    /// `rebase --json`.
+    pub const REBASE: &str = "pinforge.rebase/v1";
+    /// `audit --json`.
+    pub const AUDIT: &str = "pinforge.audit/v1";
+    /// `validate --json`.
+    pub const VALIDATE: &str = "pinforge.validate/v1";
+    /// `verify EVIDENCE --json` (a validate run's evidence.json or its run folder).
+    pub const VERIFY_EVIDENCE: &str = "pinforge.verify-evidence/v1";
+    /// `flip --json` and the flip record file.
+    pub const FLIP: &str = crate::trial::flip::SCHEMA;
+    /// `ablate --json` and the ablation record file.
+    pub const ABLATE: &str = crate::trial::ablate::SCHEMA;
+}
+
 /// Every `--json` document pinforge prints: (schema id, type). One line per document kind.
 pub const DOCUMENTS: &[Document] = &[
-    doc::<super::build::BuildLine<'static>>("pinforge.build/v1"),
-    doc::<crate::artifact::manifest::VerifyReport>("pinforge.verify/v1"),
-    doc::<crate::deploy::install::Verification>("pinforge.verify-installed/v1"),
-    doc::<crate::artifact::diff::ManifestDiff>("pinforge.diff/v1"),
-    doc::<super::install::InstallJson<'static>>("pinforge.install/v1"),
-    doc::<crate::deploy::install::RollbackOutcome>("pinforge.rollback/v1"),
-    doc::<crate::deploy::install::Status>("pinforge.status/v1"),
-    doc::<crate::deploy::install::History>("pinforge.history/v1"),
-    doc::<crate::deploy::install::GcOutcome>("pinforge.gc/v1"),
-    doc::<crate::deploy::smoke::SmokeReport>("pinforge.smoke/v1"),
-    doc::<super::patch::LintReport<'static>>("pinforge.patch-lint/v1"),
-    doc::<super::patch::ApplyReport>("pinforge.patch-apply/v1"),
-    doc::<super::patch::PatchList<'static>>("pinforge.patch-list/v1"),
-    doc::<super::patch::BundleWritten>("pinforge.patch-bundle/v1"),
-    doc::<super::model::ModelWritten<'static>>("pinforge.model-tiny/v1"),
-    doc::<super::vendor::VendorDigest>("pinforge.vendor-digest/v1"),
-    doc::<super::toolkit::ToolkitOut<'static>>("pinforge.toolkit/v1"),
-    doc::<super::patch::ExportReport<'static>>("pinforge.patch-export/v1"),
-    doc::<super::rebase::RebaseOut<'static>>("pinforge.rebase/v1"),
-    doc::<crate::source::audit::Audit>("pinforge.audit/v1"),
-    doc::<crate::trial::validate::Report>("pinforge.validate/v1"),
-    doc::<crate::trial::validate::EvidenceCheck>("pinforge.verify-evidence/v1"),
-    doc::<crate::trial::flip::FlipRecord>("pinforge.flip/v1"),
-    doc::<crate::trial::ablate::AblationRecord>("pinforge.ablate/v1"),
+    doc::<super::build::BuildLine<'static>>(id::BUILD),
+    doc::<crate::artifact::manifest::VerifyReport>(id::VERIFY),
+    doc::<crate::deploy::install::Verification>(id::VERIFY_INSTALLED),
+    doc::<crate::artifact::diff::ManifestDiff>(id::DIFF),
+    doc::<super::install::InstallJson<'static>>(id::INSTALL),
+    doc::<crate::deploy::install::RollbackOutcome>(id::ROLLBACK),
+    doc::<crate::deploy::install::Status>(id::STATUS),
+    doc::<crate::deploy::install::History>(id::HISTORY),
+    doc::<crate::deploy::install::GcOutcome>(id::GC),
+    doc::<crate::deploy::smoke::SmokeReport>(id::SMOKE),
+    doc::<super::patch::LintReport<'static>>(id::PATCH_LINT),
+    doc::<super::patch::ApplyReport>(id::PATCH_APPLY),
+    doc::<super::patch::PatchList<'static>>(id::PATCH_LIST),
+    doc::<super::patch::BundleWritten>(id::PATCH_BUNDLE),
+    doc::<super::model::ModelWritten<'static>>(id::MODEL_TINY),
+    doc::<super::vendor::VendorDigest>(id::VENDOR_DIGEST),
+    doc::<super::toolkit::ToolkitOut<'static>>(id::TOOLKIT),
+    doc::<super::patch::ExportReport<'static>>(id::PATCH_EXPORT),
+    doc::<super::rebase::RebaseOut<'static>>(id::REBASE),
+    doc::<crate::source::audit::Audit>(id::AUDIT),
+    doc::<crate::trial::validate::Report>(id::VALIDATE),
+    doc::<crate::trial::validate::EvidenceCheck>(id::VERIFY_EVIDENCE),
+    doc::<crate::trial::flip::FlipRecord>(id::FLIP),
+    doc::<crate::trial::ablate::AblationRecord>(id::ABLATE),
 ];
 
 impl Document {
