@@ -86,7 +86,13 @@ fn outer_home_dir(var: &str, below_home: &str) -> Option<PathBuf> {
 /// A `pinforge` command in `ws` that starts from an empty environment: only what is set here,
 /// the [`PASSED_THROUGH`] variables, and what each test adds.
 fn pinforge_cmd(ws: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_pinforge"));
+    in_test_env(env!("CARGO_BIN_EXE_pinforge"), ws)
+}
+
+/// `program` in `ws` with the environment of [`pinforge_cmd`] (apart from it, only the test of
+/// that environment runs a program this way).
+fn in_test_env(program: &str, ws: &Path) -> Command {
+    let mut c = Command::new(program);
     c.current_dir(ws).env_clear();
     for v in PASSED_THROUGH {
         if let Some(value) = std::env::var_os(v) {
@@ -397,6 +403,70 @@ fn every_test_file_is_a_module_of_the_one_test_binary() {
         .map(|p| p.display().to_string())
         .collect();
     assert!(others.is_empty(), "a second test binary: {others:?}");
+}
+
+// The environment pinforge sees is what the harness sets and nothing else: cargo's own run-time
+// variables (CARGO_MANIFEST_DIR, CARGO_PKG_NAME, …), which the test process always has, and
+// whatever the developer exported (PINFORGE_FIXED_PATH, CFLAGS, …) never reach it.
+#[test]
+fn pinforge_runs_in_an_empty_environment_plus_what_the_harness_sets() {
+    use std::collections::BTreeSet;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let o = in_test_env("env", dir.path()).output().expect("run env");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let seen: BTreeSet<String> = stdout(&o)
+        .lines()
+        .filter_map(|l| Some(l.split_once('=')?.0.to_string()))
+        .collect();
+    let set_here = [
+        "PATH",
+        "HOME",
+        "CARGO_HOME",
+        "RUSTUP_HOME",
+        "TMPDIR",
+        "PINFORGE_TOOL_PATH",
+        "PINFORGE_TOOLKIT_CACHE",
+        "PINFORGE_CACHE_DIR",
+    ];
+    let allowed: BTreeSet<String> = set_here
+        .iter()
+        .chain(PASSED_THROUGH)
+        .map(|v| v.to_string())
+        .collect();
+    let leaked: Vec<&String> = seen.difference(&allowed).collect();
+    assert!(
+        leaked.is_empty(),
+        "leaked into the test environment: {leaked:?}"
+    );
+    for v in ["PATH", "HOME", "TMPDIR", "PINFORGE_TOOL_PATH"] {
+        assert!(seen.contains(v), "{v} is set: {seen:?}");
+    }
+    // The home is the run's own, never the developer's.
+    let home = stdout(&o)
+        .lines()
+        .find_map(|l| l.strip_prefix("HOME=").map(PathBuf::from))
+        .expect("HOME");
+    assert!(
+        home.starts_with(env!("CARGO_TARGET_TMPDIR")),
+        "{}",
+        home.display()
+    );
+    // And every test reaches the binary through this environment: one place names it.
+    let exe = concat!("CARGO_BIN_", "EXE_pinforge");
+    for e in std::fs::read_dir(repo_root().join("tests/cli"))
+        .expect("tests/cli")
+        .flatten()
+    {
+        let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+        let uses = text.matches(exe).count();
+        let want = usize::from(e.file_name() == "main.rs");
+        assert_eq!(
+            uses,
+            want,
+            "{}: run pinforge through pinforge_cmd",
+            e.path().display()
+        );
+    }
 }
 
 #[test]
