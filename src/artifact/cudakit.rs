@@ -291,7 +291,9 @@ pub fn provision(
     let stub_symbols = assemble(&root, note)?;
     let nvcc = root.join("bin").join("nvcc");
     let line = nvcc_release_line(&nvcc)?;
-    let version = crate::artifact::toolchain::parse_version("nvcc", &line).unwrap_or_default();
+    let version =
+        crate::artifact::toolchain::parse_version(crate::artifact::toolchain::Role::Nvcc, &line)
+            .unwrap_or_default();
     if version != lock.nvcc_version {
         return Err(Error::check(
             nvcc.display(),
@@ -624,80 +626,6 @@ pub fn check_system_root(root: &str, toolchain: &str, nvcc: Option<&str>) -> Res
          PyPI nvidia-cuda-nvcc 12.x packages hold only ptxas, so pinforge cannot provision a \
          12.x compiler (13.x toolkits can be: use `cuda-toolkit = \"cuda-13.1.1\"`)",
     ))
-}
-
-/// The toolchain a build resolves: for `cuda-toolkit`, the provisioned toolkit's nvcc and
-/// root with nvcc's exact version required; for a system `cuda-root`, the root checked to
-/// exist; otherwise the toolchain as written.
-pub fn for_build(
-    tc: &crate::source::recipe::Toolchain,
-    tool_dirs: &[PathBuf],
-    note: Note,
-) -> Result<(crate::source::recipe::Toolchain, Option<Toolkit>)> {
-    let mut tc = tc.clone();
-    if let Some(lock_path) = tc.cuda_toolkit.clone() {
-        let lock = load_lock(&lock_path)?;
-        let kit = provision(&lock, &default_cache_dir()?, tool_dirs, note)?;
-        note(
-            "toolkit",
-            &format!(
-                "{} {} ({}, tree {})",
-                lock.name,
-                if kit.assembled {
-                    "assembled"
-                } else {
-                    "verified"
-                },
-                kit.root.display(),
-                kit.record.tree_sha256.short(12)
-            ),
-        );
-        let exact = semver::VersionReq::parse(&format!("={}", lock.nvcc_version))
-            .map_err(|e| Error::input(lock.path.display(), format!("nvcc-version: {e}")))?;
-        tc.nvcc = Some(kit.nvcc().display().to_string());
-        tc.cuda_root = Some(ROOT_TEMPLATE.to_string());
-        tc.requirements.insert("nvcc".into(), exact);
-        return Ok((tc, Some(kit)));
-    }
-    if let Some(root) = &tc.cuda_root {
-        check_system_root(root, &tc.name, tc.nvcc.as_deref())?;
-    }
-    Ok((tc, None))
-}
-
-/// The manifest's record of a provisioned toolkit: its tree digest, the lock's digest and every
-/// wheel (name, version, SHA-256), so that a reader can fetch the same bytes again.
-pub fn resource(kit: &Toolkit) -> crate::artifact::manifest::Resource {
-    use serde_json::Value;
-    let wheels: Vec<Value> = kit
-        .record
-        .wheels
-        .iter()
-        .map(|w| {
-            serde_json::json!({
-                "name": w.name, "version": w.version, "file": w.file, "sha256": w.sha256,
-            })
-        })
-        .collect();
-    crate::artifact::manifest::Resource {
-        name: format!("toolkit:{}", kit.record.name),
-        uri: None,
-        digest: std::collections::BTreeMap::from([(
-            "sha256".to_string(),
-            kit.record.tree_sha256.to_string(),
-        )]),
-        annotations: std::collections::BTreeMap::from([
-            (
-                "lock_sha256".to_string(),
-                Value::from(kit.record.lock_sha256.to_string()),
-            ),
-            (
-                "nvcc_version_line".to_string(),
-                Value::from(kit.record.nvcc_version_line.clone()),
-            ),
-            ("wheels".to_string(), Value::from(wheels)),
-        ]),
-    }
 }
 
 #[cfg(test)]

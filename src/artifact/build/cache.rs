@@ -33,7 +33,7 @@
 //! Counts are per build: ccache's `stats_log` is a file in the variant folder, emptied before
 //! Ninja runs, so concurrent builds sharing one cache never mix their counters.
 
-use crate::artifact::toolchain::{ResolvedToolchain, ToolRecord};
+use crate::artifact::toolchain::{ResolvedToolchain, Role, ToolRecord};
 use crate::base::digest::Sha256;
 use crate::base::error::{Error, IoContext, Result};
 use serde::Serialize;
@@ -42,8 +42,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The launcher's role name in a resolved toolchain (and `tool:ccache` in the manifest).
-pub const ROLE: &str = "ccache";
 /// Cache folder override (the `--cache-dir` flag wins).
 pub const DIR_ENV: &str = "PINFORGE_CACHE_DIR";
 /// Remote backend URL (`redis://HOST:PORT`, `http://…`, `file:…`; `--cache-remote` wins).
@@ -170,7 +168,7 @@ impl CompileCache {
         vdir: &Path,
         ignore: &[String],
     ) -> Result<CompileCache> {
-        let tool = tools.tool(ROLE)?.clone();
+        let tool = tools.tool(Role::Ccache)?.clone();
         let root = settings.local_dir()?;
         if let Some(r) = &settings.remote {
             check_remote(r)?;
@@ -302,7 +300,7 @@ impl CompileCache {
         };
         let c = count(&text);
         Ok(Stats {
-            tool: ROLE.into(),
+            tool: Role::Ccache.as_str().into(),
             version: self.tool.version.clone(),
             enabled: self.enabled,
             hits: c.hits,
@@ -400,14 +398,13 @@ fn count(text: &str) -> Counts {
 /// folder on every machine; any other compiler, another.
 pub fn namespace(tools: &ResolvedToolchain) -> String {
     let mut id = String::new();
-    for role in ["cc", "cxx", "nvcc"] {
-        if let Some(t) = tools.tools.get(role) {
+    for role in Role::COMPILERS {
+        if let Some(t) = tools.get(role) {
             id.push_str(&format!("{role} {} {}\n", t.version, t.sha256));
         }
     }
     let cc = tools
-        .tools
-        .get("cc")
+        .get(Role::Cc)
         .and_then(|t| t.path.file_name())
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
@@ -561,9 +558,9 @@ mod tests {
         ResolvedToolchain {
             name: "t".into(),
             tools: BTreeMap::from([
-                ("cc".to_string(), t("/usr/bin/gcc", cc_sha)),
-                ("cxx".to_string(), t("/usr/bin/g++", b"g++")),
-                ("cmake".to_string(), t("/x/cmake", b"cmake")),
+                (Role::Cc.to_string(), t("/usr/bin/gcc", cc_sha)),
+                (Role::Cxx.to_string(), t("/usr/bin/g++", b"g++")),
+                (Role::Cmake.to_string(), t("/x/cmake", b"cmake")),
             ]),
             cuda_root: None,
             cuda_architectures: None,
@@ -579,9 +576,12 @@ mod tests {
         assert_ne!(a, namespace(&tools(b"gcc-13", "12.2.0")));
         assert_ne!(a, namespace(&tools(b"gcc-12", "12.3.0")));
         let mut other_cmake = tools(b"gcc-12", "12.2.0");
-        if let Some(c) = other_cmake.tools.get_mut("cmake") {
-            c.sha256 = Sha256::of_bytes(b"another cmake");
-        }
+        // Not `if let`: a fixture without the cmake role would make the check below vacuous.
+        let c = other_cmake
+            .tools
+            .get_mut(Role::Cmake.as_str())
+            .expect("the fixture has a cmake");
+        c.sha256 = Sha256::of_bytes(b"another cmake");
         assert_eq!(a, namespace(&other_cmake));
     }
 
