@@ -477,6 +477,25 @@ pub struct VerifyReport {
 pub fn verify(manifest_path: &Path) -> Result<VerifyReport> {
     let st = Statement::read(manifest_path)?;
     let root = st.checked_artifact_root(manifest_path)?;
+    let mut mismatches = verify_subjects(&st, &root, manifest_path)?;
+    mismatches.extend(verify_links(&st, &root)?);
+    let (inputs_checked, inputs_absent) = verify_inputs(&st, manifest_path, &mut mismatches)?;
+    Ok(VerifyReport {
+        ok: mismatches.is_empty(),
+        mismatches,
+        outputs_checked: st.subject.len(),
+        inputs_checked,
+        inputs_absent,
+        input_digest: st
+            .predicate
+            .build_definition
+            .internal_parameters
+            .input_digest,
+    })
+}
+
+/// Every subject re-hashed under the artifact root (and its normalized digest re-derived).
+fn verify_subjects(st: &Statement, root: &Path, manifest_path: &Path) -> Result<Vec<Mismatch>> {
     let mut mismatches = Vec::new();
     for s in &st.subject {
         let path = root.join(&s.name);
@@ -487,7 +506,7 @@ pub fn verify(manifest_path: &Path) -> Result<VerifyReport> {
             )
         })?;
         let shown = path.display().to_string();
-        let present = match walk_inside(&root, &s.name)? {
+        let present = match walk_inside(root, &s.name)? {
             None => None,
             Some(p) => match std::fs::symlink_metadata(&p) {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -530,10 +549,16 @@ pub fn verify(manifest_path: &Path) -> Result<VerifyReport> {
             }
         }
     }
+    Ok(mismatches)
+}
+
+/// Every link among the outputs read back: it must still point where the manifest says.
+fn verify_links(st: &Statement, root: &Path) -> Result<Vec<Mismatch>> {
+    let mut mismatches = Vec::new();
     for b in &st.predicate.run_details.byproducts {
         if let Some(Value::String(target)) = b.annotations.get(annotation::LINK_TARGET) {
             let path = root.join(&b.name);
-            let actual = walk_inside(&root, &b.name)?
+            let actual = walk_inside(root, &b.name)?
                 .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))
                 .and_then(std::fs::read_link)
                 .map(|t| t.display().to_string())
@@ -549,6 +574,16 @@ pub fn verify(manifest_path: &Path) -> Result<VerifyReport> {
         }
     }
 
+    Ok(mismatches)
+}
+
+/// Every input still on disk re-hashed (a git tree checked clean); returns how many were
+/// checked and which are absent.
+fn verify_inputs(
+    st: &Statement,
+    manifest_path: &Path,
+    mismatches: &mut Vec<Mismatch>,
+) -> Result<(usize, Vec<String>)> {
     let internal = &st.predicate.build_definition.internal_parameters;
     let base = fsx::parent_of(manifest_path);
     let mut inputs_checked = 0;
@@ -590,14 +625,7 @@ pub fn verify(manifest_path: &Path) -> Result<VerifyReport> {
             }
         }
     }
-    Ok(VerifyReport {
-        ok: mismatches.is_empty(),
-        mismatches,
-        outputs_checked: st.subject.len(),
-        inputs_checked,
-        inputs_absent,
-        input_digest: internal.input_digest,
-    })
+    Ok((inputs_checked, inputs_absent))
 }
 
 // Time formatting lives in `crate::base::time`; these names stay for callers of this module.
