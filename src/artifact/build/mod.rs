@@ -20,7 +20,7 @@ mod stamp;
 mod toolkit;
 
 use crate::artifact::cudakit::Toolkit;
-use crate::artifact::manifest::{self, Statement};
+use crate::artifact::manifest;
 use crate::artifact::toolchain::{self, ResolvedToolchain, Role};
 use crate::base::digest::Sha256;
 use crate::base::error::{Error, Result};
@@ -186,18 +186,9 @@ pub fn build(
     let (subjects, rules_used) = record::subjects(&staged, &site, reporter)?;
     let byproducts = record::byproducts(&staged, &rules_used, &compile_cache, &job.tools, &site)?;
 
-    let manifest_path = job.vdir.join("manifest.json");
-    let previous = Statement::read(&manifest_path).ok();
     let input_digest = inputs.input_digest;
-    let cached = steps_run == 0
-        && previous
-            .as_ref()
-            .is_some_and(|p| p.input_digest() == input_digest && p.subject == subjects);
     let statement = record::statement(subjects, inputs, &staging, started_on, byproducts);
-    // A cached build keeps the previous manifest byte for byte: nothing was built.
-    if !cached {
-        crate::base::fsx::write_atomic(&manifest_path, statement.to_json()?.as_bytes())?;
-    }
+    let (manifest_path, cached) = record::write(&job.vdir, &statement, steps_run)?;
 
     let record::Staged {
         artifacts,

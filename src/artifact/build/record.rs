@@ -478,6 +478,22 @@ pub(super) fn statement(
     }
 }
 
+/// Write the manifest, unless the build is cached: no Ninja step ran and the previous
+/// manifest names the same inputs and outputs, so it is kept byte for byte (nothing was
+/// built). Returns the manifest's path and whether the build is cached.
+pub(super) fn write(vdir: &Path, statement: &Statement, steps_run: u64) -> Result<(PathBuf, bool)> {
+    let path = vdir.join("manifest.json");
+    let previous = Statement::read(&path).ok();
+    let cached = steps_run == 0
+        && previous.as_ref().is_some_and(|p| {
+            p.input_digest() == statement.input_digest() && p.subject == statement.subject
+        });
+    if !cached {
+        crate::base::fsx::write_atomic(&path, statement.to_json()?.as_bytes())?;
+    }
+    Ok((path, cached))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
