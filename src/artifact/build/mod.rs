@@ -7,13 +7,17 @@
 //! [`crate::artifact::normalize`]), and write the manifest.
 //! Machine-specific paths are kept out of the binaries (prefix maps, `$ORIGIN` run paths, a
 //! fixed install prefix, build info from the pin).
+//!
+//! [`build`] is the sequence of those phases; the pieces they call live beside it: the
+//! configure arguments (`configure`), the log every tool run writes (`log`), the manifest half
+//! (`record`), the CUDA toolkit a build resolves (`toolkit`) and the no-op stamp (`stamp`).
 
 pub mod cache;
 mod configure;
 pub mod fileapi;
 pub mod fixed;
 mod log;
-pub mod record;
+mod record;
 pub mod runtime;
 pub mod stage;
 mod stamp;
