@@ -265,7 +265,7 @@ fn normalized_digest<'a>(s: &'a Statement, name: &str) -> Option<(&'a str, &'a s
         .iter()
         .find(|r| r.name == name)?
         .annotations
-        .get("normalized")?;
+        .get(crate::artifact::manifest::annotation::NORMALIZED)?;
     Some((n.get("rule")?.as_str()?, n.get("sha256")?.as_str()?))
 }
 
@@ -302,7 +302,7 @@ fn links(s: &Statement) -> BTreeMap<String, String> {
         .iter()
         .filter_map(|r| {
             r.annotations
-                .get("link_target")
+                .get(crate::artifact::manifest::annotation::LINK_TARGET)
                 .map(|t| (r.name.clone(), format!("-> {}", scalar(t))))
         })
         .collect()

@@ -24,6 +24,32 @@ pub const PREDICATE_TYPE: &str = "https://slsa.dev/provenance/v1";
 /// pinforge's build type (a URI naming how to read the parameters).
 pub const BUILD_TYPE: &str = "https://pinforge.invalid/cmake-variant/v1";
 
+/// The annotation keys of a manifest's subjects and byproducts: one spelling for the build that
+/// writes them and every reader (verify, diff, install, smoke, flip).
+pub mod annotation {
+    /// A subject's size in bytes.
+    pub const SIZE: &str = "size";
+    /// A subject whose bytes name a folder of this machine (the build, the source, the fixed
+    /// build folder): another workspace or user builds other bytes.
+    pub const EMBEDS_MACHINE_PATH: &str = "embeds_machine_path";
+    /// A subject copied from a CUDA toolkit, not built: the dependency it came from.
+    pub const SHIPPED_FROM: &str = "shipped_from";
+    /// A subject's normalized digest: `{rule, sha256, masked_names, build_id_masked}`.
+    pub const NORMALIZED: &str = "normalized";
+    /// A subject that holds nvcc names hashed from the source's real path.
+    pub const NVCC_PATH_HASHED_NAMES: &str = "nvcc_path_hashed_names";
+    /// The source path those names hash, when the build ran at the fixed path.
+    pub const HASHED_SOURCE_PATH: &str = "hashed_source_path";
+    /// A byproduct that is a link among the outputs: its target.
+    pub const LINK_TARGET: &str = "link_target";
+    /// A `built:` byproduct's CMake target.
+    pub const TARGET: &str = "target";
+    /// A `built:` byproduct's artifact: the staged file that installs it.
+    pub const INSTALLED_AS: &str = "installed_as";
+    /// A `normalization:` byproduct's rule, in words.
+    pub const RULE: &str = "rule";
+}
+
 /// An in-toto ResourceDescriptor.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Resource {
@@ -213,7 +239,7 @@ impl Statement {
             .run_details
             .byproducts
             .iter()
-            .filter(|b| b.annotations.contains_key("link_target"));
+            .filter(|b| b.annotations.contains_key(annotation::LINK_TARGET));
         for (what, r) in s
             .subject
             .iter()
@@ -451,6 +477,25 @@ pub struct VerifyReport {
 pub fn verify(manifest_path: &Path) -> Result<VerifyReport> {
     let st = Statement::read(manifest_path)?;
     let root = st.checked_artifact_root(manifest_path)?;
+    let mut mismatches = verify_subjects(&st, &root, manifest_path)?;
+    mismatches.extend(verify_links(&st, &root)?);
+    let (inputs_checked, inputs_absent) = verify_inputs(&st, manifest_path, &mut mismatches)?;
+    Ok(VerifyReport {
+        ok: mismatches.is_empty(),
+        mismatches,
+        outputs_checked: st.subject.len(),
+        inputs_checked,
+        inputs_absent,
+        input_digest: st
+            .predicate
+            .build_definition
+            .internal_parameters
+            .input_digest,
+    })
+}
+
+/// Every subject re-hashed under the artifact root (and its normalized digest re-derived).
+fn verify_subjects(st: &Statement, root: &Path, manifest_path: &Path) -> Result<Vec<Mismatch>> {
     let mut mismatches = Vec::new();
     for s in &st.subject {
         let path = root.join(&s.name);
@@ -461,7 +506,7 @@ pub fn verify(manifest_path: &Path) -> Result<VerifyReport> {
             )
         })?;
         let shown = path.display().to_string();
-        let present = match walk_inside(&root, &s.name)? {
+        let present = match walk_inside(root, &s.name)? {
             None => None,
             Some(p) => match std::fs::symlink_metadata(&p) {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -477,7 +522,7 @@ pub fn verify(manifest_path: &Path) -> Result<VerifyReport> {
                 role: "output".into(),
             }),
             Some(p) => {
-                let claimed = s.annotations.get("normalized");
+                let claimed = s.annotations.get(annotation::NORMALIZED);
                 // A subject with a normalized digest is read once, into memory: its digest and
                 // its normalized digest come from the same bytes.
                 let (actual, bytes) = match claimed {
@@ -504,10 +549,16 @@ pub fn verify(manifest_path: &Path) -> Result<VerifyReport> {
             }
         }
     }
+    Ok(mismatches)
+}
+
+/// Every link among the outputs read back: it must still point where the manifest says.
+fn verify_links(st: &Statement, root: &Path) -> Result<Vec<Mismatch>> {
+    let mut mismatches = Vec::new();
     for b in &st.predicate.run_details.byproducts {
-        if let Some(Value::String(target)) = b.annotations.get("link_target") {
+        if let Some(Value::String(target)) = b.annotations.get(annotation::LINK_TARGET) {
             let path = root.join(&b.name);
-            let actual = walk_inside(&root, &b.name)?
+            let actual = walk_inside(root, &b.name)?
                 .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))
                 .and_then(std::fs::read_link)
                 .map(|t| t.display().to_string())
@@ -523,6 +574,16 @@ pub fn verify(manifest_path: &Path) -> Result<VerifyReport> {
         }
     }
 
+    Ok(mismatches)
+}
+
+/// Every input still on disk re-hashed (a git tree checked clean); returns how many were
+/// checked and which are absent.
+fn verify_inputs(
+    st: &Statement,
+    manifest_path: &Path,
+    mismatches: &mut Vec<Mismatch>,
+) -> Result<(usize, Vec<String>)> {
     let internal = &st.predicate.build_definition.internal_parameters;
     let base = fsx::parent_of(manifest_path);
     let mut inputs_checked = 0;
@@ -564,14 +625,7 @@ pub fn verify(manifest_path: &Path) -> Result<VerifyReport> {
             }
         }
     }
-    Ok(VerifyReport {
-        ok: mismatches.is_empty(),
-        mismatches,
-        outputs_checked: st.subject.len(),
-        inputs_checked,
-        inputs_absent,
-        input_digest: internal.input_digest,
-    })
+    Ok((inputs_checked, inputs_absent))
 }
 
 // Time formatting lives in `crate::base::time`; these names stay for callers of this module.

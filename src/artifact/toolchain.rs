@@ -11,6 +11,65 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// What a tool does in a toolchain. The spelling (`as_str`, and serde's) is the one the
+/// manifests, stamps and `--json` output have always used (`tool:cc`, `${TOOL:ninja}`), so
+/// typing the roles changes no byte a user sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The C compiler.
+    Cc,
+    /// The C++ compiler.
+    Cxx,
+    /// CMake.
+    Cmake,
+    /// Ninja.
+    Ninja,
+    /// The compile cache's launcher: every compile goes through it, cache on or off (see
+    /// [`crate::artifact::build::cache`]), so it is part of the toolchain like Ninja.
+    Ccache,
+    /// The CUDA compiler, for CUDA toolchains.
+    Nvcc,
+}
+
+impl Role {
+    /// The role's name in manifests (`tool:NAME`), templates (`${TOOL:NAME}`) and recipes'
+    /// requirement keys.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Role::Cc => "cc",
+            Role::Cxx => "cxx",
+            Role::Cmake => "cmake",
+            Role::Ninja => "ninja",
+            Role::Ccache => "ccache",
+            Role::Nvcc => "nvcc",
+        }
+    }
+
+    /// The compilers, whose identity names a compile cache folder (in this order).
+    pub const COMPILERS: [Role; 3] = [Role::Cc, Role::Cxx, Role::Nvcc];
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+// Ordered by spelling, not by declaration: a map keyed by roles then lists them as the
+// string-keyed maps always did (cc, ccache, cmake, cxx, ninja, nvcc), so records keep their bytes.
+impl PartialOrd for Role {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Role {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
 /// One tool as found and checked.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ToolRecord {
@@ -31,7 +90,10 @@ pub struct ToolRecord {
 pub struct ResolvedToolchain {
     /// Name in the recipe.
     pub name: String,
-    /// Tools by role: cc, cxx, cmake, ninja, ccache, and nvcc for CUDA.
+    /// Tools by role: cc, cxx, cmake, ninja, ccache, and nvcc for CUDA. Keyed by the role's
+    /// spelling ([`Role::as_str`]); read it through [`ResolvedToolchain::get`] and
+    /// [`ResolvedToolchain::tool`]. (The key becomes [`Role`] once flip and the fixed build
+    /// path stop naming roles as strings.)
     pub tools: BTreeMap<String, ToolRecord>,
     /// CUDA toolkit root, for CUDA toolchains.
     pub cuda_root: Option<String>,
@@ -40,11 +102,21 @@ pub struct ResolvedToolchain {
 }
 
 impl ResolvedToolchain {
-    /// A tool by role.
-    pub fn tool(&self, role: &str) -> Result<&ToolRecord> {
-        self.tools
-            .get(role)
+    /// A tool by role; a missing one is an internal error (`resolve` finds every role a
+    /// toolchain needs, or refuses it).
+    pub fn tool(&self, role: Role) -> Result<&ToolRecord> {
+        self.get(role)
             .ok_or_else(|| Error::Internal(format!("toolchain {} has no {role}", self.name)))
+    }
+
+    /// A tool by role, if the toolchain has one (nvcc only for CUDA).
+    pub fn get(&self, role: Role) -> Option<&ToolRecord> {
+        self.tools.get(role.as_str())
+    }
+
+    /// Whether the toolchain has a tool for `role`.
+    pub fn has(&self, role: Role) -> bool {
+        self.tools.contains_key(role.as_str())
     }
 }
 
@@ -54,30 +126,24 @@ const BOOTSTRAP_HINT: &str =
 /// Find and check every tool of `tc`. `extra` directories are searched before `PATH`.
 pub fn resolve(tc: &Toolchain, extra: &[PathBuf]) -> Result<ResolvedToolchain> {
     let mut tools = BTreeMap::new();
-    let mut wanted: Vec<(&str, String, &str)> = vec![
+    let mut wanted: Vec<(Role, String, &str)> = vec![
         (
-            "cc",
+            Role::Cc,
             tc.cc.clone(),
             "install the C compiler, or point the toolchain's `cc` at it",
         ),
         (
-            "cxx",
+            Role::Cxx,
             tc.cxx.clone(),
             "install the C++ compiler, or point the toolchain's `cxx` at it",
         ),
-        ("cmake", "cmake".into(), BOOTSTRAP_HINT),
-        ("ninja", "ninja".into(), BOOTSTRAP_HINT),
-        // The compile cache's launcher: every compile goes through it, cache on or off (see
-        // build::cache), so it is part of the toolchain like Ninja.
-        (
-            crate::artifact::build::cache::ROLE,
-            "ccache".into(),
-            BOOTSTRAP_HINT,
-        ),
+        (Role::Cmake, "cmake".into(), BOOTSTRAP_HINT),
+        (Role::Ninja, "ninja".into(), BOOTSTRAP_HINT),
+        (Role::Ccache, "ccache".into(), BOOTSTRAP_HINT),
     ];
     if let Some(nvcc) = &tc.nvcc {
         wanted.push((
-            "nvcc",
+            Role::Nvcc,
             nvcc.clone(),
             "install the CUDA toolkit this toolchain names, or fix its `nvcc` path",
         ));
@@ -91,7 +157,7 @@ pub fn resolve(tc: &Toolchain, extra: &[PathBuf]) -> Result<ResolvedToolchain> {
             .with_hint(hint)
         })?;
         let record = probe(role, &path)?;
-        if let Some(req) = tc.requirements.get(role) {
+        if let Some(req) = tc.requirements.get(role.as_str()) {
             let v = lenient_semver(&record.version).ok_or_else(|| {
                 Error::input(
                     path.display(),
@@ -110,7 +176,7 @@ pub fn resolve(tc: &Toolchain, extra: &[PathBuf]) -> Result<ResolvedToolchain> {
                 .with_hint("install the required version or change the recipe's requirement"));
             }
         }
-        tools.insert(role.to_string(), record);
+        tools.insert(role.as_str().to_string(), record);
     }
     Ok(ResolvedToolchain {
         name: tc.name.clone(),
@@ -121,17 +187,17 @@ pub fn resolve(tc: &Toolchain, extra: &[PathBuf]) -> Result<ResolvedToolchain> {
 }
 
 /// Ask a tool for its version and hash it.
-fn probe(role: &str, path: &Path) -> Result<ToolRecord> {
+fn probe(role: Role, path: &Path) -> Result<ToolRecord> {
     let mut cmd = Command::new(path);
     match role {
         // -dumpfullversion gives gcc's full x.y.z; clang answers -dumpversion.
-        "cc" | "cxx" => cmd.args(["-dumpfullversion", "-dumpversion"]),
+        Role::Cc | Role::Cxx => cmd.args(["-dumpfullversion", "-dumpversion"]),
         _ => cmd.arg("--version"),
     };
     let out = process::run(&mut cmd, "")?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let version_line = match role {
-        "nvcc" => text
+        Role::Nvcc => text
             .lines()
             .find(|l| l.contains("release"))
             .unwrap_or("")
@@ -158,10 +224,10 @@ fn probe(role: &str, path: &Path) -> Result<ToolRecord> {
 
 /// The version in a tool's version line: `cmake version 4.4.5` → 4.4.5;
 /// `1.13.2.git.kitware...` → 1.13.2; nvcc's `release 12.8, V12.8.93` → 12.8.93.
-pub fn parse_version(role: &str, line: &str) -> Option<String> {
+pub fn parse_version(role: Role, line: &str) -> Option<String> {
     let candidate = match role {
-        "nvcc" => line.rsplit(['V', ' ']).next()?,
-        "cmake" => line.rsplit(' ').next()?,
+        Role::Nvcc => line.rsplit(['V', ' ']).next()?,
+        Role::Cmake => line.rsplit(' ').next()?,
         _ => line.split_whitespace().last()?,
     };
     let numeric: String = candidate
@@ -193,19 +259,42 @@ mod tests {
     #[test]
     fn versions_are_read_from_real_tool_output_shapes() {
         assert_eq!(
-            parse_version("cmake", "cmake version 4.4.5").as_deref(),
+            parse_version(Role::Cmake, "cmake version 4.4.5").as_deref(),
             Some("4.4.5")
         );
         assert_eq!(
-            parse_version("ninja", "1.13.2.git.kitware.jobserver-pipe-1").as_deref(),
+            parse_version(Role::Ninja, "1.13.2.git.kitware.jobserver-pipe-1").as_deref(),
             Some("1.13.2")
         );
         assert_eq!(
-            parse_version("nvcc", "Cuda compilation tools, release 12.8, V12.8.93").as_deref(),
+            parse_version(Role::Nvcc, "Cuda compilation tools, release 12.8, V12.8.93").as_deref(),
             Some("12.8.93")
         );
-        assert_eq!(parse_version("cc", "12.2.0").as_deref(), Some("12.2.0"));
-        assert_eq!(parse_version("cc", "no digits"), None);
+        assert_eq!(parse_version(Role::Cc, "12.2.0").as_deref(), Some("12.2.0"));
+        assert_eq!(parse_version(Role::Cc, "no digits"), None);
+    }
+
+    #[test]
+    fn roles_are_spelled_and_ordered_as_the_string_keys_were() {
+        let all = [
+            Role::Cc,
+            Role::Cxx,
+            Role::Cmake,
+            Role::Ninja,
+            Role::Ccache,
+            Role::Nvcc,
+        ];
+        for r in all {
+            assert_eq!(
+                serde_json::to_value(r).expect("json"),
+                serde_json::Value::from(r.as_str())
+            );
+            assert_eq!(r.to_string(), r.as_str());
+        }
+        let mut sorted = all;
+        sorted.sort();
+        let names: Vec<&str> = sorted.iter().map(|r| r.as_str()).collect();
+        assert_eq!(names, ["cc", "ccache", "cmake", "cxx", "ninja", "nvcc"]);
     }
 
     #[test]
@@ -241,7 +330,7 @@ mod tests {
         let Some(gcc) = process::which("gcc", &[]) else {
             return; // the machine image always has gcc; nothing to check without it
         };
-        let r = probe("cc", &gcc).expect("probe gcc");
+        let r = probe(Role::Cc, &gcc).expect("probe gcc");
         assert!(lenient_semver(&r.version).is_some(), "{r:?}");
     }
 }

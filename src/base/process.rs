@@ -17,12 +17,20 @@ pub fn display(cmd: &Command) -> String {
 }
 
 fn quote(s: &OsStr) -> String {
-    let s = s.to_string_lossy();
+    shell_word(&s.to_string_lossy())
+}
+
+/// Quote one word for a POSIX shell, only when it needs it: a word of letters, digits and
+/// `-_./=:+,@%` stays as it is; anything else (an empty word, a space, a quote, `$`) is put in
+/// single quotes, with each `'` written as `'\''`. CMake's `separate_arguments(UNIX_COMMAND)`
+/// follows the same rules, so a build's flag strings use this too: the one rule for command
+/// lines shown to people, hints to paste, and words handed to a shell.
+pub fn shell_word(s: &str) -> String {
     if !s.is_empty()
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_./=:+,@%".contains(c))
     {
-        s.into_owned()
+        s.to_string()
     } else {
         format!("'{}'", s.replace('\'', "'\\''"))
     }
@@ -95,6 +103,27 @@ mod tests {
         let mut c = Command::new("cmake");
         c.args(["-DA=ON", "-DFLAGS=-x -y", "it's"]);
         assert_eq!(display(&c), "cmake -DA=ON '-DFLAGS=-x -y' 'it'\\''s'");
+    }
+
+    // issue #7 class 7: a machine path with a space stays one word inside a flags string.
+    #[test]
+    fn flag_words_with_spaces_or_quotes_are_shell_quoted() {
+        assert_eq!(
+            shell_word("-ffile-prefix-map=/a/b=/x"),
+            "-ffile-prefix-map=/a/b=/x"
+        );
+        assert_eq!(
+            shell_word("-ffile-prefix-map=/my ws/src=/x"),
+            "'-ffile-prefix-map=/my ws/src=/x'"
+        );
+        assert_eq!(shell_word("it's"), "'it'\\''s'");
+        // What the shell makes of it is the original word.
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("printf '%s|' {}", shell_word("/a b/it's=$HOME")))
+            .output()
+            .expect("sh");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "/a b/it's=$HOME|");
     }
 
     #[test]

@@ -61,27 +61,12 @@ impl CacheArgs {
 
 /// Run `build`.
 pub(super) fn run(ctx: &super::Ctx, a: BuildArgs) -> Result<i32> {
-    let ws_root = ctx.ws_root.as_path();
-    cmd_build(
-        ctx, ws_root, a.recipe, a.variants, a.jobs, &a.cache, a.out.json,
-    )
-}
-
-fn cmd_build(
-    ctx: &super::Ctx,
-    ws_root: &std::path::Path,
-    recipe_path: Option<PathBuf>,
-    variants: Vec<String>,
-    jobs: Option<usize>,
-    cache: &CacheArgs,
-    json: bool,
-) -> Result<i32> {
-    let ws = Workspace::new(ws_root)?;
-    let recipe = Recipe::load_or_default(recipe_path.as_deref())?;
-    let names = if variants.is_empty() {
+    let ws = Workspace::new(&ctx.ws_root)?;
+    let recipe = Recipe::load_or_default(a.recipe.as_deref())?;
+    let names = if a.variants.is_empty() {
         vec![recipe.default_variant.to_string()]
     } else {
-        variants
+        a.variants
     };
     // Resolve every name first: a typo in the third variant must not cost two builds.
     let selected = names
@@ -100,9 +85,9 @@ fn cmd_build(
             &recipe,
             v,
             &BuildOptions {
-                jobs,
+                jobs: a.jobs,
                 reporter: &reporter,
-                compile_cache: cache.settings(),
+                compile_cache: a.cache.settings(),
             },
         )?;
         let because = if outcome.cached {
@@ -113,7 +98,7 @@ fn cmd_build(
         };
         // One JSON line per build, written as soon as it is done: the same shape for one
         // variant or many, and a consumer sees each result without waiting for the rest.
-        if json {
+        if a.out.json {
             print_json_line(
                 "pinforge.build/v1",
                 &BuildLine {
@@ -121,7 +106,8 @@ fn cmd_build(
                     rebuilt_because: &because,
                 },
             )?;
-        } else {
+        } else if ctx.verbosity != Verbosity::Quiet {
+            // `-q`: nothing on success (the exit code says it); errors still reach stderr.
             render_build(&outcome, &because, ctx.verbosity);
         }
     }

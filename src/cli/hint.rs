@@ -8,6 +8,7 @@
 //! `PINFORGE_WORKSPACE` is still set in the shell that runs the hint). `--root` is added only to
 //! a command that takes it, as the clap definition says.
 
+use crate::base::process;
 use clap::parser::ValueSource;
 use clap::ArgMatches;
 use std::path::PathBuf;
@@ -97,17 +98,10 @@ fn given(matches: &ArgMatches, id: &str) -> Option<PathBuf> {
     }
 }
 
-/// A path as a shell word (quoted only when it needs to be).
+/// A path as a shell word (quoted only when it needs to be): the one quoting rule of
+/// [`process::shell_word`], so that a hint pastes into a shell as the command lines shown do.
 fn quote(p: &std::path::Path) -> String {
-    let s = p.to_string_lossy();
-    if !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./=:+,@%".contains(c))
-    {
-        s.into_owned()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
-    }
+    process::shell_word(&p.to_string_lossy())
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The no-op build's fast path (issue #8, speed): a metadata stamp decides that nothing
 //! changed, and every kind of change sends the build down the full path again.
 
-use crate::{code, json, pinforge, stderr, Tiny};
+use crate::{code, json, pinforge, stderr, stdout, Tiny};
 use std::path::PathBuf;
 
 /// The build log: the full path rewrites it, the fast path never touches it.
@@ -219,4 +219,39 @@ fn a_no_op_build_with_other_cache_settings_reports_those_settings() {
     assert_eq!(j["cached"], true, "{j}");
     assert_eq!(j["compile_cache"]["enabled"], false, "{j}");
     assert_eq!(j["compile_cache"]["hits"], 0, "{j}");
+}
+
+// issue #23 (operator leftover): `build -q` prints nothing on success, on the full path and on
+// the stamp's fast path alike; an error still reaches stderr, with its exit code.
+#[test]
+fn a_quiet_build_prints_nothing_on_success_and_its_error_still_reaches_stderr() {
+    let t = Tiny::new();
+    let quiet = |variant: &str| {
+        pinforge(
+            &t.ws,
+            &["build", "recipes/tiny.toml", "--variant", variant, "-q"],
+        )
+    };
+    for path in ["full path", "fast path"] {
+        let o = quiet("patched");
+        assert_eq!(code(&o), 0, "{path}: {}", stderr(&o));
+        assert_eq!(stdout(&o), "", "{path}: -q prints no artifact list");
+        assert_eq!(stderr(&o), "", "{path}: -q prints no stage line");
+    }
+    // Without -q the same build still says what it did.
+    let o = pinforge(
+        &t.ws,
+        &["build", "recipes/tiny.toml", "--variant", "patched"],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).starts_with("cached tiny/patched"),
+        "{}",
+        stdout(&o)
+    );
+
+    let o = quiet("no-such-variant");
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert_eq!(stdout(&o), "");
+    assert!(stderr(&o).contains("no-such-variant"), "{}", stderr(&o));
 }

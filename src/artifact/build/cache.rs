@@ -33,7 +33,7 @@
 //! Counts are per build: ccache's `stats_log` is a file in the variant folder, emptied before
 //! Ninja runs, so concurrent builds sharing one cache never mix their counters.
 
-use crate::artifact::toolchain::{ResolvedToolchain, ToolRecord};
+use crate::artifact::toolchain::{ResolvedToolchain, Role, ToolRecord};
 use crate::base::digest::Sha256;
 use crate::base::error::{Error, IoContext, Result};
 use serde::Serialize;
@@ -42,8 +42,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The launcher's role name in a resolved toolchain (and `tool:ccache` in the manifest).
-pub const ROLE: &str = "ccache";
 /// Cache folder override (the `--cache-dir` flag wins).
 pub const DIR_ENV: &str = "PINFORGE_CACHE_DIR";
 /// Remote backend URL (`redis://HOST:PORT`, `http://…`, `file:…`; `--cache-remote` wins).
@@ -170,7 +168,7 @@ impl CompileCache {
         vdir: &Path,
         ignore: &[String],
     ) -> Result<CompileCache> {
-        let tool = tools.tool(ROLE)?.clone();
+        let tool = tools.tool(Role::Ccache)?.clone();
         let root = settings.local_dir()?;
         if let Some(r) = &settings.remote {
             check_remote(r)?;
@@ -181,36 +179,14 @@ impl CompileCache {
         for p in [&dir, &vdir.to_path_buf(), &base_dir.to_path_buf()] {
             config_value(p, "compile cache path")?;
         }
-        match std::fs::symlink_metadata(&root) {
-            Ok(m) if !m.is_dir() && !m.file_type().is_symlink() => {
-                return Err(Error::input(
-                    root.display(),
-                    "the compile cache folder exists and is not a folder",
-                )
-                .with_hint(format!("pass --cache-dir DIR or set {DIR_ENV}")))
-            }
-            _ => {}
-        }
+        check_folder(&root)?;
         crate::base::fsx::create_dir_all(&dir)?;
-        let mut base_dirs = vec![base_dir.to_path_buf()];
-        if let Ok(real) = std::fs::canonicalize(base_dir) {
-            if real != base_dir {
-                base_dirs.push(real);
-            }
-        }
-        // A path with a space cannot be one entry of ccache's space-separated base_dir list:
-        // such a workspace compiles with absolute paths (correct, fewer shared hits).
-        base_dirs.retain(|p| !p.to_string_lossy().contains(char::is_whitespace));
+        let base_dirs = base_dirs(base_dir);
         // With the cache off, ccache still runs the same way (see the module's notes) but
         // into a throwaway folder of this variant's: `read_only` would make it run the
         // compiler with the command as given, not as it rewrites it for base_dir.
         let off_dir = vdir.join(OFF_DIR);
-        match std::fs::remove_dir_all(&off_dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(Error::io("remove", &off_dir, e))
-            }
-            _ => {}
-        }
+        remove_folder(&off_dir)?;
         let store = if settings.enabled { &dir } else { &off_dir };
         let stats_log = vdir.join("compile-cache.stats");
         let config = vdir.join("ccache.conf");
@@ -235,26 +211,7 @@ impl CompileCache {
             format!("stats_log = {}", stats_log.display()),
             "absolute_paths_in_stderr = true".to_string(),
         ];
-        // An empty value would make ccache read the next lines as its continuation.
-        if !base_dirs.is_empty() {
-            let list: Vec<String> = base_dirs.iter().map(|p| p.display().to_string()).collect();
-            lines.push(format!("base_dir = {}", list.join(" ")));
-        }
-        // Space-separated like base_dir: an argument with whitespace stays in the key (correct,
-        // fewer shared hits), as does anything that could add a configuration line.
-        let ignored: Vec<&str> = ignore
-            .iter()
-            .map(String::as_str)
-            .filter(|o| !o.is_empty() && !o.contains(char::is_whitespace))
-            .collect();
-        if !ignored.is_empty() {
-            lines.push(format!("ignore_options = {}", ignored.join(" ")));
-        }
-        if !settings.enabled {
-            lines.push("recache = true".into());
-        } else if let Some(r) = &settings.remote {
-            lines.push(format!("remote_storage = {r}"));
-        }
+        lines.extend(optional_lines(&base_dirs, ignore, settings));
         let mut body = lines.join("\n");
         body.push('\n');
         crate::base::fsx::write_atomic(&config, body.as_bytes())?;
@@ -302,7 +259,7 @@ impl CompileCache {
         };
         let c = count(&text);
         Ok(Stats {
-            tool: ROLE.into(),
+            tool: Role::Ccache.as_str().into(),
             version: self.tool.version.clone(),
             enabled: self.enabled,
             hits: c.hits,
@@ -396,18 +353,78 @@ fn count(text: &str) -> Counts {
     c
 }
 
+/// Refuse a compile cache folder that exists and is not a folder (a file, a device).
+fn check_folder(root: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(root) {
+        Ok(m) if !m.is_dir() && !m.file_type().is_symlink() => Err(Error::input(
+            root.display(),
+            "the compile cache folder exists and is not a folder",
+        )
+        .with_hint(format!("pass --cache-dir DIR or set {DIR_ENV}"))),
+        _ => Ok(()),
+    }
+}
+
+/// ccache's `base_dir` entries for `base_dir`: the folder, and its real path when another.
+fn base_dirs(base_dir: &Path) -> Vec<PathBuf> {
+    let mut base_dirs = vec![base_dir.to_path_buf()];
+    if let Ok(real) = std::fs::canonicalize(base_dir) {
+        if real != base_dir {
+            base_dirs.push(real);
+        }
+    }
+    // A path with a space cannot be one entry of ccache's space-separated base_dir list:
+    // such a workspace compiles with absolute paths (correct, fewer shared hits).
+    base_dirs.retain(|p| !p.to_string_lossy().contains(char::is_whitespace));
+    base_dirs
+}
+
+/// Remove a folder and everything in it; an absent one is fine.
+fn remove_folder(dir: &Path) -> Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io("remove", dir, e)),
+        _ => Ok(()),
+    }
+}
+
+/// The configuration lines that depend on what is set: base_dir, ignore_options, and recache
+/// (cache off) or the remote backend.
+fn optional_lines(base_dirs: &[PathBuf], ignore: &[String], settings: &Settings) -> Vec<String> {
+    let mut lines = Vec::new();
+    // An empty value would make ccache read the next lines as its continuation.
+    if !base_dirs.is_empty() {
+        let list: Vec<String> = base_dirs.iter().map(|p| p.display().to_string()).collect();
+        lines.push(format!("base_dir = {}", list.join(" ")));
+    }
+    // Space-separated like base_dir: an argument with whitespace stays in the key (correct,
+    // fewer shared hits), as does anything that could add a configuration line.
+    let ignored: Vec<&str> = ignore
+        .iter()
+        .map(String::as_str)
+        .filter(|o| !o.is_empty() && !o.contains(char::is_whitespace))
+        .collect();
+    if !ignored.is_empty() {
+        lines.push(format!("ignore_options = {}", ignored.join(" ")));
+    }
+    if !settings.enabled {
+        lines.push("recache = true".into());
+    } else if let Some(r) = &settings.remote {
+        lines.push(format!("remote_storage = {r}"));
+    }
+    lines
+}
+
 /// The toolchain's compiler identity as a folder name: the same compilers give the same
 /// folder on every machine; any other compiler, another.
 pub fn namespace(tools: &ResolvedToolchain) -> String {
     let mut id = String::new();
-    for role in ["cc", "cxx", "nvcc"] {
-        if let Some(t) = tools.tools.get(role) {
+    for role in Role::COMPILERS {
+        if let Some(t) = tools.get(role) {
             id.push_str(&format!("{role} {} {}\n", t.version, t.sha256));
         }
     }
     let cc = tools
-        .tools
-        .get("cc")
+        .get(Role::Cc)
         .and_then(|t| t.path.file_name())
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
@@ -561,9 +578,9 @@ mod tests {
         ResolvedToolchain {
             name: "t".into(),
             tools: BTreeMap::from([
-                ("cc".to_string(), t("/usr/bin/gcc", cc_sha)),
-                ("cxx".to_string(), t("/usr/bin/g++", b"g++")),
-                ("cmake".to_string(), t("/x/cmake", b"cmake")),
+                (Role::Cc.to_string(), t("/usr/bin/gcc", cc_sha)),
+                (Role::Cxx.to_string(), t("/usr/bin/g++", b"g++")),
+                (Role::Cmake.to_string(), t("/x/cmake", b"cmake")),
             ]),
             cuda_root: None,
             cuda_architectures: None,
@@ -579,9 +596,12 @@ mod tests {
         assert_ne!(a, namespace(&tools(b"gcc-13", "12.2.0")));
         assert_ne!(a, namespace(&tools(b"gcc-12", "12.3.0")));
         let mut other_cmake = tools(b"gcc-12", "12.2.0");
-        if let Some(c) = other_cmake.tools.get_mut("cmake") {
-            c.sha256 = Sha256::of_bytes(b"another cmake");
-        }
+        // Not `if let`: a fixture without the cmake role would make the check below vacuous.
+        let c = other_cmake
+            .tools
+            .get_mut(Role::Cmake.as_str())
+            .expect("the fixture has a cmake");
+        c.sha256 = Sha256::of_bytes(b"another cmake");
         assert_eq!(a, namespace(&other_cmake));
     }
 

@@ -303,20 +303,16 @@ fn outputs(vdir: &Path) -> Vec<PathBuf> {
 
 /// After a successful full build: record the stamp, or remove a stale one when an input
 /// changed while the build ran (the next build then takes the full path again).
-// The build's phases are being cut into named steps; until the stamp takes one build context,
-// it takes the pieces.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn write(
-    ws: &Workspace,
+    job: &super::Job,
     cache: &super::cache::Settings,
-    recipe: &Recipe,
-    variant: &Variant,
     before: Before,
     outcome: &BuildOutcome,
     notes: &Recorder,
     build_path: &super::fixed::BuildPaths,
 ) -> Result<()> {
-    let vdir = ws.variant_dir(&recipe.name, variant.name.as_str());
+    let (ws, recipe, variant) = (job.ws, job.recipe, job.variant);
+    let vdir = &job.vdir;
     let path = vdir.join(FILE);
     let _ = std::fs::remove_file(&path);
     if measure(&before.paths) != before.files
@@ -326,7 +322,7 @@ pub(super) fn write(
         return Ok(());
     }
     let mut files = before.files;
-    files.extend(measure(&outputs(&vdir)));
+    files.extend(measure(&outputs(vdir)));
     let stamp = Stamp {
         scheme: SCHEME,
         key: key(ws, cache, recipe, variant)?,
@@ -373,7 +369,10 @@ pub(super) fn fresh(
     }
     // Ninja is the authority on the build folder: it stats every file the build reads and
     // knows when CMake must re-run. A dry run changes nothing.
-    let ninja = &stamp.tools.tools.get("ninja")?.path;
+    let ninja = &stamp
+        .tools
+        .get(crate::artifact::toolchain::Role::Ninja)?
+        .path;
     // Where the build ran: at the fixed path the build files name it, so the dry run must
     // see the same binds (or every source would look missing).
     if stamp.build_path.real_variant != vdir {
