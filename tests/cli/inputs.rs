@@ -518,7 +518,9 @@ fn the_llama_cpp_python_0_3_17_sdist_builds_unpatched_and_smokes_ok() {
             panic!("CI: the llama-cpp-python 0.3.17 sdist could not be fetched: {why}")
         }
         Err(why) => {
-            eprintln!("SKIPPED the llama-cpp-python 0.3.17 sdist test: {why}");
+            crate::skip(&format!(
+                "the llama-cpp-python 0.3.17 sdist could not be fetched: {why}"
+            ));
             return;
         }
     };
