@@ -7,18 +7,22 @@
 //! | layer | modules | owns |
 //! |---|---|---|
 //! | `base` | error, digest, fsx, process, git, time, tree, elf, progress, hooks, workspace | leaves: errors and exit codes, typed digests, file/process edges, layout |
-//! | `sys` | cuda | the only `unsafe` code |
+//! | `sys` | cuda, shim, mount_ns | the only `unsafe` code |
 //! | `source` | recipe, upstream, patch, audit, rebase | pin → verified source → patched tree; carrying patches to a new pin |
 //! | `artifact` | toolchain, cudakit, build, manifest, normalize, diff | toolchains, the CMake build, provenance, the reproducibility rule |
 //! | `deploy` | install, model, smoke | the rollback root, the tiny model, smoke decodes |
 //! | `trial` | flip, ablate, validate | single-axis flips, ablation, the A/B soak |
 //! | `cli` | one file per command, output, reporter, schema | clap, rendering, hints, JSON Schemas |
 
+#![deny(unsafe_code)]
+
 pub mod artifact;
 pub mod base;
 pub mod cli;
 pub mod deploy;
 pub mod source;
+// The one room allowed `unsafe` (foreign and system calls behind safe functions).
+#[allow(unsafe_code)]
 pub mod sys;
 pub mod trial;
 
