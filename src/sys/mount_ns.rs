@@ -17,14 +17,21 @@ pub fn ids() -> (u32, u32) {
 
 /// Make `cmd`'s child enter a private mount namespace before it executes the program: a
 /// private tmpfs over `root`, and each (source, target) of `binds` bound at its target,
-/// created inside that tmpfs.
-pub fn enter_on_exec(cmd: &mut Command, root: CString, binds: Vec<(CString, CString)>) {
+/// created inside that tmpfs; then, when `cwd` is given, change into it (a folder that exists
+/// only inside the namespace, which std's `current_dir` cannot reach: it changes folder before
+/// this runs).
+pub fn enter_on_exec(
+    cmd: &mut Command,
+    root: CString,
+    binds: Vec<(CString, CString)>,
+    cwd: Option<CString>,
+) {
     let (uid, gid) = ids();
     // Built here, in the parent: the child must not allocate.
     let uid_map = format!("{uid} {uid} 1");
     let gid_map = format!("{gid} {gid} 1");
     // SAFETY: the closure runs in the forked child, which has one thread; it only makes
-    // system calls (unshare, open, write, close, mount, mkdir) on memory prepared above,
+    // system calls (unshare, open, write, close, mount, mkdir, chdir) on memory prepared above,
     // which the closure owns, and allocates nothing (io::Error from an errno does not).
     unsafe {
         cmd.pre_exec(move || {
@@ -68,6 +75,9 @@ pub fn enter_on_exec(cmd: &mut Command, root: CString, binds: Vec<(CString, CStr
                     libc::MS_BIND | libc::MS_REC,
                     std::ptr::null(),
                 ))?;
+            }
+            if let Some(cwd) = &cwd {
+                check(libc::chdir(cwd.as_ptr()))?;
             }
             Ok(())
         });

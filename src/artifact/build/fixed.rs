@@ -29,6 +29,7 @@
 
 use crate::artifact::manifest::Resource;
 use crate::base::error::{Error, IoContext, Result};
+use crate::base::fsx;
 use crate::sys::mount_ns as ns;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -177,8 +178,17 @@ impl BuildPaths {
     /// (the stamp's fast path reads these paths from a file). Do not give the command a
     /// `current_dir` at the fixed path: std changes folder before the namespace exists.
     pub fn command(&self, program: &Path) -> Result<Command> {
+        self.command_in(program, None)
+    }
+
+    /// [`BuildPaths::command`], run from `cwd` as the build sees it (inside the namespace when
+    /// fixed).
+    fn command_in(&self, program: &Path, cwd: Option<&Path>) -> Result<Command> {
         let mut cmd = Command::new(program);
         let Some(root) = &self.root else {
+            if let Some(cwd) = cwd {
+                cmd.current_dir(cwd);
+            }
             return Ok(cmd);
         };
         own_folder(root).map_err(|why| Error::check(root.display(), why))?;
@@ -204,7 +214,8 @@ impl BuildPaths {
             .iter()
             .map(|(r, s)| Ok((cstring(r)?, cstring(s)?)))
             .collect::<Result<Vec<_>>>()?;
-        ns::enter_on_exec(&mut cmd, cstring(root)?, binds);
+        let cwd = cwd.map(cstring).transpose()?;
+        ns::enter_on_exec(&mut cmd, cstring(root)?, binds, cwd);
         // gcc and ccache take $PWD for the working folder when it is the same inode as the
         // real one, which a bind keeps: a pinforge started inside the real build folder would
         // put that path into the debug info.
@@ -269,6 +280,101 @@ impl BuildPaths {
             digest: BTreeMap::new(),
             annotations: ann,
         }
+    }
+}
+
+/// `program` as `pinforge exec` runs it for the variant built in `vdir` (named `name`): in the
+/// build's mount namespace, with the folders bound where its manifest's `build_path` says the
+/// build saw them, from the fixed CMake build folder, so that a build folder can be driven by
+/// hand (`cmake --build .`) and CMake's regeneration writes only inside the namespace. A
+/// variant never built, or built at its real folder, is an input error.
+pub fn exec_command(vdir: &Path, name: &str, program: &Path) -> Result<Command> {
+    let mpath = vdir.join("manifest.json");
+    if !mpath.exists() {
+        return Err(
+            Error::input(name, format!("was never built (no {})", mpath.display())).with_hint(
+                format!(
+                    "build it first: pinforge build --variant {}",
+                    name.rsplit('/').next().unwrap_or(name)
+                ),
+            ),
+        );
+    }
+    let st = crate::artifact::manifest::Statement::read(&mpath)?;
+    let paths = BuildPaths::recorded(&st, &mpath)?;
+    if let Some(why) = &paths.unfixed {
+        return Err(Error::input(
+            name,
+            format!(
+                "was built at its real folder ({why}): nothing needs mounting; run the command \
+                 there directly: {}",
+                paths.build.display()
+            ),
+        ));
+    }
+    let mut cmd = paths.command_in(program, Some(&paths.build))?;
+    // A shell started here takes $PWD for its folder name: the one the build saw.
+    cmd.env("PWD", &paths.build);
+    Ok(cmd)
+}
+
+impl BuildPaths {
+    /// The paths a build recorded in its manifest (the `build_path` byproduct).
+    fn recorded(st: &crate::artifact::manifest::Statement, mpath: &Path) -> Result<BuildPaths> {
+        let ann = st
+            .predicate
+            .run_details
+            .byproducts
+            .iter()
+            .find(|b| b.name == "build_path")
+            .map(|b| &b.annotations)
+            .ok_or_else(|| {
+                Error::input(mpath.display(), "the manifest records no build_path")
+                    .with_hint("rebuild the variant with this pinforge")
+            })?;
+        let get = |k: &str| ann.get(k).and_then(Value::as_str).map(PathBuf::from);
+        let need = |k: &str| {
+            get(k).ok_or_else(|| {
+                Error::input(
+                    mpath.display(),
+                    format!("the manifest's build_path has no `{k}`"),
+                )
+            })
+        };
+        let (src, variant, build) = (need("source")?, need("variant")?, need("build")?);
+        if ann.get("fixed").and_then(Value::as_bool) != Some(true) {
+            let why = ann
+                .get("unfixed_because")
+                .and_then(Value::as_str)
+                .unwrap_or("not recorded");
+            return Ok(BuildPaths::real(&src, &variant, why.to_string()));
+        }
+        if get("toolkit").is_some() {
+            // Where the provisioned toolkit really is is not part of the record.
+            return Err(Error::input(
+                mpath.display(),
+                "the build bound a provisioned CUDA toolkit at the fixed path, which exec \
+                 cannot find from the manifest",
+            ));
+        }
+        let root = fsx::parent_of(&src);
+        if src != root.join("src") || variant != root.join("variant") || build != root.join("build")
+        {
+            return Err(Error::input(
+                mpath.display(),
+                "the manifest's build_path folders are not the fixed path's",
+            ));
+        }
+        Ok(BuildPaths {
+            src,
+            variant,
+            build,
+            root: Some(root),
+            real_src: need("real_source")?,
+            real_variant: need("real_variant")?,
+            toolkit: None,
+            unfixed: None,
+        })
     }
 }
 
