@@ -7,7 +7,7 @@
 //! | layer | modules | owns |
 //! |---|---|---|
 //! | `base` | error, digest, fsx, process, git, time, tree, elf, progress, hooks, workspace | leaves: errors and exit codes, typed digests, file/process edges, layout |
-//! | `sys` | cuda, shim, mount_ns | the only `unsafe` code |
+//! | `sys` | cuda | the only `unsafe` code |
 //! | `source` | recipe, upstream, patch, audit, rebase | pin → verified source → patched tree; carrying patches to a new pin |
 //! | `artifact` | toolchain, cudakit, build, manifest, normalize, diff | toolchains, the CMake build, provenance, the reproducibility rule |
 //! | `deploy` | install, model, smoke | the rollback root, the tiny model, smoke decodes |
