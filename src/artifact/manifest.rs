@@ -750,7 +750,7 @@ mod tests {
         let fifo = d.path().join("f");
         let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("cstr");
         // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        assert_eq!(crate::sys::mkfifo(c.as_c_str(), 0o644), 0);
         for (p, follow) in [
             (fifo.as_path(), true),
             (Path::new("/dev/zero"), true),

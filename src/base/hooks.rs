@@ -41,14 +41,11 @@ mod imp {
             .unwrap_or_default()
     }
 
-    #[allow(unsafe_code)]
     fn kill_self() {
-        // SAFETY: getpid and kill have no memory-safety preconditions; SIGKILL ends the
-        // process here, which is what the crash-consistency tests need (no destructors, no
-        // flushing).
-        unsafe {
-            libc::kill(libc::getpid(), libc::SIGKILL);
-        }
+        // SIGKILL ends the process here, which is what the crash-consistency tests need (no
+        // destructors, no flushing).
+        let _ =
+            rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
     }
 
     pub fn fail_write_after() -> Option<u64> {

@@ -9,6 +9,7 @@ pub mod fsx;
 pub mod git;
 pub mod hooks;
 pub mod names;
+pub mod proc_wait;
 pub mod process;
 pub mod progress;
 pub mod time;

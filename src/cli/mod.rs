@@ -6,6 +6,7 @@ mod ablate;
 mod audit;
 mod build;
 mod diff;
+mod exec;
 mod flip;
 mod gc;
 mod generate;
@@ -223,6 +224,14 @@ build/mrope-cpu/patched/manifest.json"
         after_help = "Examples:\n  pinforge smoke build/mrope-cpu/unpatched-asan/manifest.json --arch qwen2vl\n  pinforge smoke --installed live --arch qwen2 --json"
     )]
     Smoke(smoke::SmokeCmd),
+    /// Run a command in a variant's build folder as the build saw it: in the build's private
+    /// mount namespace, with the source tree, variant folder and CMake build folder mounted at
+    /// the fixed path, from the fixed build folder (as `nix develop` does). Exit with the
+    /// command's code; 2 when the variant was never built or was built at its real folder.
+    #[command(
+        after_help = "Examples:\n  pinforge exec recipes/mrope-cpu.toml --variant patched -- cmake --build .\n  pinforge exec --variant patched -- sh"
+    )]
+    Exec(exec::ExecArgs),
     /// Provision (or re-verify) a CUDA toolkit from a lock of pinned PyPI wheels and print its
     /// root; builds whose toolchain names `cuda-toolkit` do this themselves.
     #[command(
@@ -348,6 +357,7 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Vendor(c) => vendor::run(c),
         Command::Toolkit(a) => toolkit::run(ws, a),
         Command::Smoke(a) => smoke::run(ws, a),
+        Command::Exec(a) => exec::run(ws, a),
         Command::SmokeChild(a) => smoke::run_child(a),
         Command::Validate(a) => validate::run(ws, a),
         Command::ValidateEngine(a) => Ok(validate::run_engine(a)),

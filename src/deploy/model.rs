@@ -328,6 +328,19 @@ impl Rng {
 pub fn tiny(arch: Arch, seed: u64) -> Gguf {
     let (tokens, scores, types) = vocab();
     let n_vocab = tokens.len() as u64;
+    let kv = metadata(arch, seed, tokens, scores, types);
+    let tensors = weights(seed, n_vocab);
+    Gguf { kv, tensors }
+}
+
+/// The model's key-value metadata: hyperparameters and the tokenizer.
+fn metadata(
+    arch: Arch,
+    seed: u64,
+    tokens: Vec<String>,
+    scores: Vec<f32>,
+    types: Vec<i32>,
+) -> BTreeMap<String, Value> {
     let a = arch.name();
     let mut kv = BTreeMap::new();
     kv.insert("general.architecture".into(), Value::Str(a.into()));
@@ -367,8 +380,12 @@ pub fn tiny(arch: Arch, seed: u64) -> Gguf {
     kv.insert("tokenizer.ggml.eos_token_id".into(), Value::U32(2));
     kv.insert("tokenizer.ggml.unknown_token_id".into(), Value::U32(0));
     kv.insert("tokenizer.ggml.add_bos_token".into(), Value::Bool(true));
+    kv
+}
 
-    // Same weights for both architectures: the seed alone decides them.
+/// The weights: the seed alone decides them.
+fn weights(seed: u64, n_vocab: u64) -> Vec<Tensor> {
+    // Same weights for both architectures.
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let t = |name: &str, dims: &[u64], scale: f32, rng: &mut Rng| Tensor {
         name: name.into(),
@@ -425,7 +442,7 @@ pub fn tiny(arch: Arch, seed: u64) -> Gguf {
             &mut rng,
         ));
     }
-    Gguf { kv, tensors }
+    tensors
 }
 
 /// Write the tiny model to `path` atomically.

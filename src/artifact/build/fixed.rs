@@ -29,6 +29,8 @@
 
 use crate::artifact::manifest::Resource;
 use crate::base::error::{Error, IoContext, Result};
+use crate::base::fsx;
+use crate::sys::mount_ns as ns;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -176,8 +178,17 @@ impl BuildPaths {
     /// (the stamp's fast path reads these paths from a file). Do not give the command a
     /// `current_dir` at the fixed path: std changes folder before the namespace exists.
     pub fn command(&self, program: &Path) -> Result<Command> {
+        self.command_in(program, None)
+    }
+
+    /// [`BuildPaths::command`], run from `cwd` as the build sees it (inside the namespace when
+    /// fixed).
+    fn command_in(&self, program: &Path, cwd: Option<&Path>) -> Result<Command> {
         let mut cmd = Command::new(program);
         let Some(root) = &self.root else {
+            if let Some(cwd) = cwd {
+                cmd.current_dir(cwd);
+            }
             return Ok(cmd);
         };
         own_folder(root).map_err(|why| Error::check(root.display(), why))?;
@@ -203,7 +214,8 @@ impl BuildPaths {
             .iter()
             .map(|(r, s)| Ok((cstring(r)?, cstring(s)?)))
             .collect::<Result<Vec<_>>>()?;
-        ns::enter_on_exec(&mut cmd, cstring(root)?, binds);
+        let cwd = cwd.map(cstring).transpose()?;
+        ns::enter_on_exec(&mut cmd, cstring(root)?, binds, cwd);
         // gcc and ccache take $PWD for the working folder when it is the same inode as the
         // real one, which a bind keeps: a pinforge started inside the real build folder would
         // put that path into the debug info.
@@ -271,6 +283,101 @@ impl BuildPaths {
     }
 }
 
+/// `program` as `pinforge exec` runs it for the variant built in `vdir` (named `name`): in the
+/// build's mount namespace, with the folders bound where its manifest's `build_path` says the
+/// build saw them, from the fixed CMake build folder, so that a build folder can be driven by
+/// hand (`cmake --build .`) and CMake's regeneration writes only inside the namespace. A
+/// variant never built, or built at its real folder, is an input error.
+pub fn exec_command(vdir: &Path, name: &str, program: &Path) -> Result<Command> {
+    let mpath = vdir.join("manifest.json");
+    if !mpath.exists() {
+        return Err(
+            Error::input(name, format!("was never built (no {})", mpath.display())).with_hint(
+                format!(
+                    "build it first: pinforge build --variant {}",
+                    name.rsplit('/').next().unwrap_or(name)
+                ),
+            ),
+        );
+    }
+    let st = crate::artifact::manifest::Statement::read(&mpath)?;
+    let paths = BuildPaths::recorded(&st, &mpath)?;
+    if let Some(why) = &paths.unfixed {
+        return Err(Error::input(
+            name,
+            format!(
+                "was built at its real folder ({why}): nothing needs mounting; run the command \
+                 there directly: {}",
+                paths.build.display()
+            ),
+        ));
+    }
+    let mut cmd = paths.command_in(program, Some(&paths.build))?;
+    // A shell started here takes $PWD for its folder name: the one the build saw.
+    cmd.env("PWD", &paths.build);
+    Ok(cmd)
+}
+
+impl BuildPaths {
+    /// The paths a build recorded in its manifest (the `build_path` byproduct).
+    fn recorded(st: &crate::artifact::manifest::Statement, mpath: &Path) -> Result<BuildPaths> {
+        let ann = st
+            .predicate
+            .run_details
+            .byproducts
+            .iter()
+            .find(|b| b.name == "build_path")
+            .map(|b| &b.annotations)
+            .ok_or_else(|| {
+                Error::input(mpath.display(), "the manifest records no build_path")
+                    .with_hint("rebuild the variant with this pinforge")
+            })?;
+        let get = |k: &str| ann.get(k).and_then(Value::as_str).map(PathBuf::from);
+        let need = |k: &str| {
+            get(k).ok_or_else(|| {
+                Error::input(
+                    mpath.display(),
+                    format!("the manifest's build_path has no `{k}`"),
+                )
+            })
+        };
+        let (src, variant, build) = (need("source")?, need("variant")?, need("build")?);
+        if ann.get("fixed").and_then(Value::as_bool) != Some(true) {
+            let why = ann
+                .get("unfixed_because")
+                .and_then(Value::as_str)
+                .unwrap_or("not recorded");
+            return Ok(BuildPaths::real(&src, &variant, why.to_string()));
+        }
+        if get("toolkit").is_some() {
+            // Where the provisioned toolkit really is is not part of the record.
+            return Err(Error::input(
+                mpath.display(),
+                "the build bound a provisioned CUDA toolkit at the fixed path, which exec \
+                 cannot find from the manifest",
+            ));
+        }
+        let root = fsx::parent_of(&src);
+        if src != root.join("src") || variant != root.join("variant") || build != root.join("build")
+        {
+            return Err(Error::input(
+                mpath.display(),
+                "the manifest's build_path folders are not the fixed path's",
+            ));
+        }
+        Ok(BuildPaths {
+            src,
+            variant,
+            build,
+            root: Some(root),
+            real_src: need("real_source")?,
+            real_variant: need("real_variant")?,
+            toolkit: None,
+            unfixed: None,
+        })
+    }
+}
+
 /// Create the user's folder of mount points (0700), or say why it cannot be used: not a
 /// folder, a link, another owner's, or writable by someone else.
 fn own_folder(p: &Path) -> std::result::Result<(), String> {
@@ -296,113 +403,6 @@ fn own_folder(p: &Path) -> std::result::Result<(), String> {
 fn cstring(p: &Path) -> Result<CString> {
     CString::new(p.as_os_str().as_bytes())
         .map_err(|_| Error::input(p.display(), "the path holds a NUL byte"))
-}
-
-/// The only unsafe part: what the child does between fork and exec.
-mod ns {
-    use std::ffi::CString;
-    use std::io;
-    use std::os::unix::process::CommandExt;
-    use std::process::Command;
-
-    /// The effective uid and gid: what the kernel lets an unprivileged process map, and whose
-    /// folder the fixed path is.
-    #[allow(unsafe_code)]
-    pub fn ids() -> (u32, u32) {
-        // SAFETY: geteuid and getegid cannot fail and touch no memory.
-        unsafe { (libc::geteuid(), libc::getegid()) }
-    }
-
-    /// Make `cmd`'s child enter a private mount namespace before it executes the program: a
-    /// private tmpfs over `root`, and each (source, target) of `binds` bound at its target,
-    /// created inside that tmpfs.
-    #[allow(unsafe_code)]
-    pub fn enter_on_exec(cmd: &mut Command, root: CString, binds: Vec<(CString, CString)>) {
-        let (uid, gid) = ids();
-        // Built here, in the parent: the child must not allocate.
-        let uid_map = format!("{uid} {uid} 1");
-        let gid_map = format!("{gid} {gid} 1");
-        // SAFETY: the closure runs in the forked child, which has one thread; it only makes
-        // system calls (unshare, open, write, close, mount, mkdir) on memory prepared above,
-        // which the closure owns, and allocates nothing (io::Error from an errno does not).
-        unsafe {
-            cmd.pre_exec(move || {
-                let own_ns = uid == 0 && libc::unshare(libc::CLONE_NEWNS) == 0;
-                if !own_ns {
-                    if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != 0 {
-                        return Err(io::Error::last_os_error());
-                    }
-                    // Before gid_map, as the kernel requires of an unprivileged writer; an
-                    // old kernel without the file needs no such step.
-                    match write(c"/proc/self/setgroups", b"deny") {
-                        Err(e) if e.raw_os_error() != Some(libc::ENOENT) => return Err(e),
-                        _ => {}
-                    }
-                    write(c"/proc/self/uid_map", uid_map.as_bytes())?;
-                    write(c"/proc/self/gid_map", gid_map.as_bytes())?;
-                }
-                // Nothing this namespace mounts may propagate back to the host.
-                check(libc::mount(
-                    c"none".as_ptr(),
-                    c"/".as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_REC | libc::MS_PRIVATE,
-                    std::ptr::null(),
-                ))?;
-                // The mount points live in a tmpfs of this namespace's own: nothing under the
-                // host's folder is read, shared with another build, or left behind.
-                check(libc::mount(
-                    c"tmpfs".as_ptr(),
-                    root.as_ptr(),
-                    c"tmpfs".as_ptr(),
-                    libc::MS_NOSUID | libc::MS_NODEV,
-                    c"mode=0700".as_ptr().cast(),
-                ))?;
-                for (src, dst) in &binds {
-                    check(libc::mkdir(dst.as_ptr(), 0o700))?;
-                    check(libc::mount(
-                        src.as_ptr(),
-                        dst.as_ptr(),
-                        std::ptr::null(),
-                        libc::MS_BIND | libc::MS_REC,
-                        std::ptr::null(),
-                    ))?;
-                }
-                Ok(())
-            });
-        }
-    }
-
-    fn check(rc: libc::c_int) -> io::Result<()> {
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
-        }
-    }
-
-    /// Write `data` to a /proc file in one call (those files take one write).
-    #[allow(unsafe_code)]
-    fn write(path: &std::ffi::CStr, data: &[u8]) -> io::Result<()> {
-        // SAFETY: path is NUL-terminated; data is a valid buffer of its length; the
-        // descriptor is closed on every path.
-        unsafe {
-            let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-            if fd < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let n = libc::write(fd, data.as_ptr().cast(), data.len());
-            let err = io::Error::last_os_error();
-            libc::close(fd);
-            if n < 0 {
-                return Err(err);
-            }
-            if n as usize != data.len() {
-                return Err(io::Error::from_raw_os_error(libc::EIO));
-            }
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -11,15 +11,20 @@
 //! death (signal, sanitizer report, exit, hang) into a crash signature.
 
 use crate::base::error::{Error, Result};
+use crate::base::proc_wait::signal_name;
 use crate::deploy::smoke::{self, SmokeTarget};
+use crate::sys::shim::{LoadParams, Model, Shim};
 use serde::{Deserialize, Serialize};
-use std::ffi::{c_char, c_int, c_void, CString};
+use std::ffi::{c_char, CString};
 use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+mod symbols;
+pub use symbols::Symbols;
 
 /// The context a row runs in (prompt plus budget must fit).
 pub const N_CTX: usize = 256;
@@ -75,89 +80,9 @@ pub struct Ready {
     pub n_vocab: u32,
 }
 
-// The shim's C ABI, declared once beside the smoke child that loads the same shim.
-use crate::deploy::smoke::child::{
-    DecodeFn, LoadFn, LogitsFn, NVocabFn as HInt, SizeFn, StateGetFn, StateSetFn, TokenizeFn,
-    VoidFn,
-};
-type SeqRmFn = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
-type GrammarInitFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
-type GrammarPickFn = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
-type GrammarAcceptFn = unsafe extern "C" fn(*mut c_void, c_int);
-type IsEogFn = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
-type PieceFn = unsafe extern "C" fn(*mut c_void, c_int, *mut c_char, c_int) -> c_int;
-type AbiFn = unsafe extern "C" fn() -> c_int;
-type CrashFn = unsafe extern "C" fn();
-
-struct Shim {
-    _lib: libloading::Library,
-    load: LoadFn,
-    n_vocab: HInt,
-    tokenize: TokenizeFn,
-    decode: DecodeFn,
-    logits: LogitsFn,
-    state_size: SizeFn,
-    state_get: StateGetFn,
-    state_set: StateSetFn,
-    clear: VoidFn,
-    seq_rm: SeqRmFn,
-    grammar_init: GrammarInitFn,
-    grammar_pick: GrammarPickFn,
-    grammar_accept: GrammarAcceptFn,
-    grammar_free: VoidFn,
-    is_eog: IsEogFn,
-    piece: PieceFn,
-    crash: CrashFn,
-}
-
-#[allow(unsafe_code)]
-impl Shim {
-    fn open(path: &Path) -> std::result::Result<Shim, String> {
-        // SAFETY: loading the shim runs its (and libllama's) initializers: the code under
-        // test, isolated in this engine process on purpose.
-        let lib = unsafe { libloading::Library::new(path) }
-            .map_err(|e| format!("cannot load the shim {}: {e}", path.display()))?;
-        macro_rules! sym {
-            ($name:literal, $ty:ty) => {{
-                // SAFETY: the type is the shim's declared C signature (ABI checked below).
-                let s: libloading::Symbol<$ty> = unsafe { lib.get($name) }
-                    .map_err(|e| format!("shim lacks {}: {e}", String::from_utf8_lossy($name)))?;
-                *s
-            }};
-        }
-        let abi = sym!(b"pf_abi_version", AbiFn);
-        // SAFETY: no arguments, returns an int.
-        if unsafe { abi() } != smoke::child::SHIM_ABI {
-            return Err("shim ABI version mismatch".into());
-        }
-        Ok(Shim {
-            load: sym!(b"pf_load", LoadFn),
-            n_vocab: sym!(b"pf_n_vocab", HInt),
-            tokenize: sym!(b"pf_tokenize", TokenizeFn),
-            decode: sym!(b"pf_decode", DecodeFn),
-            logits: sym!(b"pf_logits", LogitsFn),
-            state_size: sym!(b"pf_state_size", SizeFn),
-            state_get: sym!(b"pf_state_get", StateGetFn),
-            state_set: sym!(b"pf_state_set", StateSetFn),
-            clear: sym!(b"pf_clear", VoidFn),
-            seq_rm: sym!(b"pf_seq_rm", SeqRmFn),
-            grammar_init: sym!(b"pf_grammar_init", GrammarInitFn),
-            grammar_pick: sym!(b"pf_grammar_pick", GrammarPickFn),
-            grammar_accept: sym!(b"pf_grammar_accept", GrammarAcceptFn),
-            grammar_free: sym!(b"pf_grammar_free", VoidFn),
-            is_eog: sym!(b"pf_is_eog", IsEogFn),
-            piece: sym!(b"pf_token_piece", PieceFn),
-            crash: sym!(b"pf_crash_for_test", CrashFn),
-            _lib: lib,
-        })
-    }
-}
-
 /// A loaded model with its one slot.
 struct Slot<'a> {
-    shim: &'a Shim,
-    h: *mut c_void,
-    n_vocab: usize,
+    model: Model<'a>,
     grammar: Option<CString>,
     /// The saved state of the slot and the tokens its cells hold.
     saved: Option<(Vec<u8>, Vec<i32>)>,
@@ -171,21 +96,12 @@ struct Generated {
     exhausted: bool,
 }
 
-#[allow(unsafe_code)]
 impl Slot<'_> {
     fn decode(&self, tokens: &[i32], pos0: usize) -> std::result::Result<(), String> {
         if tokens.is_empty() {
             return Ok(());
         }
-        // SAFETY: live handle; `tokens` holds tokens.len() ints.
-        let rc = unsafe {
-            (self.shim.decode)(
-                self.h,
-                tokens.as_ptr(),
-                tokens.len() as c_int,
-                pos0 as c_int,
-            )
-        };
+        let rc = self.model.decode(tokens, pos0);
         if rc != 0 {
             return Err(format!("llama_decode returned {rc} at position {pos0}"));
         }
@@ -193,9 +109,8 @@ impl Slot<'_> {
     }
 
     fn argmax(&self) -> std::result::Result<i32, String> {
-        let mut logits = vec![0f32; self.n_vocab];
-        // SAFETY: the buffer holds n_vocab floats.
-        let n = unsafe { (self.shim.logits)(self.h, logits.as_mut_ptr(), self.n_vocab as c_int) };
+        let mut logits = vec![0f32; self.model.n_vocab()];
+        let n = self.model.logits(&mut logits);
         if n <= 0 {
             return Err("no logits after decode".into());
         }
@@ -211,72 +126,55 @@ impl Slot<'_> {
     /// Generate greedily (under the grammar when there is one) from the logits of the last
     /// decode; `cells` are the tokens already in memory.
     fn generate(&self, mut cells: Vec<i32>, budget: u32) -> std::result::Result<Generated, String> {
+        // The sampler is freed when it drops, on every path out of here.
         let smpl = match &self.grammar {
-            // SAFETY: live handle, NUL-terminated grammar text.
-            Some(g) => {
-                let s = unsafe { (self.shim.grammar_init)(self.h, g.as_ptr()) };
-                if s.is_null() {
-                    return Err("llama.cpp refused the grammar (its parser's message is on the engine's stderr)".into());
-                }
-                Some(s)
-            }
+            Some(g) => match self.model.grammar(g) {
+                Some(s) => Some(s),
+                None => return Err("llama.cpp refused the grammar (its parser's message is on the engine's stderr)".into()),
+            },
             None => None,
         };
-        let result = (|| {
-            let mut tokens = Vec::new();
-            let mut eog = false;
-            loop {
-                let t = match smpl {
-                    // SAFETY: live handle and sampler.
-                    Some(s) => unsafe { (self.shim.grammar_pick)(self.h, s) },
-                    None => self.argmax()?,
-                };
-                if t < 0 {
-                    return Err("the grammar allows no token here".into());
-                }
-                // SAFETY: live handle.
-                if unsafe { (self.shim.is_eog)(self.h, t) } != 0 {
-                    eog = true;
-                    break;
-                }
-                if let Some(s) = smpl {
-                    // SAFETY: live sampler; t came from it.
-                    unsafe { (self.shim.grammar_accept)(s, t) };
-                }
-                tokens.push(t);
-                if tokens.len() >= budget as usize {
-                    break;
-                }
-                self.decode(&[t], cells.len())?;
-                cells.push(t);
+        let mut tokens = Vec::new();
+        let mut eog = false;
+        loop {
+            let t = match &smpl {
+                Some(s) => s.pick(),
+                None => self.argmax()?,
+            };
+            if t < 0 {
+                return Err("the grammar allows no token here".into());
             }
-            let exhausted = !eog && tokens.len() >= budget as usize;
-            Ok(Generated {
-                tokens,
-                cells,
-                eog,
-                exhausted,
-            })
-        })();
-        if let Some(s) = smpl {
-            // SAFETY: freed once.
-            unsafe { (self.shim.grammar_free)(s) };
+            if self.model.is_eog(t) {
+                eog = true;
+                break;
+            }
+            if let Some(s) = &smpl {
+                s.accept(t);
+            }
+            tokens.push(t);
+            if tokens.len() >= budget as usize {
+                break;
+            }
+            self.decode(&[t], cells.len())?;
+            cells.push(t);
         }
-        result
+        let exhausted = !eog && tokens.len() >= budget as usize;
+        Ok(Generated {
+            tokens,
+            cells,
+            eog,
+            exhausted,
+        })
     }
 
     fn clear(&self) {
-        // SAFETY: live handle.
-        unsafe { (self.shim.clear)(self.h) }
+        self.model.clear()
     }
 
     fn tokenize(&self, text: &str) -> std::result::Result<Vec<i32>, String> {
         let c = CString::new(text).map_err(|_| "the prompt contains NUL".to_string())?;
         let mut out = vec![0i32; N_CTX * 4];
-        // SAFETY: out has room for out.len() tokens.
-        let n = unsafe {
-            (self.shim.tokenize)(self.h, c.as_ptr(), out.as_mut_ptr(), out.len() as c_int)
-        };
+        let n = self.model.tokenize(&c, &mut out);
         if n <= 0 {
             return Err(format!("tokenization failed ({n})"));
         }
@@ -288,8 +186,7 @@ impl Slot<'_> {
         let mut bytes = Vec::new();
         let mut buf = vec![0 as c_char; 64];
         for &t in tokens {
-            // SAFETY: buf has buf.len() bytes.
-            let n = unsafe { (self.shim.piece)(self.h, t, buf.as_mut_ptr(), buf.len() as c_int) };
+            let n = self.model.piece(t, &mut buf);
             if n > 0 {
                 bytes.extend(buf[..n as usize].iter().map(|&c| c as u8));
             }
@@ -316,7 +213,6 @@ impl Slot<'_> {
         r
     }
 
-    #[allow(unsafe_code)]
     fn row_inner(&mut self, req: &Request, r: &mut Response) -> std::result::Result<(), String> {
         let prompt = self.tokenize(&req.prompt)?;
         r.tokens_in = prompt.len() as u64;
@@ -329,42 +225,14 @@ impl Slot<'_> {
         }
         // The restored path: the slot's saved state, then only the new part of the prompt.
         let t_decode = Instant::now();
-        let mut kept = 0usize;
-        if let Some((state, cached)) = self.saved.take() {
-            self.clear();
-            // SAFETY: live handle; state holds state.len() bytes written by pf_state_get.
-            let read = unsafe { (self.shim.state_set)(self.h, state.as_ptr(), state.len()) };
-            if read == 0 {
-                return Err("llama_state_seq_set_data restored nothing (returned 0)".into());
-            }
-            r.restored_state = true;
-            r.state_bytes = state.len() as u64;
-            // Keep the common prefix, but always decode at least the prompt's last token
-            // (its logits start the generation), as llama.cpp's server does.
-            kept = cached
-                .iter()
-                .zip(&prompt)
-                .take_while(|(a, b)| a == b)
-                .count()
-                .min(prompt.len() - 1);
-            // SAFETY: live handle.
-            if unsafe { (self.shim.seq_rm)(self.h, kept as c_int) } == 0 {
-                self.clear();
-                kept = 0;
-            }
-        } else {
-            self.clear();
-        }
+        let kept = self.restore(&prompt, r)?;
         r.cached_prefix = kept as u64;
         self.decode(&prompt[kept..], kept)?;
         let restored = self.generate(prompt.clone(), req.budget)?;
         r.decode_ms = t_decode.elapsed().as_secs_f64() * 1e3;
         // Save the slot as the prompt cache does, before anything else touches the memory.
-        // SAFETY: live handle.
-        let size = unsafe { (self.shim.state_size)(self.h) };
-        let mut state = vec![0u8; size];
-        // SAFETY: state has `size` bytes.
-        let got = unsafe { (self.shim.state_get)(self.h, state.as_mut_ptr(), state.len()) };
+        let mut state = vec![0u8; self.model.state_size()];
+        let got = self.model.state_get(&mut state);
         state.truncate(got);
         // The uninterrupted reference: the same prompt from an empty memory.
         self.clear();
@@ -381,6 +249,34 @@ impl Slot<'_> {
         r.reference = reference.tokens;
         Ok(())
     }
+
+    /// Restore the saved state (if any) and drop the cells past the common prefix with
+    /// `prompt`; the number of prompt tokens kept (0 from an empty memory).
+    fn restore(&mut self, prompt: &[i32], r: &mut Response) -> std::result::Result<usize, String> {
+        let Some((state, cached)) = self.saved.take() else {
+            self.clear();
+            return Ok(0);
+        };
+        self.clear();
+        if self.model.state_set(&state) == 0 {
+            return Err("llama_state_seq_set_data restored nothing (returned 0)".into());
+        }
+        r.restored_state = true;
+        r.state_bytes = state.len() as u64;
+        // Keep the common prefix, but always decode at least the prompt's last token
+        // (its logits start the generation), as llama.cpp's server does.
+        let kept = cached
+            .iter()
+            .zip(prompt)
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(prompt.len() - 1);
+        if !self.model.seq_rm(kept) {
+            self.clear();
+            return Ok(0);
+        }
+        Ok(kept)
+    }
 }
 
 /// Options of the engine process.
@@ -396,17 +292,18 @@ pub struct EngineArgs {
     pub threads: i32,
 }
 
+/// Write one JSON line to the parent; false when it is gone.
+fn say(out: &mut std::io::StdoutLock<'_>, v: &dyn erased::Line) -> bool {
+    let line = v.line();
+    out.write_all(line.as_bytes())
+        .and_then(|_| out.write_all(b"\n"))
+        .and_then(|_| out.flush())
+        .is_ok()
+}
+
 /// Serve rows on stdin/stdout until stdin closes. Returns the process exit code.
-#[allow(unsafe_code)]
 pub fn serve(a: &EngineArgs) -> i32 {
     let mut out = std::io::stdout().lock();
-    let say = |out: &mut std::io::StdoutLock<'_>, v: &dyn erased::Line| -> bool {
-        let line = v.line();
-        out.write_all(line.as_bytes())
-            .and_then(|_| out.write_all(b"\n"))
-            .and_then(|_| out.flush())
-            .is_ok()
-    };
     let fail = |out: &mut std::io::StdoutLock<'_>, e: String| {
         say(
             out,
@@ -432,31 +329,19 @@ pub fn serve(a: &EngineArgs) -> i32 {
         return fail(&mut out, "model path contains NUL".into());
     };
     let crash_rows: Vec<u64> = crate::base::hooks::validate_crash_rows();
-    let mut err = vec![0 as c_char; 512];
-    let verbose = c_int::from(std::env::var_os("PINFORGE_SMOKE_VERBOSE").is_some());
-    // SAFETY: path NUL-terminated; err has err.len() bytes.
-    let h = unsafe {
-        (shim.load)(
-            path.as_ptr(),
-            0,
-            N_CTX as c_int,
-            a.threads,
-            verbose,
-            err.as_mut_ptr(),
-            err.len(),
-        )
+    let params = LoadParams {
+        gpu_layers: 0,
+        n_ctx: N_CTX as i32,
+        threads: a.threads,
+        verbose: std::env::var_os("PINFORGE_SMOKE_VERBOSE").is_some(),
     };
-    if h.is_null() {
-        // SAFETY: pf_load NUL-terminates its message within err.
-        let msg = unsafe { std::ffi::CStr::from_ptr(err.as_ptr()) };
-        return fail(&mut out, msg.to_string_lossy().into_owned());
-    }
-    // SAFETY: live handle.
-    let n_vocab = unsafe { (shim.n_vocab)(h) }.max(1) as usize;
+    let model = match shim.load(&path, params) {
+        Ok(m) => m,
+        Err(e) => return fail(&mut out, e),
+    };
+    let n_vocab = model.n_vocab();
     let mut slot = Slot {
-        shim: &shim,
-        h,
-        n_vocab,
+        model,
         grammar,
         saved: None,
     };
@@ -486,8 +371,8 @@ pub fn serve(a: &EngineArgs) -> i32 {
             }
         };
         if crash_rows.contains(&req.row) {
-            // SAFETY: deliberately crashes this process (test of the parent's containment).
-            unsafe { (shim.crash)() };
+            // Deliberately crashes this process (test of the parent's containment).
+            shim.crash_for_test();
         }
         let r = slot.row(&req);
         if !say(&mut out, &r) {
@@ -526,74 +411,6 @@ pub struct Death {
     pub stderr: String,
     /// Whether the sanitizer was told to symbolize.
     pub symbolized: bool,
-}
-
-/// Frame names learnt from symbolized sanitizer reports, keyed by `module+offset`: the first
-/// crash of an engine is symbolized (seconds on an instrumented libllama), later ones are
-/// not and get their names back from here. A frame not seen before is shown as
-/// `module+offset` and the next engine symbolizes again.
-#[derive(Debug, Clone)]
-pub struct Symbols {
-    names: std::collections::BTreeMap<String, String>,
-    /// Whether the next engine should symbolize.
-    pub need: bool,
-}
-
-impl Default for Symbols {
-    fn default() -> Self {
-        Symbols {
-            names: Default::default(),
-            need: true,
-        }
-    }
-}
-
-impl Symbols {
-    /// Learn from a symbolized report, or name an unsymbolized one's frames; the text to read
-    /// a signature from.
-    pub fn process(&mut self, stderr: &str, symbolized: bool) -> String {
-        let mut out = String::with_capacity(stderr.len());
-        for line in stderr.lines() {
-            out.push_str(
-                &self
-                    .frame(line, symbolized)
-                    .unwrap_or_else(|| line.to_string()),
-            );
-            out.push('\n');
-        }
-        out
-    }
-
-    fn frame(&mut self, line: &str, symbolized: bool) -> Option<String> {
-        let t = line.trim_start();
-        if !t.starts_with('#') || !t.ends_with('>') {
-            return None;
-        }
-        let open = t.rfind(" <")?;
-        let key_full = &t[open + 2..t.len() - 1];
-        let (module, off) = key_full.rsplit_once('+')?;
-        let key = format!("{}+{off}", module.rsplit('/').next().unwrap_or(module));
-        let mut parts = t[..open].splitn(3, ' ');
-        let (n, pc, rest) = (
-            parts.next()?,
-            parts.next()?,
-            parts.next().unwrap_or("").trim(),
-        );
-        if symbolized {
-            if rest.starts_with("in ") {
-                self.names.insert(key, rest.to_string());
-            }
-            return None;
-        }
-        let named = match self.names.get(&key) {
-            Some(r) => r.clone(),
-            None => {
-                self.need = true;
-                format!("in {key}")
-            }
-        };
-        Some(format!("    {n} {pc} {named} <{key}>"))
-    }
 }
 
 /// Everything a spawn needs (cloneable per worker).
@@ -820,7 +637,7 @@ impl Engine {
             .unwrap_or_else(|| match status {
                 Some(s) if s.signal().is_some() => {
                     let sig = s.signal().unwrap_or(0);
-                    format!("killed by signal {sig} ({})", smoke::signal_name(sig))
+                    format!("killed by signal {sig} ({})", signal_name(sig))
                 }
                 Some(s) => format!(
                     "exited with {} without an answer",
@@ -851,56 +668,5 @@ impl Drop for Engine {
             std::thread::sleep(Duration::from_millis(5));
         }
         self.kill();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const SYMBOLIZED: &str = "==1==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x1
-    #0 0x7f3a in llama_kv_cache::apply_ubatch(llama_ubatch const&) /src/llama-kv-cache.cpp:9 </b/lib/libllama.so.0+0x1f>
-    #1 0x7f3b in llama_kv_cache::state_read_meta(int) /src/llama-kv-cache.cpp:20 </b/lib/libllama.so.0+0x2f>
-allocated by thread T0 here:
-    #0 0x7f10 in operator new(unsigned long) asan_new_delete.cpp:95 </usr/lib/libasan.so.8+0x10>
-    #1 0x7f11 in llama_batch_allocr::ubatch_reserve(unsigned int) /src/llama-batch.cpp:5 </b/lib/libllama.so.0+0x4f>
-";
-
-    #[test]
-    fn an_unsymbolized_report_gets_the_names_a_symbolized_one_taught() {
-        let mut s = Symbols::default();
-        assert!(s.need);
-        let first = smoke::asan_signature(&s.process(SYMBOLIZED, true)).expect("sig");
-        // Other load addresses, same module offsets: the next engine's report, unsymbolized.
-        let raw = SYMBOLIZED
-            .lines()
-            .map(|l| match l.find(" in ") {
-                Some(i) if l.trim_start().starts_with('#') => {
-                    let loc = &l[l.rfind(" <").expect("key")..];
-                    format!(
-                        "{}  (/b/lib/libllama.so.0+0x0){loc}",
-                        &l[..i].replace("0x7f", "0x5f")
-                    )
-                }
-                _ => l.to_string(),
-            })
-            .collect::<Vec<_>>()
-            .join("\n");
-        s.need = false;
-        let again = smoke::asan_signature(&s.process(&raw, false)).expect("sig");
-        assert_eq!(first, again);
-        assert!(
-            again.starts_with("heap-buffer-overflow in llama_kv_cache::apply_ubatch (allocated in llama_batch_allocr::ubatch_reserve)"),
-            "{again}"
-        );
-        assert!(!s.need, "every frame was known");
-        // A frame never seen: shown by module+offset, and the next engine symbolizes again.
-        let other = raw.replace("libllama.so.0+0x1f>", "libllama.so.0+0x99>");
-        let sig = smoke::asan_signature(&s.process(&other, false)).expect("sig");
-        assert!(
-            sig.starts_with("heap-buffer-overflow in libllama.so.0+0x99"),
-            "{sig}"
-        );
-        assert!(s.need);
     }
 }

@@ -515,7 +515,7 @@ mod tests {
         let fifo = dir.path().join("fifo");
         let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("c");
         // SAFETY: a NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        assert_eq!(crate::sys::mkfifo(c.as_c_str(), 0o644), 0);
         assert!(RowFile::open(&fifo).is_err());
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(dir.path().join("elsewhere"), &link).expect("link");

@@ -284,7 +284,7 @@ fn the_model_resolves_like_the_kernel() {
 fn mkfifo(p: &Path) {
     let c = std::ffi::CString::new(p.as_os_str().as_bytes()).expect("path");
     // SAFETY: a valid NUL-terminated path; mkfifo has no other preconditions.
-    let rc = unsafe { libc::mkfifo(c.as_ptr(), 0o644) };
+    let rc = crate::sys::mkfifo(c.as_c_str(), 0o644);
     assert_eq!(rc, 0, "mkfifo {}", p.display());
 }
 
