@@ -6,8 +6,8 @@
 //!
 //! | layer | modules | owns |
 //! |---|---|---|
-//! | `base` | error, digest, fsx, process, git, time, tree, elf, progress, hooks, workspace | leaves: errors and exit codes, typed digests, file/process edges, layout |
-//! | `sys` | cuda | the only `unsafe` code |
+//! | `base` | error, digest, names, fsx, process, proc_wait, git, time, tree, elf, progress, hooks, workspace | leaves: errors and exit codes, typed digests, name rules, file/process edges, layout |
+//! | `sys` | shim, mount_ns, cuda | the only `unsafe` code: the one binding of the C smoke shim, the build's mount namespace, the CUDA probe |
 //! | `source` | recipe, upstream, patch, audit, rebase | pin → verified source → patched tree; carrying patches to a new pin |
 //! | `artifact` | toolchain, cudakit, build, manifest, normalize, diff | toolchains, the CMake build, provenance, the reproducibility rule |
 //! | `deploy` | install, model, smoke | the rollback root, the tiny model, smoke decodes |

@@ -41,7 +41,7 @@ pub struct Cli {
     /// Workspace folder holding vendor/ and build/ [default: current directory]
     #[arg(long, global = true, env = "PINFORGE_WORKSPACE")]
     pub workspace: Option<PathBuf>,
-    /// Less output: results and errors only, no stage lines
+    /// Less output: results and errors only, no stage lines (a successful `build` prints nothing)
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     pub quiet: bool,
     /// More output (a cached build's full artifact list, every stage)
