@@ -69,7 +69,7 @@ pub(super) fn run(ctx: &super::Ctx, a: FlipArgs) -> Result<i32> {
         // The mechanical diff first: the operator sees what is about to be compared before
         // minutes of building.
         outln!("flip {}: {} -> {}", recipe.name, a.from, a.to);
-        for line in flip::render_rows(&plan.rows).lines() {
+        for line in crate::trial::axis::render_rows(&plan.rows).lines() {
             outln!("  {line}");
         }
     }

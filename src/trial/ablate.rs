@@ -27,7 +27,12 @@ use crate::base::workspace::Workspace;
 use crate::deploy::smoke::{SmokeOptions, Verdict as SmokeVerdict};
 use crate::source::recipe::{PatchSelection, Recipe, Variant, VariantName};
 use crate::source::upstream;
-use crate::trial::flip::{self, PatchRef, SideResult, SmokeSide};
+use crate::trial::config::{self, PatchRef};
+use crate::trial::flip;
+use crate::trial::record::{self, SmokeSide};
+use crate::trial::report;
+use crate::trial::signature;
+use crate::trial::verdict::SideResult;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -256,7 +261,7 @@ pub struct AblationRecord {
     /// `every-subset` or `each-alone-and-each-left-out`.
     pub mode: String,
     /// The smoke settings every subset ran with.
-    pub smoke_settings: flip::SmokeSettings,
+    pub smoke_settings: record::SmokeSettings,
     /// Every subset tried, in order.
     pub subsets: Vec<SubsetRecord>,
     /// The normalized signature of the empty subset.
@@ -292,7 +297,7 @@ fn existing_equal<'a>(
     derived_patches: &[String],
 ) -> Option<&'a Variant> {
     let same = |v: &Variant| -> bool {
-        let patches = match flip::resolve_patches(recipe, v) {
+        let patches = match config::resolve_patches(recipe, v) {
             Ok(p) => p.into_iter().map(|p| p.file).collect::<Vec<_>>(),
             Err(_) => return false,
         };
@@ -334,7 +339,7 @@ pub fn run(
 ) -> Result<AblationRecord> {
     let started = Instant::now();
     let base = recipe.variant(variant)?;
-    let patches = flip::resolve_patches(recipe, base)?;
+    let patches = config::resolve_patches(recipe, base)?;
     if patches.is_empty() {
         return Err(Error::input(
             format!("ablate {variant}"),
@@ -347,7 +352,7 @@ pub fn run(
     let bundle = build::bundle_for(recipe)?;
     let files: Vec<String> = patches.iter().map(|p| p.file.clone()).collect();
     let n = patches.len();
-    let (id, dir) = flip::claim_record_dir(
+    let (id, dir) = record::claim_record_dir(
         ws.root(),
         "ablations",
         &format!("{}--{}", recipe.name, variant),
@@ -364,7 +369,7 @@ pub fn run(
             "each-alone-and-each-left-out"
         }
         .into(),
-        smoke_settings: flip::SmokeSettings {
+        smoke_settings: record::SmokeSettings {
             model: smoke_opts.model.clone(),
             arch: smoke_opts.arch.name().to_string(),
             tokens: smoke_opts.tokens,
@@ -382,7 +387,7 @@ pub fn run(
         record: dir.join("record.json"),
         summary: dir.join("summary.md"),
     };
-    flip::write_json(&record.record, &record)?;
+    record::write_json(&record.record, &record)?;
 
     let mut results: Vec<(Vec<usize>, Class)> = Vec::new();
     for subset in subsets(n) {
@@ -455,7 +460,7 @@ pub fn run(
             match build::build(ws, recipe, &to_build, build_opts) {
                 Err(e) => {
                     rec.build_seconds = t.elapsed().as_secs_f64();
-                    Class::Undetermined(format!("did not build: {}", flip::error_text(&e)))
+                    Class::Undetermined(format!("did not build: {}", record::error_text(&e)))
                 }
                 Ok(o) => {
                     rec.build_seconds = o.seconds;
@@ -474,7 +479,7 @@ pub fn run(
                             verdict: SmokeVerdict::Crash,
                             signature: Some(s),
                             ..
-                        } => Class::Crash(flip::normalize_signature(&s)),
+                        } => Class::Crash(signature::normalize_signature(&s)),
                         SideResult::Smoked {
                             verdict, detail, ..
                         } => Class::Undetermined(format!(
@@ -499,7 +504,7 @@ pub fn run(
         record.subsets.push(rec);
         classify(&mut record, &results);
         // Written after every subset: a long ablation that is interrupted keeps what it found.
-        flip::write_json(&record.record, &record)?;
+        record::write_json(&record.record, &record)?;
     }
     let a = analyse(n, &results);
     let names = |v: &[usize]| v.iter().map(|&i| files[i].clone()).collect::<Vec<_>>();
@@ -511,7 +516,7 @@ pub fn run(
     record.finished_at = Some(manifest::now_rfc3339());
     record.seconds = started.elapsed().as_secs_f64();
     crate::base::fsx::write_atomic(&record.summary, summary_markdown(&record).as_bytes())?;
-    flip::write_json(&record.record, &record)?;
+    record::write_json(&record.record, &record)?;
     Ok(record)
 }
 
@@ -552,7 +557,7 @@ pub fn summary_markdown(r: &AblationRecord) -> String {
     );
     s.push_str(&format!(
         "- **Signature under test:** {}\n",
-        flip::cell(
+        report::cell(
             r.target_signature
                 .as_deref()
                 .unwrap_or("none (the unpatched subset is clean: nothing to ablate)")
@@ -593,13 +598,13 @@ pub fn summary_markdown(r: &AblationRecord) -> String {
         s.push_str(&format!(
             "| {} | {} | {} | {} {:.1}s | {} | {} | {} |\n",
             x.label,
-            flip::cell(&list(&x.applied)),
+            report::cell(&list(&x.applied)),
             x.built_as,
             if x.cached { "cached" } else { "built" },
             x.build_seconds,
             x.smoke.as_ref().map(|s| s.verdict.as_str()).unwrap_or("-"),
             x.class,
-            flip::cell(
+            report::cell(
                 x.smoke
                     .as_ref()
                     .and_then(|s| s.normalized_signature.as_deref())
