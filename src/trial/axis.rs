@@ -2,7 +2,7 @@
 //! settings differ, grouped by axis, and how that diff reads as text.
 
 use crate::source::recipe::{cmake_key_name, Pin};
-use crate::trial::config::{is_sanitizer_setting, Config, PatchRef, ToolConfig};
+use crate::trial::config::{is_sanitizer_setting, Config, PatchRef, ToolConfig, ToolchainConfig};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -132,15 +132,37 @@ pub fn axis_rows(a: &Config, b: &Config) -> Vec<AxisRow> {
             patch_list(&b.patches),
         ));
     }
-    let (ta, tb) = (&a.toolchain, &b.toolchain);
+    toolchain_rows(&a.toolchain, &b.toolchain, &mut out);
+    if a.build_type != b.build_type {
+        out.push(row(
+            Axis::BuildType,
+            "CMAKE_BUILD_TYPE",
+            a.build_type.clone(),
+            b.build_type.clone(),
+        ));
+    }
+    cmake_rows(a, b, &mut out);
+    if a.targets != b.targets {
+        out.push(row(
+            Axis::Targets,
+            "targets",
+            a.targets.join(", "),
+            b.targets.join(", "),
+        ));
+    }
+    out
+}
+
+/// The toolchain rows: the name, each tool by role, and the CUDA settings that differ.
+fn toolchain_rows(ta: &ToolchainConfig, tb: &ToolchainConfig, out: &mut Vec<AxisRow>) {
     if ta != tb {
         if ta.name != tb.name {
-            out.push(row(
-                Axis::Toolchain,
-                "name",
-                ta.name.clone(),
-                tb.name.clone(),
-            ));
+            out.push(AxisRow {
+                axis: Axis::Toolchain,
+                key: "name".into(),
+                from: Some(ta.name.clone()),
+                to: Some(tb.name.clone()),
+            });
         }
         let roles: BTreeSet<&String> = ta.tools.keys().chain(tb.tools.keys()).collect();
         for role in roles {
@@ -172,14 +194,10 @@ pub fn axis_rows(a: &Config, b: &Config) -> Vec<AxisRow> {
             }
         }
     }
-    if a.build_type != b.build_type {
-        out.push(row(
-            Axis::BuildType,
-            "CMAKE_BUILD_TYPE",
-            a.build_type.clone(),
-            b.build_type.clone(),
-        ));
-    }
+}
+
+/// The sanitizer and cmake rows, one per CMake variable that differs.
+fn cmake_rows(a: &Config, b: &Config, out: &mut Vec<AxisRow>) {
     // One CMake variable is one setting: whether it is the sanitizer axis is decided from
     // both sides together (`-O2` against `-O2 -fsanitize=address` is one sanitizer row, not a
     // removed cmake row and an added sanitizer row).
@@ -204,27 +222,8 @@ pub fn axis_rows(a: &Config, b: &Config) -> Vec<AxisRow> {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
     };
-    map_rows(
-        Axis::Sanitizer,
-        &split(&va, true),
-        &split(&vb, true),
-        &mut out,
-    );
-    map_rows(
-        Axis::Cmake,
-        &split(&va, false),
-        &split(&vb, false),
-        &mut out,
-    );
-    if a.targets != b.targets {
-        out.push(row(
-            Axis::Targets,
-            "targets",
-            a.targets.join(", "),
-            b.targets.join(", "),
-        ));
-    }
-    out
+    map_rows(Axis::Sanitizer, &split(&va, true), &split(&vb, true), out);
+    map_rows(Axis::Cmake, &split(&va, false), &split(&vb, false), out);
 }
 
 /// The distinct axes of a diff, in order.

@@ -253,46 +253,11 @@ impl FlipPlan<'_> {
             build_opts
                 .reporter
                 .stage("flip", &format!("{side} side: {}", v.name));
-            let started = Instant::now();
-            let built = build::build(ws, self.recipe, v, build_opts).and_then(|o| {
-                let (digest, _) = Sha256::of_file(&o.manifest)?;
-                let stmt = manifest::Statement::read(&o.manifest)?;
-                Ok((o, digest, stmt))
-            });
-            match built {
-                Ok((o, digest, stmt)) => {
-                    builds.push(Some(BuildSide {
-                        variant: v.name.to_string(),
-                        manifest: Some(o.manifest.clone()),
-                        manifest_sha256: Some(digest),
-                        input_digest: Some(o.input_digest),
-                        cached: o.cached,
-                        seconds: o.seconds,
-                        error: None,
-                    }));
-                    manifests.push(Some(stmt));
-                    results.push(SideResult::NotRun("not smoked yet".into()));
-                    outcomes.push(Some(o));
-                }
-                Err(e) => {
-                    let why = error_text(&e);
-                    builds.push(Some(BuildSide {
-                        variant: v.name.to_string(),
-                        manifest: None,
-                        manifest_sha256: None,
-                        input_digest: None,
-                        cached: false,
-                        seconds: started.elapsed().as_secs_f64(),
-                        error: Some(match e.detail() {
-                            Some(d) => format!("{why}\n{d}"),
-                            None => why.clone(),
-                        }),
-                    }));
-                    manifests.push(None);
-                    results.push(SideResult::BuildFailed(why));
-                    outcomes.push(None);
-                }
-            }
+            let built = build_one(ws, self.recipe, v, build_opts);
+            results.push(built.result);
+            builds.push(Some(built.side));
+            manifests.push(built.statement);
+            outcomes.push(built.outcome);
         }
         // Both built: the same model and settings for both smokes.
         let mut smokes: Vec<Option<SmokeSide>> = vec![None, None];
@@ -305,36 +270,10 @@ impl FlipPlan<'_> {
             }
         }
         if let (Some(a), Some(b)) = (&manifests[0], &manifests[1]) {
-            record.artifacts = crate::artifact::diff::diff(a, b)
-                .artifacts
-                .into_iter()
-                .map(|r| ArtifactRow {
-                    embeds_machine_path: build_paths_explain(a, b, &r.name),
-                    same: r.change == crate::artifact::diff::Change::Same,
-                    equal_under: r.rule,
-                    path: r.name,
-                    from_sha256: r.a,
-                    to_sha256: r.b,
-                })
-                .collect();
+            record.artifacts = artifact_rows(a, b);
         }
         let (verdict, mut reason) = decide(&results[0], &results[1]);
-        // A CUDA build smoked on the CPU never ran its CUDA kernels: the verdict stands for
-        // the host code only, and the record says so.
-        let cpu_only: Vec<String> = smokes
-            .iter()
-            .zip(["from", "to"])
-            .filter_map(|(s, side)| {
-                let why = s.as_ref()?.device_reason.as_deref()?;
-                Some(format!("{side}: {why}"))
-            })
-            .collect();
-        if !cpu_only.is_empty() {
-            reason.push_str(&format!(
-                " (the CUDA kernels were not exercised: {})",
-                cpu_only.join("; ")
-            ));
-        }
+        reason.push_str(&cpu_only_note(&smokes));
         let mut smokes = smokes.into_iter();
         let mut builds = builds.into_iter();
         record.smokes = Pair {
@@ -357,6 +296,98 @@ impl FlipPlan<'_> {
         write_json(&record.record, &record)?;
         Ok(record)
     }
+}
+
+/// One side's build as the record and the verdict need it.
+struct Built {
+    result: SideResult,
+    side: BuildSide,
+    statement: Option<manifest::Statement>,
+    outcome: Option<build::BuildOutcome>,
+}
+
+/// Build one side and read its manifest back; a failure is the side's result (with the
+/// reason and the tool's detail in the record), not an error of the flip.
+fn build_one(ws: &Workspace, recipe: &Recipe, v: &Variant, build_opts: &BuildOptions) -> Built {
+    let started = Instant::now();
+    let built = build::build(ws, recipe, v, build_opts).and_then(|o| {
+        let (digest, _) = Sha256::of_file(&o.manifest)?;
+        let stmt = manifest::Statement::read(&o.manifest)?;
+        Ok((o, digest, stmt))
+    });
+    match built {
+        Ok((o, digest, stmt)) => Built {
+            result: SideResult::NotRun("not smoked yet".into()),
+            side: BuildSide {
+                variant: v.name.to_string(),
+                manifest: Some(o.manifest.clone()),
+                manifest_sha256: Some(digest),
+                input_digest: Some(o.input_digest),
+                cached: o.cached,
+                seconds: o.seconds,
+                error: None,
+            },
+            statement: Some(stmt),
+            outcome: Some(o),
+        },
+        Err(e) => {
+            let why = error_text(&e);
+            Built {
+                side: BuildSide {
+                    variant: v.name.to_string(),
+                    manifest: None,
+                    manifest_sha256: None,
+                    input_digest: None,
+                    cached: false,
+                    seconds: started.elapsed().as_secs_f64(),
+                    error: Some(match e.detail() {
+                        Some(d) => format!("{why}\n{d}"),
+                        None => why.clone(),
+                    }),
+                },
+                result: SideResult::BuildFailed(why),
+                statement: None,
+                outcome: None,
+            }
+        }
+    }
+}
+
+/// Every artifact of either build, with whether it is the same, equal under a stated rule,
+/// or different (and whether build paths may explain that).
+fn artifact_rows(a: &manifest::Statement, b: &manifest::Statement) -> Vec<ArtifactRow> {
+    crate::artifact::diff::diff(a, b)
+        .artifacts
+        .into_iter()
+        .map(|r| ArtifactRow {
+            embeds_machine_path: build_paths_explain(a, b, &r.name),
+            same: r.change == crate::artifact::diff::Change::Same,
+            equal_under: r.rule,
+            path: r.name,
+            from_sha256: r.a,
+            to_sha256: r.b,
+        })
+        .collect()
+}
+
+/// A CUDA build smoked on the CPU never ran its CUDA kernels: the verdict stands for the
+/// host code only, and the reason says so (empty when both ran where they were built for).
+fn cpu_only_note(smokes: &[Option<SmokeSide>]) -> String {
+    let cpu_only: Vec<String> = smokes
+        .iter()
+        .zip(["from", "to"])
+        .filter_map(|(s, side)| {
+            let why = s.as_ref()?.device_reason.as_deref()?;
+            Some(format!("{side}: {why}"))
+        })
+        .collect();
+    if cpu_only.is_empty() {
+        return String::new();
+    }
+    format!(
+        " (the CUDA kernels were not exercised: {})",
+        cpu_only.join("; ")
+    )
 }
 
 /// Smoke one manifest; a smoke that cannot even start is a smoke `error` with the reason.

@@ -1,12 +1,12 @@
-//! The record schema of a flip (`Pair`, `BuildSide`, `SmokeSide`, `ArtifactRow`, `FlipRecord`)
-//! and the record-folder helpers flip and ablate share: claim a fresh numbered folder with one
+//! The record schemas of a flip (`Pair`, `BuildSide`, `SmokeSide`, `ArtifactRow`, `FlipRecord`)
+//! and of an ablation (`SubsetRecord`, `AblationRecord`), and the record-folder helpers flip and ablate share: claim a fresh numbered folder with one
 //! `mkdir`, write canonical JSON atomically, and put an error on one line.
 
 use crate::base::digest::Sha256;
 use crate::base::error::{Error, IoContext, Result};
 use crate::base::fsx;
 use crate::trial::axis::{Axis, AxisRow};
-use crate::trial::config::Config;
+use crate::trial::config::{Config, PatchRef};
 use crate::trial::verdict::FlipVerdict;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -168,6 +168,81 @@ pub struct FlipRecord {
     /// Where this record is.
     pub record: PathBuf,
     /// Where its readable summary is.
+    pub summary: PathBuf,
+}
+
+/// One subset, as recorded.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct SubsetRecord {
+    /// `none`, `0001+0003`.
+    pub label: String,
+    /// The patch files asked for.
+    pub patches: Vec<String>,
+    /// The patch files actually applied (more than asked when a dependency was added).
+    pub applied: Vec<String>,
+    /// Why patches were added, when they were.
+    pub dependency: Option<String>,
+    /// The folder name the subset was built under (an existing variant's when equal).
+    pub built_as: String,
+    /// Whether that is a variant the recipe defines.
+    pub existing_variant: bool,
+    /// Whether the build was reused unchanged.
+    pub cached: bool,
+    /// Manifest path.
+    pub manifest: Option<PathBuf>,
+    /// The manifest's digest when the subset was built, so that a later rebuild or gc of that
+    /// folder cannot silently change what the record points to.
+    pub manifest_sha256: Option<Sha256>,
+    /// Build wall time in seconds.
+    pub build_seconds: f64,
+    /// The smoke.
+    pub smoke: Option<SmokeSide>,
+    /// clean | signature | other-crash | undetermined.
+    pub class: String,
+    /// Why undetermined.
+    pub reason: Option<String>,
+}
+
+/// An ablation record.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct AblationRecord {
+    /// [`crate::trial::ablate::SCHEMA`].
+    pub schema: String,
+    /// The record id (its folder under `ablations/`).
+    pub id: String,
+    /// Recipe name.
+    pub recipe: String,
+    /// The variant ablated.
+    pub variant: String,
+    /// Its resolved patch list.
+    pub patches: Vec<PatchRef>,
+    /// `every-subset` or `each-alone-and-each-left-out`.
+    pub mode: String,
+    /// The smoke settings every subset ran with.
+    pub smoke_settings: SmokeSettings,
+    /// Every subset tried, in order.
+    pub subsets: Vec<SubsetRecord>,
+    /// The normalized signature of the empty subset.
+    pub target_signature: Option<String>,
+    /// Patch files whose removal alone brings the target signature back.
+    pub necessary: Vec<String>,
+    /// Patch files whose removal alone gives a crash with another signature.
+    pub other_crash_when_left_out: Vec<String>,
+    /// Minimal sets sufficient to remove the signature.
+    pub sufficient: Vec<Vec<String>>,
+    /// Patch files that do not touch the signature.
+    pub no_effect: Vec<String>,
+    /// pinforge's version.
+    pub pinforge_version: String,
+    /// When it started.
+    pub started_at: String,
+    /// When it ended (None while running).
+    pub finished_at: Option<String>,
+    /// Wall time in seconds.
+    pub seconds: f64,
+    /// Where this record is.
+    pub record: PathBuf,
+    /// Where its summary is.
     pub summary: PathBuf,
 }
 

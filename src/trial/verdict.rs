@@ -61,37 +61,15 @@ pub(crate) fn smoke_word(v: &SmokeVerdict) -> &'static str {
 /// a clean (`ok`) `to` side supports it, and anything else — a failed build, a smoke that could
 /// not run, a different crash, a diverged decode — makes the trial invalid, with the reason.
 pub fn decide(from: &SideResult, to: &SideResult) -> (FlipVerdict, String) {
-    let invalid = |why: String| (FlipVerdict::Invalid, why);
     // A failed build is the reason, whichever side: the other side then was not smoked.
     for (name, side) in [("from", from), ("to", to)] {
         if let SideResult::BuildFailed(e) = side {
             return invalid(format!("the {name} side did not build: {e}"));
         }
     }
-    let from_sig = match from {
-        SideResult::BuildFailed(e) => return invalid(format!("the from side did not build: {e}")),
-        SideResult::NotRun(e) => return invalid(format!("the from side did not run: {e}")),
-        SideResult::Smoked {
-            verdict: SmokeVerdict::Error,
-            detail,
-            ..
-        } => {
-            return invalid(format!(
-                "the from side's smoke could not run: {}",
-                detail.as_deref().unwrap_or("(no detail)")
-            ))
-        }
-        SideResult::Smoked {
-            verdict: SmokeVerdict::Crash,
-            signature: Some(s),
-            ..
-        } => s,
-        SideResult::Smoked { verdict, .. } => {
-            return invalid(format!(
-                "the from side shows no crash signature to test (smoke {})",
-                smoke_word(verdict)
-            ))
-        }
+    let from_sig = match from_signature(from) {
+        Ok(s) => s,
+        Err(verdict) => return verdict,
     };
     let want = normalize_signature(from_sig);
     if !has_frame(from_sig) {
@@ -100,6 +78,46 @@ pub fn decide(from: &SideResult, to: &SideResult) -> (FlipVerdict, String) {
              top function): another failure would read the same"
         ));
     }
+    judge_to(to, &want)
+}
+
+fn invalid(why: String) -> (FlipVerdict, String) {
+    (FlipVerdict::Invalid, why)
+}
+
+/// The from side's crash signature, or the `invalid` verdict when it shows none to test.
+fn from_signature(from: &SideResult) -> Result<&str, (FlipVerdict, String)> {
+    match from {
+        SideResult::BuildFailed(e) => Err(invalid(format!("the from side did not build: {e}"))),
+        SideResult::NotRun(e) => Err(invalid(format!("the from side did not run: {e}"))),
+        SideResult::Smoked {
+            verdict: SmokeVerdict::Error,
+            detail,
+            ..
+        } => Err(invalid(format!(
+            "the from side's smoke could not run: {}",
+            detail.as_deref().unwrap_or("(no detail)")
+        ))),
+        SideResult::Smoked {
+            verdict: SmokeVerdict::Crash,
+            signature: Some(s),
+            ..
+        } => Ok(s),
+        SideResult::Smoked { verdict, .. } => Err(invalid(format!(
+            "the from side shows no crash signature to test (smoke {})",
+            smoke_word(verdict)
+        ))),
+    }
+}
+
+/// The verdict from the to side, given the from side's normalized signature `want`.
+fn judge_to(to: &SideResult, want: &str) -> (FlipVerdict, String) {
+    let shown = |signature: &Option<String>| {
+        signature
+            .as_deref()
+            .map(normalize_signature)
+            .unwrap_or_else(|| "none".into())
+    };
     match to {
         SideResult::BuildFailed(e) => invalid(format!("the to side did not build: {e}")),
         SideResult::NotRun(e) => invalid(format!("the to side did not run: {e}")),
@@ -117,10 +135,7 @@ pub fn decide(from: &SideResult, to: &SideResult) -> (FlipVerdict, String) {
         } if !signature.as_deref().is_some_and(has_frame) => invalid(format!(
             "the to side crashed with a signature that has no frame to compare (`{}`): it \
              cannot be told apart from `{want}` or from another failure",
-            signature
-                .as_deref()
-                .map(normalize_signature)
-                .unwrap_or_else(|| "none".into())
+            shown(signature)
         )),
         SideResult::Smoked {
             verdict: SmokeVerdict::Crash,
@@ -137,10 +152,7 @@ pub fn decide(from: &SideResult, to: &SideResult) -> (FlipVerdict, String) {
         } => invalid(format!(
             "the to side crashed with another signature (`{}`, the from side `{want}`): the flip \
              changed the failure instead of keeping or removing it",
-            signature
-                .as_deref()
-                .map(normalize_signature)
-                .unwrap_or_else(|| "none".into())
+            shown(signature)
         )),
         SideResult::Smoked {
             verdict: SmokeVerdict::Error,
@@ -164,6 +176,7 @@ pub fn decide(from: &SideResult, to: &SideResult) -> (FlipVerdict, String) {
         )),
     }
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;
