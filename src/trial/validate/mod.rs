@@ -14,7 +14,7 @@
 //! same file (device, inode, size, change times) and refuses to load one that is not.
 //!
 //! The parts: [`arm`] (resolve and verify both builds), [`run_dir`] (the inputs, the settings
-//! and the run folder), [`harness`] (the engines and the row loop), [`evidence`] (the
+//! and the run folder), `harness` (the engines and the row loop), [`evidence`] (the
 //! evidence manifest and its re-check), with [`rows`] and [`summary`] for the row file and
 //! what is derived from it.
 
@@ -122,16 +122,7 @@ pub fn run(opts: &Options, reporter: &dyn Reporter) -> Result<Report> {
         ),
     );
     let ran = harness::run_rows(opts, &arms, shims, &run, &inputs, reporter)?;
-    let ids: Vec<ArmId> = arms
-        .iter()
-        .map(|a| ArmId {
-            name: a.record.name.clone(),
-            digest: a.record.digest,
-        })
-        .collect();
-    let derived = summary::derive(&ids, &ran.rows);
-    fsx::write_atomic(&run.dir.join("summary.json"), &canonical(&derived)?)?;
-    let evidence = evidence::write(&run, opts.jobs)?;
+    let (derived, evidence) = summarize(&run, &arms, &ran.rows, opts.jobs)?;
     Ok(Report {
         run: run.id,
         run_dir: run.dir,
@@ -141,6 +132,27 @@ pub fn run(opts: &Options, reporter: &dyn Reporter) -> Result<Report> {
         resumed_rows: ran.resumed_rows,
         torn_bytes: ran.torn_bytes,
     })
+}
+
+/// Derive the summary from every row of the run, write it, then the evidence manifest that
+/// covers it (written last, after every file it names).
+fn summarize(
+    run: &RunDir,
+    arms: &[arm::ResolvedArm],
+    rows: &[rows::Row],
+    jobs: u32,
+) -> Result<(Derived, EvidenceRef)> {
+    let ids: Vec<ArmId> = arms
+        .iter()
+        .map(|a| ArmId {
+            name: a.record.name.clone(),
+            digest: a.record.digest,
+        })
+        .collect();
+    let derived = summary::derive(&ids, rows);
+    fsx::write_atomic(&run.dir.join("summary.json"), &canonical(&derived)?)?;
+    let evidence = evidence::write(run, jobs)?;
+    Ok((derived, evidence))
 }
 
 /// The numeric options' ranges and the run id's form, before anything is read.
