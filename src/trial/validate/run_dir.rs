@@ -184,7 +184,7 @@ impl RunDir {
         }
     }
 
-    /// A grammar file the engine loads.
+    /// The run's grammar file, which the engine loads when the rows are constrained.
     pub(super) fn grammar_path(&self) -> PathBuf {
         self.dir.join("grammar.gbnf")
     }
