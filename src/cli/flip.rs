@@ -69,7 +69,7 @@ pub(super) fn run(ctx: &super::Ctx, a: FlipArgs) -> Result<i32> {
         // The mechanical diff first: the operator sees what is about to be compared before
         // minutes of building.
         outln!("flip {}: {} -> {}", recipe.name, a.from, a.to);
-        for line in flip::render_rows(&plan.rows).lines() {
+        for line in crate::trial::axis::render_rows(&plan.rows).lines() {
             outln!("  {line}");
         }
     }
@@ -134,6 +134,26 @@ fn render(r: &FlipRecord, verbosity: Verbosity) {
                 .unwrap_or("-")
         );
     }
+    render_artifacts(r, verbosity);
+    let verdict = r.verdict.map(|v| v.as_str()).unwrap_or("-");
+    outln!(
+        "verdict: {} — {}",
+        paint(
+            if r.verdict == Some(FlipVerdict::Invalid) {
+                Tone::Bad
+            } else {
+                Tone::Good
+            },
+            verdict
+        ),
+        r.reason.as_deref().unwrap_or("")
+    );
+    outln!("record   {}", r.record.display());
+    outln!("summary  {}", r.summary.display());
+}
+
+/// The artifact tally, then one line per artifact that is not the same (every one, verbose).
+fn render_artifacts(r: &FlipRecord, verbosity: Verbosity) {
     let differ = r.artifacts.iter().filter(|a| a.differs()).count();
     let normalized = r
         .artifacts
@@ -186,19 +206,4 @@ fn render(r: &FlipRecord, verbosity: Verbosity) {
             short(&a.to_sha256)
         );
     }
-    let verdict = r.verdict.map(|v| v.as_str()).unwrap_or("-");
-    outln!(
-        "verdict: {} — {}",
-        paint(
-            if r.verdict == Some(FlipVerdict::Invalid) {
-                Tone::Bad
-            } else {
-                Tone::Good
-            },
-            verdict
-        ),
-        r.reason.as_deref().unwrap_or("")
-    );
-    outln!("record   {}", r.record.display());
-    outln!("summary  {}", r.summary.display());
 }

@@ -150,7 +150,6 @@ pub(super) fn run(ctx: &super::Ctx, a: ValidateArgs) -> Result<i32> {
 }
 
 fn render(r: &validate::Report) {
-    use validate::rows::Outcome;
     let d = &r.derived;
     outln!("validate run {} ({})", r.run, r.run_dir.display());
     if r.resumed_rows > 0 {
@@ -167,77 +166,117 @@ fn render(r: &validate::Report) {
             }
         );
     }
-    let mut header = format!("  {:<14}", "");
-    for arm in &d.arms {
-        header.push_str(&format!(
-            "{:>16}",
+    let (header, rows) = summary_rows(r);
+    for line in table_lines(&header, &rows) {
+        outln!("{line}");
+    }
+    render_findings(d);
+    let good = validate::summary::candidate_passed(d);
+    outln!(
+        "verdict: {}",
+        paint(if good { Tone::Good } else { Tone::Bad }, &d.verdict)
+    );
+    outln!(
+        "evidence: {} (sha256 {})",
+        r.evidence.manifest.display(),
+        r.evidence.sha256.short(16)
+    );
+}
+
+/// The width of the label column (every label fits).
+const LABEL_WIDTH: usize = 14;
+/// The narrowest value column: arm names that fit read as they always did.
+const MIN_COLUMN: usize = 16;
+/// The least space between two columns, so that two long arm names never run together.
+const COLUMN_GAP: usize = 2;
+
+/// The summary table's cells: a heading per arm (the candidate marked), then one labelled row
+/// per figure.
+fn summary_rows(r: &validate::Report) -> (Vec<String>, Vec<(String, Vec<String>)>) {
+    use validate::rows::Outcome;
+    let d = &r.derived;
+    let header = d
+        .arms
+        .iter()
+        .map(|arm| {
             if arm.candidate {
                 format!("{} (cand.)", arm.name)
             } else {
                 arm.name.clone()
             }
+        })
+        .collect();
+    let per_arm = |f: &dyn Fn(&validate::summary::ArmSummary) -> String| -> Vec<String> {
+        d.arms.iter().map(f).collect()
+    };
+    let mut rows = vec![("rows".to_string(), per_arm(&|a| a.rows.to_string()))];
+    for o in Outcome::ALL {
+        rows.push((
+            o.as_str().to_string(),
+            per_arm(&|a| a.counts[o.as_str()].to_string()),
         ));
     }
-    outln!("{header}");
-    let line = |label: &str, vals: Vec<String>| {
-        let mut s = format!("  {label:<14}");
-        for v in vals {
-            s.push_str(&format!("{v:>16}"));
-        }
-        outln!("{s}");
-    };
-    line("rows", d.arms.iter().map(|a| a.rows.to_string()).collect());
-    for o in Outcome::ALL {
-        line(
-            o.as_str(),
-            d.arms
-                .iter()
-                .map(|a| a.counts[o.as_str()].to_string())
-                .collect(),
-        );
-    }
-    line(
-        "onset row",
-        d.arms
-            .iter()
-            .map(|a| {
-                a.onset_row
-                    .map(|r| r.to_string())
-                    .unwrap_or_else(|| "-".into())
-            })
-            .collect(),
-    );
+    rows.push((
+        "onset row".into(),
+        per_arm(&|a| {
+            a.onset_row
+                .map(|r| r.to_string())
+                .unwrap_or_else(|| "-".into())
+        }),
+    ));
     for (k, f) in [("p50 ms", 0), ("p90 ms", 1), ("p99 ms", 2)] {
-        line(
-            k,
-            d.arms
-                .iter()
-                .map(|a| {
-                    let l = &d.latency_ms[&a.name];
-                    format!("{:.1}", [l.p50, l.p90, l.p99][f])
-                })
-                .collect(),
-        );
+        rows.push((
+            k.into(),
+            per_arm(&|a| {
+                let l = &d.latency_ms[&a.name];
+                format!("{:.1}", [l.p50, l.p90, l.p99][f])
+            }),
+        ));
     }
-    line(
-        "rows/s",
-        d.arms
-            .iter()
-            .map(|a| {
-                r.throughput
-                    .get(&a.name)
-                    .map(|t| format!("{:.1}", t.rows_per_second))
-                    .unwrap_or_default()
-            })
-            .collect(),
-    );
-    line(
-        "overhead",
-        d.arms
-            .iter()
-            .map(|a| format!("{:.0}%", d.timing[&a.name].harness_overhead * 100.0))
-            .collect(),
-    );
+    rows.push((
+        "rows/s".into(),
+        per_arm(&|a| {
+            r.throughput
+                .get(&a.name)
+                .map(|t| format!("{:.1}", t.rows_per_second))
+                .unwrap_or_default()
+        }),
+    ));
+    rows.push((
+        "overhead".into(),
+        per_arm(&|a| format!("{:.0}%", d.timing[&a.name].harness_overhead * 100.0)),
+    ));
+    (header, rows)
+}
+
+/// The table as lines: labels left-aligned, values right-aligned in columns sized to their
+/// content (at least [`MIN_COLUMN`], and [`COLUMN_GAP`] wider than the widest cell).
+fn table_lines(header: &[String], rows: &[(String, Vec<String>)]) -> Vec<String> {
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| {
+            let widest = std::iter::once(&header[i])
+                .chain(rows.iter().filter_map(|(_, vals)| vals.get(i)))
+                .map(|c| c.chars().count())
+                .max()
+                .unwrap_or(0);
+            (widest + COLUMN_GAP).max(MIN_COLUMN)
+        })
+        .collect();
+    let line = |label: &str, vals: &[String]| {
+        let mut s = format!("  {label:<LABEL_WIDTH$}");
+        for (v, w) in vals.iter().zip(&widths) {
+            s.push_str(&format!("{v:>w$}"));
+        }
+        s
+    };
+    std::iter::once(line("", header))
+        .chain(rows.iter().map(|(label, vals)| line(label, vals)))
+        .collect()
+}
+
+/// What the table does not show: crash signatures, rows that failed on both arms, and the
+/// harness errors left out of every comparison.
+fn render_findings(d: &validate::summary::Derived) {
     for a in &d.arms {
         for s in &a.signatures {
             outln!(
@@ -273,14 +312,71 @@ fn render(r: &validate::Report) {
             outln!("    {} row {}: {}", e.arm, e.row, e.detail);
         }
     }
-    let good = validate::summary::candidate_passed(d);
-    outln!(
-        "verdict: {}",
-        paint(if good { Tone::Good } else { Tone::Bad }, &d.verdict)
-    );
-    outln!(
-        "evidence: {} (sha256 {})",
-        r.evidence.manifest.display(),
-        r.evidence.sha256.short(16)
-    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cells(header: &[&str]) -> (Vec<String>, Vec<(String, Vec<String>)>) {
+        let header = header.iter().map(|h| h.to_string()).collect();
+        let rows = vec![
+            (
+                "rows".to_string(),
+                vec!["100".to_string(), "100".to_string()],
+            ),
+            ("crash".to_string(), vec!["37".to_string(), "0".to_string()]),
+        ];
+        (header, rows)
+    }
+
+    // Operator report: `unpatched-asanpatched-asan (cand.)` — long arm names ran together
+    // because every column was 16 wide whatever it held.
+    #[test]
+    fn two_long_arm_names_are_kept_apart_by_at_least_two_spaces() {
+        let (header, rows) = cells(&["unpatched-asan", "patched-asan (cand.)"]);
+        let lines = table_lines(&header, &rows);
+        assert!(
+            lines[0].contains("unpatched-asan  ") && !lines[0].contains("asanpatched"),
+            "{lines:#?}"
+        );
+        let names: Vec<&str> = lines[0]
+            .split("  ")
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        assert_eq!(
+            names,
+            ["unpatched-asan", "patched-asan (cand.)"],
+            "{lines:#?}"
+        );
+        // Every value ends where its heading ends: the columns stay aligned.
+        let end_of = |line: &str, cell: &str| line.rfind(cell).map(|i| i + cell.len());
+        assert_eq!(end_of(&lines[0], "(cand.)"), Some(lines[0].len()));
+        assert_eq!(lines[1].len(), lines[0].len(), "{lines:#?}");
+        assert_eq!(lines[2].len(), lines[0].len(), "{lines:#?}");
+        assert_eq!(
+            end_of(&lines[0], "unpatched-asan"),
+            lines[1].find("100").map(|i| i + 3),
+            "{lines:#?}"
+        );
+    }
+
+    #[test]
+    fn short_arm_names_keep_the_sixteen_wide_columns() {
+        let (header, rows) = cells(&["control", "live (cand.)"]);
+        let lines = table_lines(&header, &rows);
+        assert_eq!(
+            lines[0],
+            format!("  {:<14}{:>16}{:>16}", "", "control", "live (cand.)")
+        );
+        assert_eq!(
+            lines[1],
+            format!("  {:<14}{:>16}{:>16}", "rows", "100", "100")
+        );
+        assert_eq!(
+            lines[2],
+            format!("  {:<14}{:>16}{:>16}", "crash", "37", "0")
+        );
+    }
 }

@@ -27,9 +27,15 @@ use crate::base::workspace::Workspace;
 use crate::deploy::smoke::{SmokeOptions, Verdict as SmokeVerdict};
 use crate::source::recipe::{PatchSelection, Recipe, Variant, VariantName};
 use crate::source::upstream;
-use crate::trial::flip::{self, PatchRef, SideResult, SmokeSide};
+use crate::trial::config::{self, PatchRef};
+use crate::trial::flip;
+use crate::trial::record;
+// The record types keep their old path: `pinforge schema` names `trial::ablate::AblationRecord`.
+pub use crate::trial::record::{AblationRecord, SubsetRecord};
+use crate::trial::report;
+use crate::trial::signature;
+use crate::trial::verdict::SideResult;
 use serde::Serialize;
-use std::path::PathBuf;
 use std::time::Instant;
 
 /// The schema id of an ablation record and of `ablate --json`.
@@ -208,81 +214,6 @@ pub fn analyse(n: usize, results: &[(Vec<usize>, Class)]) -> Analysis {
     }
 }
 
-/// One subset, as recorded.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct SubsetRecord {
-    /// `none`, `0001+0003`.
-    pub label: String,
-    /// The patch files asked for.
-    pub patches: Vec<String>,
-    /// The patch files actually applied (more than asked when a dependency was added).
-    pub applied: Vec<String>,
-    /// Why patches were added, when they were.
-    pub dependency: Option<String>,
-    /// The folder name the subset was built under (an existing variant's when equal).
-    pub built_as: String,
-    /// Whether that is a variant the recipe defines.
-    pub existing_variant: bool,
-    /// Whether the build was reused unchanged.
-    pub cached: bool,
-    /// Manifest path.
-    pub manifest: Option<PathBuf>,
-    /// The manifest's digest when the subset was built, so that a later rebuild or gc of that
-    /// folder cannot silently change what the record points to.
-    pub manifest_sha256: Option<Sha256>,
-    /// Build wall time in seconds.
-    pub build_seconds: f64,
-    /// The smoke.
-    pub smoke: Option<SmokeSide>,
-    /// clean | signature | other-crash | undetermined.
-    pub class: String,
-    /// Why undetermined.
-    pub reason: Option<String>,
-}
-
-/// An ablation record.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct AblationRecord {
-    /// [`SCHEMA`].
-    pub schema: String,
-    /// The record id (its folder under `ablations/`).
-    pub id: String,
-    /// Recipe name.
-    pub recipe: String,
-    /// The variant ablated.
-    pub variant: String,
-    /// Its resolved patch list.
-    pub patches: Vec<PatchRef>,
-    /// `every-subset` or `each-alone-and-each-left-out`.
-    pub mode: String,
-    /// The smoke settings every subset ran with.
-    pub smoke_settings: flip::SmokeSettings,
-    /// Every subset tried, in order.
-    pub subsets: Vec<SubsetRecord>,
-    /// The normalized signature of the empty subset.
-    pub target_signature: Option<String>,
-    /// Patch files whose removal alone brings the target signature back.
-    pub necessary: Vec<String>,
-    /// Patch files whose removal alone gives a crash with another signature.
-    pub other_crash_when_left_out: Vec<String>,
-    /// Minimal sets sufficient to remove the signature.
-    pub sufficient: Vec<Vec<String>>,
-    /// Patch files that do not touch the signature.
-    pub no_effect: Vec<String>,
-    /// pinforge's version.
-    pub pinforge_version: String,
-    /// When it started.
-    pub started_at: String,
-    /// When it ended (None while running).
-    pub finished_at: Option<String>,
-    /// Wall time in seconds.
-    pub seconds: f64,
-    /// Where this record is.
-    pub record: PathBuf,
-    /// Where its summary is.
-    pub summary: PathBuf,
-}
-
 /// A variant the recipe defines whose resolved build is the same as `derived`'s (the variant
 /// itself first), so that its folder and cache are reused.
 fn existing_equal<'a>(
@@ -292,7 +223,7 @@ fn existing_equal<'a>(
     derived_patches: &[String],
 ) -> Option<&'a Variant> {
     let same = |v: &Variant| -> bool {
-        let patches = match flip::resolve_patches(recipe, v) {
+        let patches = match config::resolve_patches(recipe, v) {
             Ok(p) => p.into_iter().map(|p| p.file).collect::<Vec<_>>(),
             Err(_) => return false,
         };
@@ -334,7 +265,7 @@ pub fn run(
 ) -> Result<AblationRecord> {
     let started = Instant::now();
     let base = recipe.variant(variant)?;
-    let patches = flip::resolve_patches(recipe, base)?;
+    let patches = config::resolve_patches(recipe, base)?;
     if patches.is_empty() {
         return Err(Error::input(
             format!("ablate {variant}"),
@@ -344,98 +275,184 @@ pub fn run(
     }
     // Checked before anything is built, as `build` does.
     crate::artifact::toolchain::resolve(&base.toolchain, &ws.tool_dirs())?;
-    let bundle = build::bundle_for(recipe)?;
-    let files: Vec<String> = patches.iter().map(|p| p.file.clone()).collect();
-    let n = patches.len();
-    let (id, dir) = flip::claim_record_dir(
-        ws.root(),
-        "ablations",
-        &format!("{}--{}", recipe.name, variant),
-    )?;
-    let mut record = AblationRecord {
-        schema: SCHEMA.into(),
-        id,
-        recipe: recipe.name.clone(),
-        variant: variant.into(),
-        patches: patches.clone(),
-        mode: if n <= ALL_SUBSETS_UP_TO {
-            "every-subset"
-        } else {
-            "each-alone-and-each-left-out"
-        }
-        .into(),
-        smoke_settings: flip::SmokeSettings {
-            model: smoke_opts.model.clone(),
-            arch: smoke_opts.arch.name().to_string(),
-            tokens: smoke_opts.tokens,
-        },
-        subsets: Vec::new(),
-        target_signature: None,
-        necessary: Vec::new(),
-        other_crash_when_left_out: Vec::new(),
-        sufficient: Vec::new(),
-        no_effect: Vec::new(),
-        pinforge_version: env!("CARGO_PKG_VERSION").into(),
-        started_at: manifest::now_rfc3339(),
-        finished_at: None,
-        seconds: 0.0,
-        record: dir.join("record.json"),
-        summary: dir.join("summary.md"),
+    let ablation = Ablation {
+        ws,
+        recipe,
+        base,
+        variant,
+        bundle: build::bundle_for(recipe)?,
+        files: patches.iter().map(|p| p.file.clone()).collect(),
+        patches,
     };
-    flip::write_json(&record.record, &record)?;
-
+    let mut record = ablation.register(smoke_opts)?;
     let mut results: Vec<(Vec<usize>, Class)> = Vec::new();
-    for subset in subsets(n) {
-        let lbl = label(&patches, &subset);
+    for subset in subsets(ablation.patches.len()) {
+        let (applied, rec, class) = ablation.subset(&subset, smoke_opts, build_opts)?;
+        results.push((applied, class));
+        record.subsets.push(rec);
+        classify(&mut record, &results);
+        // Written after every subset: a long ablation that is interrupted keeps what it found.
+        record::write_json(&record.record, &record)?;
+    }
+    let a = analyse(ablation.patches.len(), &results);
+    let names = |v: &[usize]| ablation.names(v);
+    record.target_signature = a.target_signature.clone();
+    record.necessary = names(&a.necessary);
+    record.other_crash_when_left_out = names(&a.other_crash_when_left_out);
+    record.sufficient = a.sufficient.iter().map(|s| names(s)).collect();
+    record.no_effect = names(&a.no_effect);
+    record.finished_at = Some(manifest::now_rfc3339());
+    record.seconds = started.elapsed().as_secs_f64();
+    crate::base::fsx::write_atomic(
+        &record.summary,
+        report::ablation_markdown(&record).as_bytes(),
+    )?;
+    record::write_json(&record.record, &record)?;
+    Ok(record)
+}
+
+/// One ablation under way: the variant, its resolved patch list (by index) and the bundle
+/// the subsets are picked from.
+struct Ablation<'a> {
+    ws: &'a Workspace,
+    recipe: &'a Recipe,
+    base: &'a Variant,
+    variant: &'a str,
+    bundle: crate::source::patch::Bundle,
+    patches: Vec<PatchRef>,
+    files: Vec<String>,
+}
+
+/// How a subset is to be built: the patches actually applied (by index), why one was added,
+/// and why it cannot be built at all.
+struct Applied {
+    applied: Vec<usize>,
+    dependency: Option<String>,
+    undetermined: Option<String>,
+}
+
+impl Ablation<'_> {
+    /// The patch files of indices `v`.
+    fn names(&self, v: &[usize]) -> Vec<String> {
+        v.iter().map(|&i| self.files[i].clone()).collect()
+    }
+
+    /// The patch files of a subset, as the bundle has them.
+    fn pick(&self, s: &[usize]) -> Result<Vec<&crate::source::patch::PatchFile>> {
+        self.bundle.select(Some(&self.names(s)))
+    }
+
+    /// Claim the record folder and write the record before anything is built.
+    fn register(&self, smoke_opts: &SmokeOptions) -> Result<AblationRecord> {
+        let (recipe, variant, n) = (self.recipe, self.variant, self.patches.len());
+        let (id, dir) = record::claim_record_dir(
+            self.ws.root(),
+            "ablations",
+            &format!("{}--{}", recipe.name, variant),
+        )?;
+        let record = AblationRecord {
+            schema: SCHEMA.into(),
+            id,
+            recipe: recipe.name.clone(),
+            variant: variant.into(),
+            patches: self.patches.clone(),
+            mode: if n <= ALL_SUBSETS_UP_TO {
+                "every-subset"
+            } else {
+                "each-alone-and-each-left-out"
+            }
+            .into(),
+            smoke_settings: record::SmokeSettings {
+                model: smoke_opts.model.clone(),
+                arch: smoke_opts.arch.name().to_string(),
+                tokens: smoke_opts.tokens,
+            },
+            subsets: Vec::new(),
+            target_signature: None,
+            necessary: Vec::new(),
+            other_crash_when_left_out: Vec::new(),
+            sufficient: Vec::new(),
+            no_effect: Vec::new(),
+            pinforge_version: env!("CARGO_PKG_VERSION").into(),
+            started_at: manifest::now_rfc3339(),
+            finished_at: None,
+            seconds: 0.0,
+            record: dir.join("record.json"),
+            summary: dir.join("summary.md"),
+        };
+        record::write_json(&record.record, &record)?;
+        Ok(record)
+    }
+
+    /// Does `subset` apply alone? If not, with which one more patch (the first in series
+    /// order)? If neither, it is undetermined.
+    fn applied(&self, subset: &[usize], lbl: &str) -> Result<Applied> {
+        let (ws, recipe, n) = (self.ws, self.recipe, self.patches.len());
+        let mut out = Applied {
+            applied: subset.to_vec(),
+            dependency: None,
+            undetermined: None,
+        };
+        let Some(why) = applies(ws, recipe, &self.pick(subset)?)? else {
+            return Ok(out);
+        };
+        let found = (0..n).filter(|q| !subset.contains(q)).find_map(|q| {
+            let mut with = subset.to_vec();
+            with.push(q);
+            with.sort_unstable();
+            match self.pick(&with).and_then(|p| applies(ws, recipe, &p)) {
+                Ok(None) => Some(Ok((q, with))),
+                Ok(Some(_)) => None,
+                Err(e) => Some(Err(e)),
+            }
+        });
+        match found.transpose()? {
+            Some((q, with)) => {
+                out.dependency = Some(format!(
+                    "{lbl} does not apply alone ({why}); tried with {} added",
+                    self.files[q]
+                ));
+                out.applied = with;
+            }
+            None => {
+                out.undetermined = Some(format!(
+                    "{lbl} does not apply, alone or with one more patch of the list: {why}"
+                ))
+            }
+        }
+        Ok(out)
+    }
+
+    /// Build and smoke one subset (as an equal existing variant where there is one): the
+    /// patches applied, the subset's record, and its class.
+    fn subset(
+        &self,
+        subset: &[usize],
+        smoke_opts: &SmokeOptions,
+        build_opts: &BuildOptions,
+    ) -> Result<(Vec<usize>, SubsetRecord, Class)> {
+        let (recipe, variant) = (self.recipe, self.variant);
+        let lbl = label(&self.patches, subset);
         build_opts
             .reporter
             .stage("ablate", &format!("{variant} with {lbl}"));
-        let pick = |s: &[usize]| -> Result<Vec<&crate::source::patch::PatchFile>> {
-            let names: Vec<String> = s.iter().map(|&i| files[i].clone()).collect();
-            bundle.select(Some(&names))
-        };
-        // Does it apply alone? If not, with which one more patch?
-        let mut applied = subset.clone();
-        let mut dependency = None;
-        let mut undetermined = None;
-        if let Some(why) = applies(ws, recipe, &pick(&subset)?)? {
-            let found = (0..n).filter(|q| !subset.contains(q)).find_map(|q| {
-                let mut with = subset.clone();
-                with.push(q);
-                with.sort_unstable();
-                match pick(&with).and_then(|p| applies(ws, recipe, &p)) {
-                    Ok(None) => Some(Ok((q, with))),
-                    Ok(Some(_)) => None,
-                    Err(e) => Some(Err(e)),
-                }
-            });
-            match found.transpose()? {
-                Some((q, with)) => {
-                    dependency = Some(format!(
-                        "{lbl} does not apply alone ({why}); tried with {} added",
-                        files[q]
-                    ));
-                    applied = with;
-                }
-                None => {
-                    undetermined = Some(format!(
-                        "{lbl} does not apply, alone or with one more patch of the list: {why}"
-                    ))
-                }
-            }
-        }
-        let applied_files: Vec<String> = applied.iter().map(|&i| files[i].clone()).collect();
-        let mut derived = base.clone();
-        derived.name = derived_name(variant, &patches, &applied);
+        let Applied {
+            applied,
+            dependency,
+            undetermined,
+        } = self.applied(subset, &lbl)?;
+        let applied_files = self.names(&applied);
+        let mut derived = self.base.clone();
+        derived.name = derived_name(variant, &self.patches, &applied);
         derived.patches = PatchSelection::List(applied_files.clone());
         derived.description = Some(format!("ablation of {variant}: patches {lbl}"));
         derived.inherits.insert(0, variant.to_string());
-        let existing = existing_equal(recipe, base, &derived, &applied_files);
+        let existing = existing_equal(recipe, self.base, &derived, &applied_files);
         let to_build = existing.cloned().unwrap_or(derived);
 
         let mut rec = SubsetRecord {
             label: lbl.clone(),
-            patches: subset.iter().map(|&i| files[i].clone()).collect(),
+            patches: self.names(subset),
             applied: applied_files,
             dependency,
             built_as: to_build.name.to_string(),
@@ -448,71 +465,71 @@ pub fn run(
             class: "undetermined".into(),
             reason: undetermined.clone(),
         };
-        let class = if let Some(why) = undetermined {
-            Class::Undetermined(why)
-        } else {
-            let t = Instant::now();
-            match build::build(ws, recipe, &to_build, build_opts) {
-                Err(e) => {
-                    rec.build_seconds = t.elapsed().as_secs_f64();
-                    Class::Undetermined(format!("did not build: {}", flip::error_text(&e)))
-                }
-                Ok(o) => {
-                    rec.build_seconds = o.seconds;
-                    rec.cached = o.cached;
-                    build_opts.reporter.stage("smoke", to_build.name.as_str());
-                    let (result, side) = flip::smoke_one(&o.manifest, smoke_opts);
-                    rec.manifest_sha256 = Some(Sha256::of_file(&o.manifest)?.0);
-                    rec.manifest = Some(o.manifest);
-                    rec.smoke = Some(side);
-                    match result {
-                        SideResult::Smoked {
-                            verdict: SmokeVerdict::Ok,
-                            ..
-                        } => Class::Clean,
-                        SideResult::Smoked {
-                            verdict: SmokeVerdict::Crash,
-                            signature: Some(s),
-                            ..
-                        } => Class::Crash(flip::normalize_signature(&s)),
-                        SideResult::Smoked {
-                            verdict, detail, ..
-                        } => Class::Undetermined(format!(
-                            "smoke {}: {}",
-                            serde_json::to_value(&verdict)
-                                .ok()
-                                .and_then(|v| v.as_str().map(String::from))
-                                .unwrap_or_default(),
-                            detail.unwrap_or_default()
-                        )),
-                        SideResult::BuildFailed(e) | SideResult::NotRun(e) => {
-                            Class::Undetermined(e)
-                        }
-                    }
-                }
-            }
+        let class = match undetermined {
+            Some(why) => Class::Undetermined(why),
+            None => self.build_and_smoke(&to_build, &mut rec, smoke_opts, build_opts)?,
         };
         if let Class::Undetermined(why) = &class {
             rec.reason = Some(why.clone());
         }
-        results.push((applied, class));
-        record.subsets.push(rec);
-        classify(&mut record, &results);
-        // Written after every subset: a long ablation that is interrupted keeps what it found.
-        flip::write_json(&record.record, &record)?;
+        Ok((applied, rec, class))
     }
-    let a = analyse(n, &results);
-    let names = |v: &[usize]| v.iter().map(|&i| files[i].clone()).collect::<Vec<_>>();
-    record.target_signature = a.target_signature.clone();
-    record.necessary = names(&a.necessary);
-    record.other_crash_when_left_out = names(&a.other_crash_when_left_out);
-    record.sufficient = a.sufficient.iter().map(|s| names(s)).collect();
-    record.no_effect = names(&a.no_effect);
-    record.finished_at = Some(manifest::now_rfc3339());
-    record.seconds = started.elapsed().as_secs_f64();
-    crate::base::fsx::write_atomic(&record.summary, summary_markdown(&record).as_bytes())?;
-    flip::write_json(&record.record, &record)?;
-    Ok(record)
+
+    /// Build `to_build` and smoke it, recording both in `rec`; a failed build is an
+    /// undetermined class, not an error.
+    fn build_and_smoke(
+        &self,
+        to_build: &Variant,
+        rec: &mut SubsetRecord,
+        smoke_opts: &SmokeOptions,
+        build_opts: &BuildOptions,
+    ) -> Result<Class> {
+        let t = Instant::now();
+        let o = match build::build(self.ws, self.recipe, to_build, build_opts) {
+            Err(e) => {
+                rec.build_seconds = t.elapsed().as_secs_f64();
+                return Ok(Class::Undetermined(format!(
+                    "did not build: {}",
+                    record::error_text(&e)
+                )));
+            }
+            Ok(o) => o,
+        };
+        rec.build_seconds = o.seconds;
+        rec.cached = o.cached;
+        build_opts.reporter.stage("smoke", to_build.name.as_str());
+        let (result, side) = flip::smoke_one(&o.manifest, smoke_opts);
+        rec.manifest_sha256 = Some(Sha256::of_file(&o.manifest)?.0);
+        rec.manifest = Some(o.manifest);
+        rec.smoke = Some(side);
+        Ok(class_of_smoke(result))
+    }
+}
+
+/// A smoke's result as an ablation class.
+fn class_of_smoke(result: SideResult) -> Class {
+    match result {
+        SideResult::Smoked {
+            verdict: SmokeVerdict::Ok,
+            ..
+        } => Class::Clean,
+        SideResult::Smoked {
+            verdict: SmokeVerdict::Crash,
+            signature: Some(s),
+            ..
+        } => Class::Crash(signature::normalize_signature(&s)),
+        SideResult::Smoked {
+            verdict, detail, ..
+        } => Class::Undetermined(format!(
+            "smoke {}: {}",
+            serde_json::to_value(&verdict)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default(),
+            detail.unwrap_or_default()
+        )),
+        SideResult::BuildFailed(e) | SideResult::NotRun(e) => Class::Undetermined(e),
+    }
 }
 
 /// Name every subset's class against the empty subset's signature (known once it has run).
@@ -534,82 +551,6 @@ fn classify(record: &mut AblationRecord, results: &[(Vec<usize>, Class)]) {
         .into();
     }
     record.target_signature = target;
-}
-
-/// The readable summary of an ablation record.
-pub fn summary_markdown(r: &AblationRecord) -> String {
-    let mut s = format!(
-        "# Ablation {}\n\nRecipe `{}`, variant `{}` ({} patches, {}); pinforge {}; {} → {}, {:.1}s.\n\n",
-        r.id,
-        r.recipe,
-        r.variant,
-        r.patches.len(),
-        r.mode,
-        r.pinforge_version,
-        r.started_at,
-        r.finished_at.as_deref().unwrap_or("-"),
-        r.seconds
-    );
-    s.push_str(&format!(
-        "- **Signature under test:** {}\n",
-        flip::cell(
-            r.target_signature
-                .as_deref()
-                .unwrap_or("none (the unpatched subset is clean: nothing to ablate)")
-        )
-    ));
-    let list = |v: &[String]| {
-        if v.is_empty() {
-            "none".to_string()
-        } else {
-            v.join(", ")
-        }
-    };
-    s.push_str(&format!("- **Necessary:** {}\n", list(&r.necessary)));
-    if !r.other_crash_when_left_out.is_empty() {
-        s.push_str(&format!(
-            "- **Another crash when left out (not the target signature):** {}\n",
-            list(&r.other_crash_when_left_out)
-        ));
-    }
-    s.push_str(&format!(
-        "- **Sufficient (minimal):** {}\n",
-        if r.sufficient.is_empty() {
-            "none".to_string()
-        } else {
-            r.sufficient
-                .iter()
-                .map(|x| format!("{{{}}}", x.join(", ")))
-                .collect::<Vec<_>>()
-                .join("; ")
-        }
-    ));
-    s.push_str(&format!(
-        "- **Does not touch the signature:** {}\n\n",
-        list(&r.no_effect)
-    ));
-    s.push_str("| subset | applied | built as | build | smoke | class | signature or reason |\n|---|---|---|---|---|---|---|\n");
-    for x in &r.subsets {
-        s.push_str(&format!(
-            "| {} | {} | {} | {} {:.1}s | {} | {} | {} |\n",
-            x.label,
-            flip::cell(&list(&x.applied)),
-            x.built_as,
-            if x.cached { "cached" } else { "built" },
-            x.build_seconds,
-            x.smoke.as_ref().map(|s| s.verdict.as_str()).unwrap_or("-"),
-            x.class,
-            flip::cell(
-                x.smoke
-                    .as_ref()
-                    .and_then(|s| s.normalized_signature.as_deref())
-                    .or(x.reason.as_deref())
-                    .or(x.dependency.as_deref())
-                    .unwrap_or("-")
-            )
-        ));
-    }
-    s
 }
 
 #[cfg(test)]

@@ -2,5 +2,11 @@
 //! the patch bundle, and the A/B validation soak.
 
 pub mod ablate;
+pub mod axis;
+pub mod config;
 pub mod flip;
+pub mod record;
+pub mod report;
+pub mod signature;
 pub mod validate;
+pub mod verdict;

@@ -52,6 +52,18 @@ impl Outcome {
         Outcome::Error,
     ];
 
+    /// The outcome's place in [`Outcome::ALL`], for tables of counts indexed by outcome
+    /// (total: every outcome has its own slot).
+    pub fn index(self) -> usize {
+        match self {
+            Outcome::Ok => 0,
+            Outcome::Crash => 1,
+            Outcome::TokenBudget => 2,
+            Outcome::Mismatch => 3,
+            Outcome::Error => 4,
+        }
+    }
+
     /// The name used in rows, counts and the progress bar.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -399,6 +411,13 @@ pub fn prompt_set_bytes(prompts: &[String]) -> (Vec<u8>, Sha256) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_outcome_indexes_its_own_place_in_all() {
+        for (i, o) in Outcome::ALL.iter().enumerate() {
+            assert_eq!(o.index(), i, "{o:?}");
+        }
+    }
 
     fn row(arm: &str, id: u64, outcome: Outcome) -> Row {
         Row {

@@ -181,29 +181,9 @@ pub fn derive(arms: &[ArmId], rows: &[Row]) -> Derived {
                 }
             }
         }
-        lat.sort_by(f64::total_cmp);
-        out.latency_ms.insert(
-            arm.name.clone(),
-            Latency {
-                p50: round3(percentile(&lat, 50.0)),
-                p90: round3(percentile(&lat, 90.0)),
-                p99: round3(percentile(&lat, 99.0)),
-            },
-        );
-        let n = n_timed.max(1) as f64;
-        out.timing.insert(
-            arm.name.clone(),
-            Timing {
-                mean_wall_ms: round3(wall / n),
-                mean_engine_ms: round3(engine / n),
-                mean_decode_ms: round3(decode / n),
-                harness_overhead: if wall > 0.0 {
-                    round3((wall - engine) / wall)
-                } else {
-                    0.0
-                },
-            },
-        );
+        out.latency_ms.insert(arm.name.clone(), latency_of(lat));
+        out.timing
+            .insert(arm.name.clone(), timing_of(wall, engine, decode, n_timed));
         let mut signatures: Vec<Signature> = sigs.into_values().collect();
         signatures.sort_by(|a, b| b.rows.cmp(&a.rows).then(a.first_row.cmp(&b.first_row)));
         out.arms.push(ArmSummary {
@@ -226,7 +206,38 @@ pub fn derive(arms: &[ArmId], rows: &[Row]) -> Derived {
             out.common_failures.push(CommonFailure { row, outcomes });
         }
     }
-    out.verdict = match out.arms.last() {
+    out.verdict = verdict_of(out.arms.last());
+    out
+}
+
+/// Latency percentiles of one arm's timed rows.
+fn latency_of(mut lat: Vec<f64>) -> Latency {
+    lat.sort_by(f64::total_cmp);
+    Latency {
+        p50: round3(percentile(&lat, 50.0)),
+        p90: round3(percentile(&lat, 90.0)),
+        p99: round3(percentile(&lat, 99.0)),
+    }
+}
+
+/// Mean times of one arm's `n_timed` rows and the share of wall time outside the engine.
+fn timing_of(wall: f64, engine: f64, decode: f64, n_timed: u64) -> Timing {
+    let n = n_timed.max(1) as f64;
+    Timing {
+        mean_wall_ms: round3(wall / n),
+        mean_engine_ms: round3(engine / n),
+        mean_decode_ms: round3(decode / n),
+        harness_overhead: if wall > 0.0 {
+            round3((wall - engine) / wall)
+        } else {
+            0.0
+        },
+    }
+}
+
+/// The verdict line, about the candidate (the last arm).
+fn verdict_of(candidate: Option<&ArmSummary>) -> String {
+    match candidate {
         None => "no arms".into(),
         Some(c) => {
             let compared = c.rows - c.counts["error"];
@@ -243,8 +254,7 @@ pub fn derive(arms: &[ArmId], rows: &[Row]) -> Derived {
                 _ => format!("{}: no crash-class failure in {compared} rows", c.name),
             }
         }
-    };
-    out
+    }
 }
 
 /// Whether the candidate passed: rows compared, no crash, no mismatch.

@@ -1,0 +1,333 @@
+//! The run folder `<workspace>/validate/<run-id>/` as one value, loaded and checked before it
+//! is used: the inputs read (exit 2 before anything is written), the settings a resume must
+//! match, the folder created with its input files (or reopened, its settings, grammar and
+//! model checked against the record), and the canonical JSON every recorded file is written in.
+
+use super::arm::{ArmRecord, ResolvedArm};
+use super::{engine, grammar, rows, Options};
+use crate::base::digest::Sha256;
+use crate::base::error::{Error, IoContext, Result};
+use crate::base::fsx;
+use crate::deploy::model;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Everything that decides a run's rows (a resume must match it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Settings {
+    /// Baseline, candidate.
+    pub arms: Vec<ArmRecord>,
+    /// Rows per arm.
+    pub rows: u64,
+    /// Generator seed (None with a prompt file).
+    pub seed: Option<u64>,
+    /// sha256 of prompts.jsonl.
+    pub prompt_set_sha256: Sha256,
+    /// Token budget.
+    pub budget: u32,
+    /// sha256 of the schema file, when constrained.
+    pub schema_sha256: Option<Sha256>,
+    /// sha256 of the grammar converted from it.
+    pub grammar_sha256: Option<Sha256>,
+    /// The model: path and sha256.
+    pub model: PathBuf,
+    /// The model's sha256.
+    pub model_sha256: Sha256,
+    /// Model architecture.
+    pub arch: String,
+    /// Engine context.
+    pub n_ctx: u64,
+    /// pinforge's version.
+    pub pinforge_version: String,
+}
+
+/// Check a run id from the command line: one plain path component.
+pub fn check_run_id(id: &str) -> Result<()> {
+    let ok = !id.is_empty()
+        && id.len() <= 100
+        && id != "."
+        && id != ".."
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::input(
+            format!("--resume {}", id.escape_debug()),
+            "a run id is one name of letters, digits, `-`, `_` and `.`",
+        )
+        .with_hint("the run id is printed when a run starts (the folder name under validate/)"))
+    }
+}
+
+pub(super) fn canonical<T: Serialize>(v: &T) -> Result<Vec<u8>> {
+    // serde_json's maps are BTreeMaps here: sorted keys, one text per value.
+    let v = serde_json::to_value(v).map_err(|e| Error::Internal(e.to_string()))?;
+    let mut s = serde_json::to_vec_pretty(&v).map_err(|e| Error::Internal(e.to_string()))?;
+    s.push(b'\n');
+    Ok(s)
+}
+
+/// What a run reads before anything is written: the prompt of every row, the schema and the
+/// grammar converted from it, and the model's bytes and architecture.
+pub(super) struct Inputs {
+    /// One prompt per row.
+    pub(super) prompts: Vec<String>,
+    /// prompts.jsonl as written.
+    prompt_bytes: Vec<u8>,
+    /// Its sha256.
+    prompt_sha: Sha256,
+    /// The schema text and its grammar, when constrained.
+    pub(super) schema: Option<(String, String)>,
+    /// The model file's bytes (the generated tiny model without `--model`).
+    model_bytes: Vec<u8>,
+    /// The model's architecture.
+    arch: String,
+}
+
+impl Inputs {
+    /// Read and check every input: a bad prompt file, schema or model is an input error
+    /// before the builds are even looked at.
+    pub(super) fn load(opts: &Options) -> Result<Inputs> {
+        let prompts: Vec<String> = match &opts.prompts {
+            Some(p) => {
+                let set = rows::read_prompts(p)?;
+                (0..opts.rows)
+                    .map(|i| set[(i % set.len() as u64) as usize].clone())
+                    .collect()
+            }
+            None => (0..opts.rows)
+                .map(|i| rows::generated_prompt(opts.seed, i))
+                .collect(),
+        };
+        let (prompt_bytes, prompt_sha) = rows::prompt_set_bytes(&prompts);
+        let schema = match &opts.schema {
+            Some(p) => {
+                let text = fsx::read_to_string(p)?;
+                let g = grammar::schema_to_gbnf(&text, p)?;
+                Some((text, g))
+            }
+            None => None,
+        };
+        let model_bytes = match &opts.model {
+            Some(m) => {
+                let mut f = fsx::open_regular(m, "model file", true)?;
+                let mut b = Vec::new();
+                std::io::Read::read_to_end(&mut f, &mut b).at("read", m)?;
+                b
+            }
+            None => model::tiny(opts.arch, 1).to_bytes(),
+        };
+        let arch = match &opts.model {
+            Some(m) => model::architecture(m)?,
+            None => opts.arch.name().to_string(),
+        };
+        Ok(Inputs {
+            prompts,
+            prompt_bytes,
+            prompt_sha,
+            schema,
+            model_bytes,
+            arch,
+        })
+    }
+
+    /// The settings of a run over these inputs and arms, with the model at `model_path`.
+    fn settings(&self, opts: &Options, arms: &[ResolvedArm], model_path: PathBuf) -> Settings {
+        Settings {
+            arms: arms.iter().map(|a| a.record.clone()).collect(),
+            rows: opts.rows,
+            seed: opts.prompts.is_none().then_some(opts.seed),
+            prompt_set_sha256: self.prompt_sha,
+            budget: opts.budget,
+            schema_sha256: self
+                .schema
+                .as_ref()
+                .map(|(t, _)| Sha256::of_bytes(t.as_bytes())),
+            grammar_sha256: self
+                .schema
+                .as_ref()
+                .map(|(_, g)| Sha256::of_bytes(g.as_bytes())),
+            model: model_path,
+            model_sha256: Sha256::of_bytes(&self.model_bytes),
+            arch: self.arch.clone(),
+            n_ctx: engine::N_CTX as u64,
+            pinforge_version: env!("CARGO_PKG_VERSION").to_string(),
+        }
+    }
+}
+
+/// A run folder ready for rows: created with its inputs written, or a resumed one whose
+/// recorded settings, grammar and model match this command.
+pub(super) struct RunDir {
+    /// The run id (the folder's name).
+    pub(super) id: String,
+    /// The folder.
+    pub(super) dir: PathBuf,
+    /// The settings it records.
+    pub(super) settings: Settings,
+}
+
+impl RunDir {
+    /// Create the run folder under `<workspace>/validate/`, or reopen `--resume ID`.
+    pub(super) fn open(
+        opts: &Options,
+        ws_root: &Path,
+        inputs: &Inputs,
+        arms: &[ResolvedArm],
+    ) -> Result<RunDir> {
+        let vroot = ws_root.join("validate");
+        match &opts.resume {
+            Some(id) => RunDir::resume(opts, &vroot, id, inputs, arms),
+            None => RunDir::create(opts, &vroot, inputs, arms),
+        }
+    }
+
+    /// The run's grammar file, which the engine loads when the rows are constrained.
+    pub(super) fn grammar_path(&self) -> PathBuf {
+        self.dir.join("grammar.gbnf")
+    }
+
+    /// A fresh folder `STAMP-DIGEST[-N]` (claimed with one `mkdir`) with the run's inputs.
+    fn create(
+        opts: &Options,
+        vroot: &Path,
+        inputs: &Inputs,
+        arms: &[ResolvedArm],
+    ) -> Result<RunDir> {
+        fsx::create_dir_all(vroot)?;
+        let stamp = crate::artifact::manifest::now_rfc3339().replace([':', '-'], "");
+        let digest = Sha256::of_bytes(&canonical(&inputs.settings(opts, arms, PathBuf::new()))?);
+        let mut n = 0;
+        let run = loop {
+            let id = if n == 0 {
+                format!("{stamp}-{}", digest.short(8))
+            } else {
+                format!("{stamp}-{}-{n}", digest.short(8))
+            };
+            let dir = vroot.join(&id);
+            match std::fs::create_dir(&dir) {
+                Ok(()) => {
+                    let model_path = match &opts.model {
+                        Some(m) => fsx::absolute(m)?,
+                        None => dir.join("model.gguf"),
+                    };
+                    let settings = inputs.settings(opts, arms, model_path);
+                    break RunDir { id, dir, settings };
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 100 => n += 1,
+                Err(e) => return Err(Error::io("create", &dir, e)),
+            }
+        };
+        fsx::write_atomic(&run.dir.join("prompts.jsonl"), &inputs.prompt_bytes)?;
+        if let Some((text, g)) = &inputs.schema {
+            fsx::write_atomic(&run.dir.join("schema.json"), text.as_bytes())?;
+            fsx::write_atomic(&run.grammar_path(), g.as_bytes())?;
+        }
+        if opts.model.is_none() {
+            fsx::write_atomic(&run.dir.join("model.gguf"), &inputs.model_bytes)?;
+        }
+        fsx::write_atomic(&run.dir.join("settings.json"), &canonical(&run.settings)?)?;
+        Ok(run)
+    }
+
+    /// Reopen run `id`: its recorded settings must equal this command's, and the grammar,
+    /// schema and model it loads must still be the recorded files.
+    fn resume(
+        opts: &Options,
+        vroot: &Path,
+        id: &str,
+        inputs: &Inputs,
+        arms: &[ResolvedArm],
+    ) -> Result<RunDir> {
+        let dir = vroot.join(id);
+        let sp = dir.join("settings.json");
+        let old: Settings = match std::fs::symlink_metadata(&sp) {
+            Err(_) => {
+                return Err(Error::input(
+                    format!("--resume {id}"),
+                    format!("no run here ({})", dir.display()),
+                )
+                .with_hint("`ls validate/` in the workspace lists the runs"))
+            }
+            Ok(_) => serde_json::from_slice(&fsx::read(&sp)?)
+                .map_err(|e| Error::input(sp.display(), format!("not a run's settings: {e}")))?,
+        };
+        let model_path = old.model.clone();
+        let new = inputs.settings(
+            opts,
+            arms,
+            match &opts.model {
+                Some(m) => fsx::absolute(m)?,
+                None => model_path,
+            },
+        );
+        if new != old {
+            return Err(Error::input(
+                format!("--resume {id}"),
+                format!(
+                    "this command's settings differ from the run's in: {}",
+                    differing_keys(&old, &new).join(", ")
+                ),
+            )
+            .with_hint("resume with the same arms, rows, seed/prompts, budget, schema and model"));
+        }
+        let run = RunDir {
+            id: id.to_string(),
+            dir,
+            settings: new,
+        };
+        run.check_recorded_files()?;
+        Ok(run)
+    }
+
+    /// The engine loads the run's grammar file and its own model copy: they must still be the
+    /// grammar (and the schema it came from) and the model bytes the run recorded, or resumed
+    /// rows would run under another constraint or model than the recorded ones.
+    fn check_recorded_files(&self) -> Result<()> {
+        let (settings, run_id) = (&self.settings, &self.id);
+        for (name, want) in [
+            ("grammar.gbnf", settings.grammar_sha256),
+            ("schema.json", settings.schema_sha256),
+        ] {
+            let Some(want) = want else { continue };
+            let p = self.dir.join(name);
+            let (got, _) = Sha256::of_file(&p)?;
+            if got != want {
+                return Err(Error::input(
+                    p.display(),
+                    format!("has sha256 {got}, the run recorded {want}: it changed since the run started"),
+                )
+                .with_hint(format!(
+                    "restore {name} of run {run_id}, or start a new run instead of --resume"
+                )));
+            }
+        }
+        let (got, _) = Sha256::of_file(&settings.model)?;
+        if got != settings.model_sha256 {
+            return Err(Error::check(
+                settings.model.display(),
+                format!(
+                    "the model has sha256 {got}, the run recorded {}",
+                    settings.model_sha256
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The top-level settings keys whose values differ, for the resume refusal.
+fn differing_keys(old: &Settings, new: &Settings) -> Vec<String> {
+    let a = serde_json::to_value(old).unwrap_or_default();
+    let b = serde_json::to_value(new).unwrap_or_default();
+    match (a, b) {
+        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => a
+            .iter()
+            .filter(|(k, v)| b.get(*k) != Some(*v))
+            .map(|(k, _)| k.clone())
+            .collect(),
+        _ => vec![],
+    }
+}
