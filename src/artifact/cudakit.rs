@@ -95,7 +95,10 @@ pub struct ToolkitRecord {
     pub stub_symbols: usize,
 }
 
-const RECORD_SCHEMA: &str = "pinforge.toolkit/v1";
+/// The id of the on-disk `toolkit.json` record: a document of its own shape, so not the id of
+/// `toolkit --json` (which adds `root` and `assembled`). Readers do not dispatch on it, so a
+/// cache written under the older shared id still reads.
+pub const RECORD_SCHEMA: &str = "pinforge.toolkit-record/v1";
 
 /// How a provisioned toolkit's root is written in CMake arguments (and so in the input digest):
 /// the build substitutes `bin/nvcc`'s grandparent for it.

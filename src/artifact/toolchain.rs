@@ -94,7 +94,7 @@ pub struct ResolvedToolchain {
     /// spelling ([`Role::as_str`]); read it through [`ResolvedToolchain::get`] and
     /// [`ResolvedToolchain::tool`]. (The key becomes [`Role`] once flip and the fixed build
     /// path stop naming roles as strings.)
-    pub tools: BTreeMap<String, ToolRecord>,
+    pub tools: BTreeMap<Role, ToolRecord>,
     /// CUDA toolkit root, for CUDA toolchains.
     pub cuda_root: Option<String>,
     /// CUDA architectures, for CUDA toolchains.
@@ -111,12 +111,12 @@ impl ResolvedToolchain {
 
     /// A tool by role, if the toolchain has one (nvcc only for CUDA).
     pub fn get(&self, role: Role) -> Option<&ToolRecord> {
-        self.tools.get(role.as_str())
+        self.tools.get(&role)
     }
 
     /// Whether the toolchain has a tool for `role`.
     pub fn has(&self, role: Role) -> bool {
-        self.tools.contains_key(role.as_str())
+        self.tools.contains_key(&role)
     }
 }
 
@@ -176,7 +176,7 @@ pub fn resolve(tc: &Toolchain, extra: &[PathBuf]) -> Result<ResolvedToolchain> {
                 .with_hint("install the required version or change the recipe's requirement"));
             }
         }
-        tools.insert(role.as_str().to_string(), record);
+        tools.insert(role, record);
     }
     Ok(ResolvedToolchain {
         name: tc.name.clone(),

@@ -77,8 +77,8 @@ pub mod id {
     pub const MODEL_TINY: &str = "pinforge.model-tiny/v1";
     /// `vendor digest --json`.
     pub const VENDOR_DIGEST: &str = "pinforge.vendor-digest/v1";
-    /// `toolkit --json` (the on-disk `toolkit.json` still carries this id too: see
-    /// `artifact::cudakit`'s `RECORD_SCHEMA`, a record of another shape).
+    /// `toolkit --json`. The on-disk `toolkit.json` is a record of another shape, with an id
+    /// of its own (`artifact::cudakit::RECORD_SCHEMA`, `pinforge.toolkit-record/v1`).
     pub const TOOLKIT: &str = "pinforge.toolkit/v1";
     /// `patch export --json`.
     pub const PATCH_EXPORT: &str = "pinforge.patch-export/v1";

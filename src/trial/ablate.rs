@@ -33,7 +33,6 @@ use crate::trial::record;
 // The record types keep their old path: `pinforge schema` names `trial::ablate::AblationRecord`.
 pub use crate::trial::record::{AblationRecord, SubsetRecord};
 use crate::trial::report;
-use crate::trial::signature;
 use crate::trial::verdict::SideResult;
 use serde::Serialize;
 use std::time::Instant;
@@ -517,7 +516,7 @@ fn class_of_smoke(result: SideResult) -> Class {
             verdict: SmokeVerdict::Crash,
             signature: Some(s),
             ..
-        } => Class::Crash(signature::normalize_signature(&s)),
+        } => Class::Crash(crate::deploy::smoke::signature::normalize_signature(&s)),
         SideResult::Smoked {
             verdict, detail, ..
         } => Class::Undetermined(format!(

@@ -1,6 +1,7 @@
 //! The axes a flip can change and the mechanical diff of two resolved configurations: which
 //! settings differ, grouped by axis, and how that diff reads as text.
 
+use crate::artifact::toolchain::Role;
 use crate::source::recipe::{cmake_key_name, Pin};
 use crate::trial::config::{is_sanitizer_setting, Config, PatchRef, ToolConfig, ToolchainConfig};
 use serde::Serialize;
@@ -164,13 +165,13 @@ fn toolchain_rows(ta: &ToolchainConfig, tb: &ToolchainConfig, out: &mut Vec<Axis
                 to: Some(tb.name.clone()),
             });
         }
-        let roles: BTreeSet<&String> = ta.tools.keys().chain(tb.tools.keys()).collect();
+        let roles: BTreeSet<&Role> = ta.tools.keys().chain(tb.tools.keys()).collect();
         for role in roles {
             let (x, y) = (ta.tools.get(role), tb.tools.get(role));
             if x != y {
                 out.push(AxisRow {
                     axis: Axis::Toolchain,
-                    key: role.clone(),
+                    key: role.as_str().to_string(),
                     from: x.map(tool_value),
                     to: y.map(tool_value),
                 });
@@ -322,13 +323,12 @@ cmake = { CMAKE_CXX_FLAGS = "-O2 -fsanitize=address" }
                 let tools = ResolvedToolchain {
                     name: v.toolchain.name.clone(),
                     tools: [
-                        ("cc", tool(cc, ver)),
-                        ("cxx", tool(cxx, ver)),
-                        ("cmake", tool("cmake", "4.4.5")),
-                        ("ninja", tool("ninja", "1.13.1")),
+                        (Role::Cc, tool(cc, ver)),
+                        (Role::Cxx, tool(cxx, ver)),
+                        (Role::Cmake, tool("cmake", "4.4.5")),
+                        (Role::Ninja, tool("ninja", "1.13.1")),
                     ]
                     .into_iter()
-                    .map(|(k, t)| (k.to_string(), t))
                     .collect(),
                     cuda_root: None,
                     cuda_architectures: None,

@@ -3,7 +3,7 @@
 //! of these; ablate resolves the patch lists through the same functions.
 
 use crate::artifact::build;
-use crate::artifact::toolchain::{self, ResolvedToolchain};
+use crate::artifact::toolchain::{self, ResolvedToolchain, Role};
 use crate::base::digest::Sha256;
 use crate::base::error::Result;
 use crate::base::workspace::Workspace;
@@ -56,7 +56,7 @@ pub struct ToolchainConfig {
     /// Name in the recipe.
     pub name: String,
     /// Tools by role (`cc`, `cxx`, `cmake`, `ninja`, `nvcc`).
-    pub tools: BTreeMap<String, ToolConfig>,
+    pub tools: BTreeMap<Role, ToolConfig>,
     /// CUDA toolkit root, for CUDA toolchains.
     pub cuda_root: Option<String>,
     /// CUDA architectures, for CUDA toolchains.
@@ -69,12 +69,12 @@ impl ToolchainConfig {
         tc: &crate::source::recipe::Toolchain,
         resolved: &ResolvedToolchain,
     ) -> ToolchainConfig {
-        let program = |role: &str| -> String {
+        let program = |role: Role| -> String {
             match role {
-                "cc" => tc.cc.clone(),
-                "cxx" => tc.cxx.clone(),
-                "nvcc" => tc.nvcc.clone().unwrap_or_else(|| "nvcc".into()),
-                other => other.to_string(),
+                Role::Cc => tc.cc.clone(),
+                Role::Cxx => tc.cxx.clone(),
+                Role::Nvcc => tc.nvcc.clone().unwrap_or_else(|| "nvcc".into()),
+                other => other.as_str().to_string(),
             }
         };
         ToolchainConfig {
@@ -84,9 +84,9 @@ impl ToolchainConfig {
                 .iter()
                 .map(|(role, t)| {
                     (
-                        role.clone(),
+                        *role,
                         ToolConfig {
-                            program: program(role),
+                            program: program(*role),
                             version: t.version.clone(),
                             path: t.real_path.clone(),
                             sha256: t.sha256,

@@ -19,6 +19,7 @@ use crate::base::digest::Sha256;
 use crate::base::error::{Error, Result};
 use crate::base::fsx;
 use crate::base::workspace::Workspace;
+use crate::deploy::smoke::signature::normalize_signature;
 use crate::deploy::smoke::{self, SmokeOptions, Verdict as SmokeVerdict};
 use crate::source::recipe::{Recipe, Variant};
 use crate::trial::axis::{axes_of, axis_rows, render_rows, Axis, AxisRow};
@@ -28,7 +29,6 @@ use crate::trial::record::{
     SmokeSide,
 };
 use crate::trial::report::summary_markdown;
-use crate::trial::signature::normalize_signature;
 use crate::trial::verdict::{decide, smoke_word, SideResult};
 use std::path::Path;
 use std::time::Instant;

@@ -7,6 +7,5 @@ pub mod config;
 pub mod flip;
 pub mod record;
 pub mod report;
-pub mod signature;
 pub mod validate;
 pub mod verdict;

@@ -1,8 +1,8 @@
 //! The verdict rule of a flip: from what each side gave (a failed build, a smoke verdict and
 //! signature) to `supported`, `falsified` or `invalid`, always with the reason.
 
+use crate::deploy::smoke::signature::{has_frame, normalize_signature};
 use crate::deploy::smoke::Verdict as SmokeVerdict;
-use crate::trial::signature::{has_frame, normalize_signature};
 use serde::Serialize;
 
 /// A flip's verdict.
@@ -180,7 +180,7 @@ fn judge_to(to: &SideResult, want: &str) -> (FlipVerdict, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trial::signature::tests::SIG;
+    use crate::deploy::smoke::signature::tests::SIG;
 
     fn crash(sig: &str) -> SideResult {
         SideResult::Smoked {

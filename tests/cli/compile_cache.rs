@@ -286,7 +286,10 @@ fn two_workspaces_building_at_once_at_the_fixed_path_build_the_same_bytes() {
     .expect("json");
     let bp = &crate::cuda::build_path(&m)["annotations"];
     if bp["fixed"] != true {
-        crate::skip(&format!("no fixed build path here: {}", bp["unfixed_because"]));
+        crate::skip(&format!(
+            "no fixed build path here: {}",
+            bp["unfixed_because"]
+        ));
         return;
     }
     // The mount points live in each build's own tmpfs: on the host the folder stays empty.

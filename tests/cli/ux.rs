@@ -549,4 +549,3 @@ fn exec_of_an_unknown_a_never_built_or_an_unfixed_variant_is_exit_2() {
         stderr(&o)
     );
 }
-

@@ -578,9 +578,9 @@ mod tests {
         ResolvedToolchain {
             name: "t".into(),
             tools: BTreeMap::from([
-                (Role::Cc.to_string(), t("/usr/bin/gcc", cc_sha)),
-                (Role::Cxx.to_string(), t("/usr/bin/g++", b"g++")),
-                (Role::Cmake.to_string(), t("/x/cmake", b"cmake")),
+                (Role::Cc, t("/usr/bin/gcc", cc_sha)),
+                (Role::Cxx, t("/usr/bin/g++", b"g++")),
+                (Role::Cmake, t("/x/cmake", b"cmake")),
             ]),
             cuda_root: None,
             cuda_architectures: None,
@@ -599,7 +599,7 @@ mod tests {
         // Not `if let`: a fixture without the cmake role would make the check below vacuous.
         let c = other_cmake
             .tools
-            .get_mut(Role::Cmake.as_str())
+            .get_mut(&Role::Cmake)
             .expect("the fixture has a cmake");
         c.sha256 = Sha256::of_bytes(b"another cmake");
         assert_eq!(a, namespace(&other_cmake));

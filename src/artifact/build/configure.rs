@@ -307,9 +307,9 @@ cmake = { "CMAKE_CUDA_FLAGS:STRING" = "-lineinfo", CMAKE_CXX_FLAGS = "-g -O1", O
         };
         let tools = ResolvedToolchain {
             name: "cuda".into(),
-            tools: ["cc", "cxx", "cmake", "ninja", "nvcc"]
-                .iter()
-                .map(|r| (r.to_string(), tool(&format!("/t/{r}"))))
+            tools: [Role::Cc, Role::Cxx, Role::Cmake, Role::Ninja, Role::Nvcc]
+                .into_iter()
+                .map(|r| (r, tool(&format!("/t/{r}"))))
                 .collect(),
             cuda_root: None,
             cuda_architectures: None,

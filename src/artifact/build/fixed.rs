@@ -500,7 +500,7 @@ mod tests {
             cuda_architectures: None,
         };
         tools.tools.insert(
-            "nvcc".into(),
+            crate::artifact::toolchain::Role::Nvcc,
             crate::artifact::toolchain::ToolRecord {
                 path: kit.join("bin/nvcc"),
                 real_path: kit.join("bin/nvcc"),
@@ -509,7 +509,9 @@ mod tests {
                 sha256: crate::base::digest::Sha256::of_bytes(b"not nvcc"),
             },
         );
-        let seen = p.seen_tools(&tools).tools["nvcc"].path.clone();
+        let seen = p.seen_tools(&tools).tools[&crate::artifact::toolchain::Role::Nvcc]
+            .path
+            .clone();
         assert_eq!(seen, base.join("toolkit-0123abcd/bin/nvcc"));
         assert_eq!(cat(&p, &cmake, &seen), b"not nvcc");
         // A file someone left in the host's folder is not what the build sees there.

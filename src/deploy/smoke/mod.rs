@@ -5,12 +5,14 @@
 //! result (`crash`, with the sanitizer's signature), never pinforge's crash.
 //!
 //! First the target is verified ([`target`]), then acted on: the shim compiled against it
-//! ([`shim`]), the decode run in a child ([`run()`], [`child`]), a crash read ([`sanitizer`]).
+//! ([`shim`]), the decode run in a child ([`run()`], [`child`]), a crash read ([`sanitizer`]) and made comparable
+//! across runs ([`signature`], what flip and ablate compare).
 
 pub mod child;
 mod run;
 mod sanitizer;
 mod shim;
+pub mod signature;
 mod target;
 
 pub use crate::base::proc_wait::signal_name;

@@ -1,7 +1,6 @@
 //! Crash signatures made comparable: the first line without addresses or allocation site, and
-//! whether it names a frame at all. Flip and ablate both compare by this rule. It belongs next
-//! to smoke's `asan_signature` (the review's cut); it stays on the trial side until the smoke
-//! room can take it.
+//! whether it names a frame at all. Smoke reads a signature (`sanitizer::asan_signature`); flip
+//! and ablate compare two by this rule, so the rule lives beside the reader.
 
 /// The comparable part of a crash signature: its first line (the ASan kind and the top frame's
 /// function, or the signal), without the allocation site and with any hex address blanked, so
