@@ -106,8 +106,9 @@ pub fn parse_entry_record(bytes: &[u8]) -> Result<EntryInfo> {
     Ok(info)
 }
 
-/// One layer's entry in a generation. Named `GenSlot` beside validate's engine `Slot`; the
-/// schema keeps the name `Slot`, so the published JSON schemas do not change.
+// Named `GenSlot` beside validate's engine `Slot`; the schema keeps the name `Slot` (and this
+// doc line, its description), so the published JSON schemas do not change.
+/// One layer's entry in a generation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[schemars(rename = "Slot")]
 pub struct GenSlot {
