@@ -63,7 +63,7 @@ pub use store::StageMode;
 use store::{Existing, Plan};
 use txn::{Change, Txn};
 pub use txn::{InstallStep, RollbackStep, Step};
-use verify::{check_entry, mismatch_error, reverted_error, Resolved};
+use verify::{check_entry, check_result, mismatch_error, Resolved};
 
 use crate::base::digest::Sha256;
 use crate::base::error::{Error, IoContext, Result};
@@ -156,14 +156,8 @@ impl Root {
         let mut timings = BTreeMap::new();
         // Everything between the journal and the new generation either completes or is undone
         // here (a crash in between is undone by recovery from the journal instead).
-        let (stage_mode, repaired) =
-            match self.place_entry(&mut txn, &plan, &entry, mode, &mut timings) {
-                Ok(placed) => placed,
-                Err(e) => {
-                    txn.abort()?;
-                    return Err(e);
-                }
-            };
+        let placed = self.place_entry(&mut txn, &plan, &entry, mode, &mut timings);
+        let (stage_mode, repaired) = txn.or_abort(placed)?;
         txn.reach(InstallStep::Placed)?;
         txn.write_gen(&change.after)?;
         let prepared = txn.prepare_commit()?;
@@ -176,21 +170,10 @@ impl Root {
             ..change.receipt(from, v.clone(), reverted, false, timings)
         };
         let receipt = txn.finish(&r)?;
-        if reverted {
-            return Err(reverted_error(&v, &receipt));
-        }
-        Ok(InstallOutcome {
-            receipt,
-            recovered,
-            verification: v,
-            stage_mode,
-            entry: entry.dir,
-            repaired,
-            left: r.from,
-            reached: r.to,
-            unchanged: false,
-            gen: r.gen,
-        })
+        check_result(&v, reverted, &receipt, "already installed")?;
+        Ok(InstallOutcome::new(
+            receipt, r, recovered, stage_mode, entry.dir,
+        ))
     }
 
     /// What installing `info` into `layer` makes of the committed generation: the layer shows
@@ -240,28 +223,8 @@ impl Root {
         let from = change.before.layers.get(&change.layer).cloned();
         let r = change.receipt(from, v.clone(), false, true, timings);
         let receipt = self.write_receipt(&r)?;
-        if !v.ok {
-            return Err(mismatch_error(
-                Path::new(&v.through),
-                &format!(
-                    "already installed, but what consumers see is not the entry (receipt {})",
-                    receipt.display()
-                ),
-                &v,
-            ));
-        }
-        Ok(InstallOutcome {
-            receipt,
-            recovered,
-            verification: v,
-            stage_mode: None,
-            entry: entry.dir,
-            repaired: false,
-            left: r.from,
-            reached: r.to,
-            unchanged: true,
-            gen: r.gen,
-        })
+        check_result(&v, false, &receipt, "already installed")?;
+        Ok(InstallOutcome::new(receipt, r, recovered, None, entry.dir))
     }
 
     /// Point `current` at another layer (`to`), or with `None` restore the previous live entry
@@ -317,29 +280,8 @@ impl Root {
             Some(txn) => txn.finish(&r)?,
             None => self.write_receipt(&r)?,
         };
-        if reverted {
-            return Err(reverted_error(&v, &receipt));
-        }
-        if !v.ok {
-            return Err(mismatch_error(
-                Path::new(&v.through),
-                &format!(
-                    "nothing to switch, but what consumers see is not the entry (receipt {})",
-                    receipt.display()
-                ),
-                &v,
-            ));
-        }
-        Ok(RollbackOutcome {
-            receipt,
-            recovered,
-            verification: v,
-            layer,
-            left: r.from,
-            reached: r.to,
-            unchanged,
-            gen: r.gen,
-        })
+        check_result(&v, reverted, &receipt, "nothing to switch")?;
+        Ok(RollbackOutcome::new(receipt, r, recovered))
     }
 
     /// What the rollback `to` makes of the committed generation, and the layer `current`
@@ -456,6 +398,46 @@ pub struct RollbackOutcome {
     pub unchanged: bool,
     /// The generation committed (the one before, when unchanged).
     pub gen: u64,
+}
+
+impl InstallOutcome {
+    /// The outcome its receipt `r` (written at `receipt`) describes.
+    fn new(
+        receipt: PathBuf,
+        r: Receipt,
+        recovered: Option<PathBuf>,
+        stage_mode: Option<StageMode>,
+        entry: PathBuf,
+    ) -> InstallOutcome {
+        InstallOutcome {
+            receipt,
+            recovered,
+            verification: r.verification,
+            stage_mode,
+            entry,
+            repaired: r.repaired,
+            left: r.from,
+            reached: r.to,
+            unchanged: r.unchanged,
+            gen: r.gen,
+        }
+    }
+}
+
+impl RollbackOutcome {
+    /// The outcome its receipt `r` (written at `receipt`) describes.
+    fn new(receipt: PathBuf, r: Receipt, recovered: Option<PathBuf>) -> RollbackOutcome {
+        RollbackOutcome {
+            receipt,
+            recovered,
+            verification: r.verification,
+            layer: r.layer,
+            left: r.from,
+            reached: r.to,
+            unchanged: r.unchanged,
+            gen: r.gen,
+        }
+    }
 }
 
 /// Where a rollback goes.

@@ -332,11 +332,14 @@ impl<'r, S: Step> Txn<'r, S> {
         self.root.staging_dir(self.journal.txid)
     }
 
-    /// Undo a transaction that failed while placing its entry: remove its staging folder and
-    /// its journal.
-    pub(super) fn abort(self) -> Result<()> {
-        safe::remove_tree(&self.staging_dir())?;
-        self.root.remove_journal()
+    /// `placed`, or, when placing the entry failed, that error after undoing the transaction:
+    /// its staging folder and its journal removed, so the next command has nothing to recover.
+    pub(super) fn or_abort<T>(&self, placed: Result<T>) -> Result<T> {
+        if placed.is_err() {
+            safe::remove_tree(&self.staging_dir())?;
+            self.root.remove_journal()?;
+        }
+        placed
     }
 }
 

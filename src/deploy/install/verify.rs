@@ -231,16 +231,30 @@ pub(super) fn observe(dir: &Path, rel: &str, depth: u32, o: &mut ObservedEntry) 
     Ok(())
 }
 
-/// A failed verification after the swap, which was reverted, as an error.
-pub(super) fn reverted_error(v: &Verification, receipt: &Path) -> Error {
-    mismatch_error(
-        Path::new(&v.through),
-        &format!(
+/// A transaction's final check, after its receipt (at `receipt`) is written: a failed one is
+/// an error naming the receipt, either because the swap was reverted or, when nothing was
+/// swapped, because what consumers see is not the entry (`kept` says why nothing changed).
+pub(super) fn check_result(
+    v: &Verification,
+    reverted: bool,
+    receipt: &Path,
+    kept: &str,
+) -> Result<()> {
+    if v.ok {
+        return Ok(());
+    }
+    let what = if reverted {
+        format!(
             "verification after the swap failed, so the swap was reverted (receipt {})",
             receipt.display()
-        ),
-        v,
-    )
+        )
+    } else {
+        format!(
+            "{kept}, but what consumers see is not the entry (receipt {})",
+            receipt.display()
+        )
+    };
+    Err(mismatch_error(Path::new(&v.through), &what, v))
 }
 
 impl Root {
