@@ -20,7 +20,7 @@
 //! generation or the new one. Recovery reads the journal and the `state` link and finishes or
 //! undoes the step it describes; a state the journal does not explain is refused, never guessed.
 //!
-//! Nothing read back from the root is trusted (DESIGN §5): the root's own paths are derived
+//! Nothing read back from the root is trusted: the root's own paths are derived
 //! from typed ids (`gens/<u64>`, `store/<Sha256>`, `store/.stage-<txid>`), never taken from a
 //! file; an entry's identity is recomputed from its content, modes and link targets and
 //! compared with its folder name and with the generation that references it; devices, FIFOs

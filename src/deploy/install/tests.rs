@@ -211,7 +211,7 @@ fn sample_state() -> Vec<u8> {
     serde_json::to_vec_pretty(&gs).expect("json")
 }
 
-// DESIGN §5: arbitrary bytes into every install-root parser, never a panic. 10,000 cases
+// The trust boundary: arbitrary bytes into every install-root parser, never a panic. 10,000 cases
 // of raw bytes and 10,000 of damaged valid documents per parser.
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(10_000))]
