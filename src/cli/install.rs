@@ -38,22 +38,31 @@ pub struct InstallCmd {
     pub out: JsonArg,
 }
 
-/// Run `install`.
+/// Run `install`: the gate (with `--smoke`), then the install, then the rendering.
 pub(super) fn run(ctx: &super::Ctx, a: InstallCmd) -> Result<i32> {
     let ws_root = ctx.ws_root.as_path();
     let root = a.root.resolve(ws_root);
-    cmd_install(
-        ws_root,
-        InstallArgs {
-            target: a.target,
-            variant: a.variant,
-            layer: a.layer,
-            root,
-            copy: a.copy,
-            smoke: a.smoke.then_some(a.smoke_arch),
-            json: a.out.json,
-        },
-    )
+    let layer = Layer::parse(&a.layer)?;
+    let manifest = manifest_for(ws_root, a.target, a.variant)?;
+    let json = a.out.json;
+    let gate = match a.smoke.then_some(a.smoke_arch) {
+        Some(arch) => Some(smoke_gate(ws_root, &manifest, &arch, json)?),
+        None => None,
+    };
+    let root = Root::open(&root)?;
+    let out = root.install(&manifest, layer, a.copy.then_some(StageMode::Copy))?;
+    if json {
+        print_json(
+            "pinforge.install/v1",
+            &InstallJson {
+                outcome: &out,
+                smoke: gate.as_ref(),
+            },
+        )?;
+    } else {
+        render(layer, &out);
+    }
+    Ok(exit::OK)
 }
 
 /// The manifest an install names: a manifest file, or a recipe + variant built in the workspace.
@@ -110,85 +119,67 @@ pub(super) struct InstallJson<'a> {
     smoke: Option<&'a smoke::SmokeReport>,
 }
 
-struct InstallArgs {
-    target: Option<PathBuf>,
-    variant: Option<String>,
-    layer: String,
-    root: PathBuf,
-    copy: bool,
-    smoke: Option<String>,
+/// The `--smoke` gate: smoke the build and refuse (exit 1) unless the verdict is ok; the
+/// report is printed either way.
+fn smoke_gate(
+    ws_root: &std::path::Path,
+    manifest: &std::path::Path,
+    arch: &str,
     json: bool,
-}
-
-fn cmd_install(ws_root: &std::path::Path, a: InstallArgs) -> Result<i32> {
-    let layer = Layer::parse(&a.layer)?;
-    let manifest = manifest_for(ws_root, a.target, a.variant)?;
-    let json = a.json;
-    let mut gate = None;
-    if let Some(arch) = &a.smoke {
-        // The gate smokes the build folder, but only after re-hashing every file it compiles
-        // against or loads (libllama, the other lib/ shared libraries, every include/*.h)
-        // against the digests this manifest names, refusing any difference (exit 1); the
-        // shim compiles against copies of the verified headers. `Root::install` then checks
-        // the staged (or reused) entry against the same digests before it commits, so an ok
-        // verdict is for the bytes that are installed: a file changed between the two checks
-        // fails the second, and nothing is committed.
-        let target = smoke::target_from_manifest(&manifest)?;
-        let report = smoke::run(
-            &target,
-            &smoke_options(ws_root, None, Some(arch.clone()), 16, false)?,
-        )?;
-        if report.verdict != Verdict::Ok {
-            if json {
-                // The swap is refused, but the report is the evidence: it goes to stdout as
-                // the smoke document, the refusal to stderr (exit 1).
-                print_json("pinforge.smoke/v1", &report)?;
-            } else {
-                render_smoke(&report);
-            }
-            return Err(Error::check(
-                manifest.display(),
-                format!(
-                    "smoke gate: verdict {:?}, not ok; the swap was not committed",
-                    report.verdict
-                ),
-            ));
-        }
-        if !json {
+) -> Result<smoke::SmokeReport> {
+    // The gate smokes the build folder, but only after re-hashing every file it compiles
+    // against or loads (libllama, the other lib/ shared libraries, every include/*.h)
+    // against the digests this manifest names, refusing any difference (exit 1); the
+    // shim compiles against copies of the verified headers. `Root::install` then checks
+    // the staged (or reused) entry against the same digests before it commits, so an ok
+    // verdict is for the bytes that are installed: a file changed between the two checks
+    // fails the second, and nothing is committed.
+    let target = smoke::target_from_manifest(manifest)?;
+    let report = smoke::run(
+        &target,
+        &smoke_options(ws_root, None, Some(arch.to_string()), 16, false)?,
+    )?;
+    if report.verdict != Verdict::Ok {
+        if json {
+            // The swap is refused, but the report is the evidence: it goes to stdout as
+            // the smoke document, the refusal to stderr (exit 1).
+            print_json("pinforge.smoke/v1", &report)?;
+        } else {
             render_smoke(&report);
         }
-        gate = Some(report);
+        return Err(Error::check(
+            manifest.display(),
+            format!(
+                "smoke gate: verdict {:?}, not ok; the swap was not committed",
+                report.verdict
+            ),
+        ));
     }
-    let root = Root::open(&a.root)?;
-    let out = root.install(&manifest, layer, a.copy.then_some(StageMode::Copy))?;
-    if json {
-        print_json(
-            "pinforge.install/v1",
-            &InstallJson {
-                outcome: &out,
-                smoke: gate.as_ref(),
-            },
-        )?;
+    if !json {
+        render_smoke(&report);
+    }
+    Ok(report)
+}
+
+/// The human rendering of an install.
+fn render(layer: Layer, out: &InstallOutcome) {
+    if let Some(r) = &out.recovered {
+        outln!("recovered an interrupted transaction: {}", r.display());
+    }
+    if out.unchanged {
+        outln!(
+            "unchanged: {layer} already shows {}",
+            super::rollback::slot(&out.reached)
+        );
     } else {
-        if let Some(r) = &out.recovered {
-            outln!("recovered an interrupted transaction: {}", r.display());
-        }
-        if out.unchanged {
-            outln!(
-                "unchanged: {layer} already shows {}",
-                super::rollback::slot(&out.reached)
-            );
-        } else {
-            outln!(
-                "installed into {layer}: left {}, reached {} (generation {})",
-                super::rollback::slot(&out.left),
-                super::rollback::slot(&out.reached),
-                out.gen
-            );
-        }
-        outln!("  entry {}", out.entry.display());
-        render_verification(&out.verification);
-        outln!("receipt {}", out.receipt.display());
+        outln!(
+            "installed into {layer}: left {}, reached {} (generation {})",
+            super::rollback::slot(&out.left),
+            super::rollback::slot(&out.reached),
+            out.gen
+        );
     }
-    Ok(exit::OK)
+    outln!("  entry {}", out.entry.display());
+    render_verification(&out.verification);
+    outln!("receipt {}", out.receipt.display());
 }

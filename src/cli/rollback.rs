@@ -4,7 +4,7 @@
 use super::verify::render_verification;
 use super::{print_json, JsonArg, RootArg};
 use crate::base::error::{exit, Result};
-use crate::deploy::install::{Layer, RollbackTo, Root, Slot};
+use crate::deploy::install::{GenSlot, Layer, RollbackTo, Root};
 use crate::outln;
 
 /// Arguments of `rollback`.
@@ -62,7 +62,7 @@ pub(super) fn run(ctx: &super::Ctx, a: RollbackArgs) -> Result<i32> {
 }
 
 /// A layer's slot in one line: `recipe/variant digest12`, or `nothing`.
-pub(super) fn slot(s: &Option<Slot>) -> String {
+pub(super) fn slot(s: &Option<GenSlot>) -> String {
     match s {
         Some(s) => format!("{}/{} {}", s.recipe, s.variant, s.digest.short(12)),
         None => "nothing".into(),

@@ -1282,7 +1282,14 @@ fn failed_post_swap_verification_reverts_the_swap() {
 fn crash_at_every_step_leaves_a_consistent_state() {
     let base = Installed::new();
     let mut states_checked = 0;
-    for (op, steps) in [("install", 10u32), ("rollback", 7u32)] {
+    // The step counts come from the library's step enums, so a new step is a new crash
+    // point checked here without editing this test.
+    use pinforge::deploy::install::{InstallStep, RollbackStep};
+    let ops = [
+        ("install", InstallStep::COUNT),
+        ("rollback", RollbackStep::COUNT),
+    ];
+    for (op, steps) in ops {
         for n in 1..=steps {
             let _ = std::fs::remove_dir_all(&base.root);
             assert_eq!(code(&base.install(&base.patched, "live")), 0);
@@ -1341,7 +1348,7 @@ fn crash_at_every_step_leaves_a_consistent_state() {
         }
     }
     eprintln!("crash points checked: {states_checked}");
-    assert_eq!(states_checked, 17);
+    assert_eq!(states_checked, InstallStep::COUNT + RollbackStep::COUNT);
 }
 
 /// At least 100 SIGKILLs at random moments of installs and rollbacks.

@@ -18,7 +18,7 @@ pub struct Status {
     /// Generation.
     pub gen: u64,
     /// Earlier live entries (the rollback stack), most recent last.
-    pub live_history: Vec<Slot>,
+    pub live_history: Vec<GenSlot>,
     /// Whether the entries were re-hashed now (`status --verify`).
     pub verified_now: bool,
 }
@@ -128,7 +128,7 @@ impl Root {
                 seen.insert(d, (VerificationState::of(ok), Some(time)));
             }
         }
-        let show = |layer: Layer, s: &Slot| {
+        let show = |layer: Layer, s: &GenSlot| {
             let (verification, verified_at) = seen
                 .get(&s.digest)
                 .cloned()
@@ -257,7 +257,7 @@ impl Root {
             Resolved::Broken(why) => Err(damaged(self.path.join(name).display(), why)),
             Resolved::At { digest, .. } => {
                 let dir = self.entry_dir(&digest);
-                let v = self.check_entry(&dir, &digest, &self.path.join(name))?;
+                let v = check_entry(&dir, &digest, &self.path.join(name))?;
                 if !v.ok {
                     return Err(mismatch_error(
                         &dir,
