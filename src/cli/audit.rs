@@ -43,7 +43,7 @@ pub(super) fn run(ctx: &super::Ctx, a: AuditArgs) -> Result<i32> {
         exit::CHECK_FAILED
     };
     if a.out.json {
-        print_json("pinforge.audit/v1", report)?;
+        print_json(super::schema::id::AUDIT, report)?;
         return Ok(code);
     }
     render(report);

@@ -43,7 +43,7 @@ fn cmd_diff(
         &manifest::Statement::read(b)?,
     );
     if json {
-        print_json("pinforge.diff/v1", &d)?;
+        print_json(super::schema::id::DIFF, &d)?;
     } else {
         render_diff(&d, a, b, all);
     }

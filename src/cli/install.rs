@@ -53,7 +53,7 @@ pub(super) fn run(ctx: &super::Ctx, a: InstallCmd) -> Result<i32> {
     let out = root.install(&manifest, layer, a.copy.then_some(StageMode::Copy))?;
     if json {
         print_json(
-            "pinforge.install/v1",
+            super::schema::id::INSTALL,
             &InstallJson {
                 outcome: &out,
                 smoke: gate.as_ref(),
@@ -143,7 +143,7 @@ fn smoke_gate(
         if json {
             // The swap is refused, but the report is the evidence: it goes to stdout as
             // the smoke document, the refusal to stderr (exit 1).
-            print_json("pinforge.smoke/v1", &report)?;
+            print_json(super::schema::id::SMOKE, &report)?;
         } else {
             render_smoke(&report);
         }

@@ -157,7 +157,7 @@ fn cmd_lint(paths: Vec<PathBuf>, json: bool) -> Result<i32> {
             })
             .collect();
         print_json(
-            "pinforge.patch-lint/v1",
+            super::schema::id::PATCH_LINT,
             &LintReport {
                 ok: errors == 0,
                 patches: files,
@@ -209,7 +209,7 @@ fn cmd_apply(repo: &std::path::Path, dir: &std::path::Path, json: bool) -> Resul
             })
             .collect();
         print_json(
-            "pinforge.patch-apply/v1",
+            super::schema::id::PATCH_APPLY,
             &ApplyReport {
                 repo: repo.display().to_string(),
                 applied: rows,
@@ -232,7 +232,7 @@ fn cmd_list(dir: &std::path::Path, json: bool) -> Result<i32> {
     let bundle = Bundle::load(dir)?;
     let rows = bundle.bibliography();
     if json {
-        print_json("pinforge.patch-list/v1", &PatchList { patches: &rows })?;
+        print_json(super::schema::id::PATCH_LIST, &PatchList { patches: &rows })?;
         return Ok(exit::OK);
     }
     let short = |u: &Option<String>| {
@@ -286,7 +286,7 @@ fn cmd_bundle(dir: &std::path::Path, output: &std::path::Path, json: bool) -> Re
     let sha256 = crate::base::digest::Sha256::of_bytes(&bytes);
     if json {
         print_json(
-            "pinforge.patch-bundle/v1",
+            super::schema::id::PATCH_BUNDLE,
             &BundleWritten {
                 path: output.display().to_string(),
                 patches: patches.len(),
@@ -341,7 +341,7 @@ fn cmd_export(
     let code = if errors > 0 { exit::INPUT } else { exit::OK };
     if json {
         print_json(
-            "pinforge.patch-export/v1",
+            super::schema::id::PATCH_EXPORT,
             &ExportReport {
                 dir: dir.display().to_string(),
                 ok: errors == 0,

@@ -50,7 +50,7 @@ pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<i32> {
         Rebased::Stopped(stop) => {
             if a.out.json {
                 print_json(
-                    "pinforge.rebase/v1",
+                    super::schema::id::REBASE,
                     &RebaseOut {
                         completed: false,
                         outcome: RebaseOutcome::Stopped(&stop),
@@ -67,7 +67,7 @@ pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<i32> {
     };
     if a.out.json {
         print_json(
-            "pinforge.rebase/v1",
+            super::schema::id::REBASE,
             &RebaseOut {
                 completed: true,
                 outcome: RebaseOutcome::Done(&report),

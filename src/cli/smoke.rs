@@ -144,7 +144,7 @@ fn cmd_smoke(ws_root: &std::path::Path, a: SmokeArgs) -> Result<i32> {
     };
     let report = smoke::run(&target, &opts)?;
     if a.json {
-        print_json("pinforge.smoke/v1", &report)?;
+        print_json(super::schema::id::SMOKE, &report)?;
     } else {
         render_smoke(&report);
     }

@@ -138,7 +138,7 @@ pub(super) fn run(ctx: &super::Ctx, a: ValidateArgs) -> Result<i32> {
     let reporter = TermReporter::counting(ctx.verbosity == Verbosity::Quiet, "rows");
     let report = validate::run(&opts, &reporter)?;
     if a.out.json {
-        print_json("pinforge.validate/v1", &report)?;
+        print_json(super::schema::id::VALIDATE, &report)?;
     } else {
         render(&report);
     }

@@ -41,7 +41,7 @@ fn cmd_verify(path: &std::path::Path, json: bool) -> Result<i32> {
     }
     let report = manifest::verify(path)?;
     if json {
-        print_json("pinforge.verify/v1", &report)?;
+        print_json(super::schema::id::VERIFY, &report)?;
     } else if report.ok {
         outln!(
             "{}: {} outputs and {} inputs match {} (input {})",
@@ -81,7 +81,7 @@ fn cmd_verify(path: &std::path::Path, json: bool) -> Result<i32> {
 fn cmd_verify_evidence(path: &std::path::Path, json: bool) -> Result<i32> {
     let c = crate::trial::validate::verify_evidence(path)?;
     if json {
-        print_json("pinforge.verify-evidence/v1", &c)?;
+        print_json(super::schema::id::VERIFY_EVIDENCE, &c)?;
     } else if c.ok {
         outln!(
             "{}: validate run {}: {} item(s) re-checked against {}",
@@ -131,7 +131,7 @@ fn cmd_verify_installed(root: &std::path::Path, layer: &str, json: bool) -> Resu
     let layer = installed_layer(layer)?;
     let v = root.verify_installed(layer)?;
     if json {
-        print_json("pinforge.verify-installed/v1", &v)?;
+        print_json(super::schema::id::VERIFY_INSTALLED, &v)?;
     } else {
         render_verification(&v);
     }
