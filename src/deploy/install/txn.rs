@@ -7,7 +7,7 @@ use super::*;
 use std::marker::PhantomData;
 
 /// The steps of one operation, in order. A step's index (from 1) is its crash point: the
-/// test hooks SIGKILL the process right after step `N` of `op` when `PINFORGE_CRASH_AT` is
+/// test hooks SIGKILL the process right after step `N` of `op` when the crash hook (see `base::hooks`) is set to
 /// `op:N`. The protocol steps every transaction shares are named here, so [`Txn`] can run
 /// them for either operation.
 pub trait Step: Copy + fmt::Debug + PartialEq + 'static {
@@ -379,7 +379,7 @@ mod tests {
 
     #[test]
     fn step_indices_are_their_place_in_order_from_one() {
-        // The crash tests name steps by these numbers (`PINFORGE_CRASH_AT=op:N`).
+        // The crash tests name steps by these numbers (the crash hook's `op:N`).
         for (i, s) in InstallStep::iter().enumerate() {
             assert_eq!(s.index(), i as u32 + 1, "{s:?}");
         }
