@@ -12,6 +12,8 @@ pub mod names;
 pub mod proc_wait;
 pub mod process;
 pub mod progress;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod time;
 pub mod tree;
 pub mod workspace;

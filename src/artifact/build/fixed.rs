@@ -418,15 +418,7 @@ mod tests {
         (t, v)
     }
 
-    fn cmake() -> Option<PathBuf> {
-        let here = Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/bin/cmake");
-        if here.exists() {
-            return Some(here);
-        }
-        std::env::split_paths(&std::env::var_os("PATH")?)
-            .map(|d| d.join("cmake"))
-            .find(|p| p.exists())
-    }
+    use crate::base::testing::cmake;
 
     fn cat(p: &BuildPaths, cmake: &Path, file: &Path) -> Vec<u8> {
         p.command(cmake)
@@ -440,7 +432,7 @@ mod tests {
 
     #[test]
     fn the_build_sees_the_tree_and_the_variant_at_the_fixed_path_and_the_host_does_not() {
-        let Some(cmake) = cmake() else { return };
+        let cmake = cmake();
         let d = tempfile::tempdir().unwrap();
         let (t, v) = tree(d.path());
         let kit = d.path().join("toolkits/cuda-x/root");
@@ -450,8 +442,10 @@ mod tests {
         let base = d.path().join("fixed");
         let p = BuildPaths::resolve_at(&base, &t, &v, Some((&kit, "0123abcd")), &cmake).unwrap();
         if let Some(why) = &p.unfixed {
-            // A machine that refuses namespaces must say why, and still build.
+            // A machine that refuses namespaces must say why, and still build; the rest of
+            // the test cannot be checked here, which is said, never passed in silence.
             assert!(why.contains("namespace") || why.contains("bind"), "{why}");
+            crate::base::testing::skip(&format!("no fixed build path here: {why}"));
             return;
         }
         assert_eq!(p.src, base.join("src"));
@@ -526,7 +520,7 @@ mod tests {
     #[test]
     fn a_folder_someone_else_could_change_leaves_the_build_at_its_real_folder() {
         use std::os::unix::fs::PermissionsExt;
-        let Some(cmake) = cmake() else { return };
+        let cmake = cmake();
         let d = tempfile::tempdir().unwrap();
         let (t, v) = tree(d.path());
         let base = d.path().join("fixed");
