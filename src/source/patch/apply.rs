@@ -140,7 +140,7 @@ pub fn apply_to_checkout(repo_path: &Path, patches: &[&PatchFile]) -> Result<Vec
             "repository has no commit to apply onto",
         )
     })?;
-    crate::source::upstream::check_clean(repo_path, GitOid::new(head.id())).map_err(|e| {
+    crate::base::git::check_clean(repo_path, GitOid::new(head.id())).map_err(|e| {
         Error::input(repo_path.display(), format!("uncommitted changes: {e}"))
             .with_hint("commit or stash them first")
     })?;

@@ -52,7 +52,7 @@ pub fn export(repo_path: &Path, base: Option<&str>) -> Result<Vec<Exported>> {
     let subject = repo_path.display().to_string();
     let repo = Repository::open(repo_path)
         .map_err(|e| Error::input(&subject, format!("not a git repository: {}", e.message())))?;
-    let base_spec = base.unwrap_or(crate::source::upstream::PRISTINE_TAG);
+    let base_spec = base.unwrap_or(crate::base::git::PRISTINE_TAG);
     let base_oid = repo
         .revparse_single(base_spec)
         .and_then(|o| o.peel_to_commit())
