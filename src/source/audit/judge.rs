@@ -6,6 +6,7 @@ use super::{content, Evidence, EvidenceKind, Outcome, PatchAudit, Strength, Verd
 use crate::base::digest::GitOid;
 use crate::base::error::{Error, GitContext, Result};
 use crate::source::patch::apply::{self, HunkOffset};
+use crate::source::patch::diff::FilePatch;
 use crate::source::patch::PatchFile;
 use git2::Repository;
 use std::path::Path;
@@ -183,21 +184,7 @@ fn probe<'r>(
         ));
     }
 
-    // What upstream did in the functions the patch touches, between the two pins.
-    let mut review = Vec::new();
-    for f in &files {
-        let Some(path) = f.new_path.as_ref().or(f.old_path.as_ref()) else {
-            continue;
-        };
-        let path = Path::new(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(path));
-        let old = crate::base::git::blob_at(repo, old_base, path);
-        let new = crate::base::git::blob_at(repo, new_base, path);
-        if let (Some(o), Some(n)) = (&old, &new) {
-            if let Some(shown) = content::region_changes(f, o, n) {
-                review.push(shown);
-            }
-        }
-    }
+    let review = upstream_review(repo, &files, old_base, new_base);
 
     let history_merged = ev.iter().any(|e| {
         e.strength == Strength::Strong
@@ -211,24 +198,11 @@ fn probe<'r>(
     let three_way_clean = !conflicted && !empty;
 
     // The three versions of every hunk that no longer matches, when it does not apply.
-    let mut versions = Vec::new();
-    if forward.is_err() && !reverse && !empty {
-        let parent = picked.parent(0).and_then(|c| c.tree()).git_at(&subject)?;
-        let ours = head.tree().git_at(&subject)?;
-        for f in &files {
-            let Some(path) = f.old_path.as_ref().or(f.new_path.as_ref()) else {
-                continue;
-            };
-            let path =
-                Path::new(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(path));
-            if let (Some(b), Some(o)) = (
-                crate::base::git::blob_at(repo, &parent, path),
-                crate::base::git::blob_at(repo, &ours, path),
-            ) {
-                versions.extend(content::hunk_versions(f, &b, &o));
-            }
-        }
-    }
+    let versions = if forward.is_err() && !reverse && !empty {
+        stale_versions(repo, &files, &picked, &head, &subject)?
+    } else {
+        Vec::new()
+    };
 
     Ok(Probe {
         head,
@@ -243,6 +217,57 @@ fn probe<'r>(
         history_merged,
         three_way_clean,
     })
+}
+
+/// What upstream did in the functions the patch touches, between the two pins (one shown
+/// region per changed function).
+fn upstream_review(
+    repo: &Repository,
+    files: &[FilePatch],
+    old_base: &git2::Tree,
+    new_base: &git2::Tree,
+) -> Vec<String> {
+    let mut review = Vec::new();
+    for f in files {
+        let Some(path) = f.new_path.as_ref().or(f.old_path.as_ref()) else {
+            continue;
+        };
+        let path = Path::new(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(path));
+        let old = crate::base::git::blob_at(repo, old_base, path);
+        let new = crate::base::git::blob_at(repo, new_base, path);
+        if let (Some(o), Some(n)) = (&old, &new) {
+            if let Some(shown) = content::region_changes(f, o, n) {
+                review.push(shown);
+            }
+        }
+    }
+    review
+}
+
+/// The three versions (base, patch, upstream) of every hunk that no longer matches.
+fn stale_versions(
+    repo: &Repository,
+    files: &[FilePatch],
+    picked: &git2::Commit,
+    head: &git2::Commit,
+    subject: &str,
+) -> Result<Vec<content::Versions>> {
+    let mut versions = Vec::new();
+    let parent = picked.parent(0).and_then(|c| c.tree()).git_at(&subject)?;
+    let ours = head.tree().git_at(&subject)?;
+    for f in files {
+        let Some(path) = f.old_path.as_ref().or(f.new_path.as_ref()) else {
+            continue;
+        };
+        let path = Path::new(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(path));
+        if let (Some(b), Some(o)) = (
+            crate::base::git::blob_at(repo, &parent, path),
+            crate::base::git::blob_at(repo, &ours, path),
+        ) {
+            versions.extend(content::hunk_versions(f, &b, &o));
+        }
+    }
+    Ok(versions)
 }
 
 /// A patch that still applies: carried (refreshed when only its position moved), for review

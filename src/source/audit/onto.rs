@@ -28,94 +28,9 @@ pub fn parse_onto(spec: &str) -> Result<Onto> {
     };
     let (kind, rest) = spec.split_once(':').ok_or_else(|| bad("no pin kind"))?;
     match kind {
-        "crate" => {
-            let (name, version) = rest
-                .split_once('@')
-                .filter(|(n, v)| !n.is_empty() && !v.is_empty())
-                .ok_or_else(|| bad("a crate pin is crate:NAME@VERSION"))?;
-            if !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-                || semver::Version::parse(version).is_err()
-            {
-                return Err(bad("not a crate name and exact version"));
-            }
-            let sha256 = upstream::registry_cksum(name, version)?;
-            Ok(Onto {
-                spec: spec.into(),
-                source: PinSource::Crate {
-                    name: name.into(),
-                    version: version.into(),
-                    sha256,
-                },
-                sha256_from: Some(format!(
-                    "sha256 {sha256} taken from the registry index (the `cksum` cargo records as `checksum`)"
-                )),
-            })
-        }
-        "git" => {
-            let (url, rev) = rest
-                .rsplit_once('@')
-                .filter(|(u, r)| !u.is_empty() && !r.is_empty())
-                .ok_or_else(|| bad("a git pin is git:URL@REV"))?;
-            let full = rev.len() == 40 && rev.bytes().all(|b| b.is_ascii_hexdigit());
-            let source = if full {
-                PinSource::Git {
-                    url: url.into(),
-                    tag: None,
-                    commit: rev.to_ascii_lowercase(),
-                }
-            } else {
-                if rev.starts_with('-')
-                    || rev.contains("..")
-                    || rev.ends_with(".lock")
-                    || rev
-                        .chars()
-                        .any(|c| c.is_whitespace() || c.is_control() || ":^~?*[\\@{".contains(c))
-                {
-                    return Err(bad("not a commit id or a tag name"));
-                }
-                // A tag resolves to whatever commit it names now; the rebased recipe records it.
-                PinSource::Git {
-                    url: url.into(),
-                    tag: Some(rev.into()),
-                    commit: String::new(),
-                }
-            };
-            Ok(Onto {
-                spec: spec.into(),
-                source,
-                sha256_from: None,
-            })
-        }
-        "tarball" | "dir" => {
-            if rest.is_empty() {
-                return Err(bad("no path"));
-            }
-            let path = crate::base::fsx::absolute(Path::new(rest))?;
-            let (_, sha256) = upstream::pin_digest(&path)?;
-            let source = if kind == "tarball" {
-                if path.is_dir() {
-                    return Err(bad("a tarball pin names a file"));
-                }
-                PinSource::Tarball { path, sha256 }
-            } else {
-                if !path.is_dir() {
-                    return Err(bad("a dir pin names a folder"));
-                }
-                PinSource::Dir {
-                    path,
-                    tree_sha256: sha256,
-                }
-            };
-            Ok(Onto {
-                spec: spec.into(),
-                source,
-                sha256_from: Some(format!(
-                    "digest {sha256} computed from {rest} now (trust on first use)"
-                )),
-            })
-        }
+        "crate" => onto_crate(spec, rest, &bad),
+        "git" => onto_git(spec, rest, &bad),
+        "tarball" | "dir" => onto_path(spec, kind, rest, &bad),
         _ => Err(bad("unknown pin kind")),
     }
 }
@@ -131,4 +46,98 @@ pub fn moved_recipe(recipe: &Recipe, onto: &PinSource) -> Recipe {
     // only when a rebase completes.
     r.embedded = true;
     r
+}
+
+/// `crate:NAME@VERSION`, its SHA-256 from the registry index.
+fn onto_crate(spec: &str, rest: &str, bad: &dyn Fn(&str) -> Error) -> Result<Onto> {
+    let (name, version) = rest
+        .split_once('@')
+        .filter(|(n, v)| !n.is_empty() && !v.is_empty())
+        .ok_or_else(|| bad("a crate pin is crate:NAME@VERSION"))?;
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        || semver::Version::parse(version).is_err()
+    {
+        return Err(bad("not a crate name and exact version"));
+    }
+    let sha256 = upstream::registry_cksum(name, version)?;
+    Ok(Onto {
+        spec: spec.into(),
+        source: PinSource::Crate {
+            name: name.into(),
+            version: version.into(),
+            sha256,
+        },
+        sha256_from: Some(format!(
+            "sha256 {sha256} taken from the registry index (the `cksum` cargo records as `checksum`)"
+        )),
+    })
+}
+
+/// `git:URL@REV`: a full commit id, or a tag resolved when the tree is fetched.
+fn onto_git(spec: &str, rest: &str, bad: &dyn Fn(&str) -> Error) -> Result<Onto> {
+    let (url, rev) = rest
+        .rsplit_once('@')
+        .filter(|(u, r)| !u.is_empty() && !r.is_empty())
+        .ok_or_else(|| bad("a git pin is git:URL@REV"))?;
+    let full = rev.len() == 40 && rev.bytes().all(|b| b.is_ascii_hexdigit());
+    let source = if full {
+        PinSource::Git {
+            url: url.into(),
+            tag: None,
+            commit: rev.to_ascii_lowercase(),
+        }
+    } else {
+        if rev.starts_with('-')
+            || rev.contains("..")
+            || rev.ends_with(".lock")
+            || rev
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control() || ":^~?*[\\@{".contains(c))
+        {
+            return Err(bad("not a commit id or a tag name"));
+        }
+        // A tag resolves to whatever commit it names now; the rebased recipe records it.
+        PinSource::Git {
+            url: url.into(),
+            tag: Some(rev.into()),
+            commit: String::new(),
+        }
+    };
+    Ok(Onto {
+        spec: spec.into(),
+        source,
+        sha256_from: None,
+    })
+}
+
+/// `tarball:PATH` or `dir:PATH`, its digest computed now (trust on first use).
+fn onto_path(spec: &str, kind: &str, rest: &str, bad: &dyn Fn(&str) -> Error) -> Result<Onto> {
+    if rest.is_empty() {
+        return Err(bad("no path"));
+    }
+    let path = crate::base::fsx::absolute(Path::new(rest))?;
+    let (_, sha256) = upstream::pin_digest(&path)?;
+    let source = if kind == "tarball" {
+        if path.is_dir() {
+            return Err(bad("a tarball pin names a file"));
+        }
+        PinSource::Tarball { path, sha256 }
+    } else {
+        if !path.is_dir() {
+            return Err(bad("a dir pin names a folder"));
+        }
+        PinSource::Dir {
+            path,
+            tree_sha256: sha256,
+        }
+    };
+    Ok(Onto {
+        spec: spec.into(),
+        source,
+        sha256_from: Some(format!(
+            "digest {sha256} computed from {rest} now (trust on first use)"
+        )),
+    })
 }

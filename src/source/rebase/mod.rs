@@ -13,8 +13,8 @@
 //! `Applied-Upstream` field filled, so the attribution trail survives the move.
 //!
 //! Writing: the whole new bundle folder is staged beside the old one, checked (it loads and
-//! every carried patch lints clean), and exchanged with the old folder in one `renameat2`
-//! (`RENAME_EXCHANGE`); then the lock (git pins) and last the recipe, the commit point, are
+//! every carried patch lints clean), and exchanged with the old folder in one atomic exchange
+//! ([`fsx::exchange`]); then the lock (git pins) and last the recipe, the commit point, are
 //! replaced atomically. The lock and the recipe are staged as temp files before the exchange, so
 //! only renames follow it; a failed one swaps the old bundle back and restores the lock. A
 //! stopped or failed rebase writes nothing.
