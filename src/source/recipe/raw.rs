@@ -21,6 +21,7 @@ pub(super) struct RawRecipe {
     pub(super) variants: BTreeMap<Spanned<String>, Spanned<RawVariant>>,
 }
 
+/// `[pin]`: the keys of every source kind, checked per kind in `resolve`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub(super) struct RawPin {
@@ -45,6 +46,7 @@ pub(super) struct RawPin {
     pub(super) build_commit: Option<String>,
 }
 
+/// `[toolchain.NAME]`: compilers, tool version requirements and CUDA settings.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub(super) struct RawToolchain {
@@ -63,6 +65,7 @@ pub(super) struct RawToolchain {
     pub(super) cuda_toolkit: Option<Spanned<String>>,
 }
 
+/// `[base]` and `[variants.NAME]`: a delta over the parent it inherits.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub(super) struct RawVariant {
