@@ -53,9 +53,22 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 
 /// [`write_atomic`] with an explicit mode (for example 0o444 for a sealed store file).
 pub fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
     let dir = parent_of(path);
     create_dir_all(&dir)?;
+    let tmp = stage_atomic_mode(path, bytes, mode)?;
+    tmp.persist(path)
+        .map_err(|e| e.error)
+        .at("rename into", path)?;
+    sync_dir(&dir)
+}
+
+/// The first half of [`write_atomic_mode`]: `bytes` in a synced temp file with `mode` beside
+/// `path` (whose folder must exist), not yet renamed. A caller with several files to replace
+/// stages them all before its commit point, so that only renames follow it; dropping the
+/// returned path deletes the temp file.
+pub fn stage_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<tempfile::TempPath> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = parent_of(path);
     let mut tmp = tempfile::Builder::new()
         .prefix(".pinforge-tmp-")
         .tempfile_in(&dir)
@@ -67,10 +80,7 @@ pub fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
         .set_permissions(std::fs::Permissions::from_mode(mode))
         .at("chmod", tmp.path())?;
     tmp.as_file().sync_all().at("fsync", tmp.path())?;
-    tmp.persist(path)
-        .map_err(|e| e.error)
-        .at("rename into", path)?;
-    sync_dir(&dir)
+    Ok(tmp.into_temp_path())
 }
 
 /// Atomically exchange two paths (Linux `renameat2(RENAME_EXCHANGE)`, through rustix's safe

@@ -1,10 +1,15 @@
 //! Git helpers shared by apply, audit, rebase and export (issue #8: git helpers have one home):
 //! the fixed identity pinforge commits with, the note that keeps a patch's original bytes on
-//! its vendor commit, abbreviated-id resolution, blob reads at a path, and ancestry.
+//! its vendor commit, the pristine tag, abbreviated-id resolution, blob reads at a path,
+//! ancestry, and the check that a work tree is clean at its commit.
 
-use crate::base::error::{GitContext, Result};
+use crate::base::digest::GitOid;
+use crate::base::error::{Error, GitContext, Result};
 use git2::{Oid, Repository, Signature, Time, Tree};
 use std::path::Path;
+
+/// The tag every pristine repository carries on its base commit (the upstream as pinned).
+pub const PRISTINE_TAG: &str = "refs/tags/pinforge/pristine";
 
 /// The notes ref where each vendor patch commit keeps the exact bytes of the patch file it was
 /// made from, so that `patch export` gives back the file byte for byte.
@@ -93,6 +98,40 @@ pub fn borrow_objects(repo: &Repository, other: &Path) -> Result<()> {
     let odb = repo.odb().git_at(&other.display())?;
     odb.add_disk_alternate(&objects.to_string_lossy())
         .git_at(&objects.display())?;
+    Ok(())
+}
+
+/// Check that a work tree is exactly at `head` with no modified, added or deleted files.
+pub fn check_clean(path: &Path, head: GitOid) -> Result<()> {
+    let repo = Repository::open(path).git_at(&path.display())?;
+    let actual = repo
+        .head()
+        .and_then(|h| h.peel_to_commit())
+        .git_at(&path.display())?
+        .id();
+    if actual != head.raw() {
+        return Err(Error::check(
+            path.display(),
+            format!("HEAD is {actual}, expected {head}"),
+        ));
+    }
+    let mut opts = git2::StatusOptions::new();
+    opts.include_untracked(true)
+        .include_ignored(false)
+        .recurse_untracked_dirs(true);
+    let statuses = repo.statuses(Some(&mut opts)).git_at(&path.display())?;
+    let dirty: Vec<String> = statuses
+        .iter()
+        .filter(|s| s.status() != git2::Status::CURRENT)
+        .filter_map(|s| s.path().map(str::to_string))
+        .take(10)
+        .collect();
+    if !dirty.is_empty() {
+        return Err(Error::check(
+            path.display(),
+            format!("work tree differs from its commit: {}", dirty.join(", ")),
+        ));
+    }
     Ok(())
 }
 

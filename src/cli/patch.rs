@@ -204,7 +204,7 @@ fn cmd_apply(repo: &std::path::Path, dir: &std::path::Path, json: bool) -> Resul
             .iter()
             .map(|a| ApplyRow {
                 patch: a.id.to_string(),
-                commit: a.commit.to_string(),
+                commit: a.commit,
                 hunk_offsets: a.offsets.iter().map(ToString::to_string).collect(),
             })
             .collect();
@@ -352,12 +352,7 @@ fn cmd_export(
         return Ok(code);
     }
     for e in &exported {
-        outln!(
-            "{} {} (from the {})",
-            &e.commit[..12.min(e.commit.len())],
-            e.file,
-            e.from
-        );
+        outln!("{} {} (from the {})", e.commit.short(12), e.file, e.from);
         for f in &e.findings {
             let sev = match f.severity {
                 Severity::Error => "error",
@@ -402,7 +397,9 @@ pub(super) struct LintReport<'a> {
 #[derive(serde::Serialize, schemars::JsonSchema)]
 pub(super) struct ApplyRow {
     patch: String,
-    commit: String,
+    // The schema keeps the plain string it has always published.
+    #[schemars(with = "String")]
+    commit: crate::base::digest::GitOid,
     /// Hunks that applied at another line (`FILE#N ±K`).
     hunk_offsets: Vec<String>,
 }

@@ -197,70 +197,7 @@ pub fn evidence(
     let mut out = Vec::new();
     // 1. The patch's upstream commit: an ancestor of the new pin, or cherry-picked into it.
     if let Some(spec) = &a.commit {
-        match crate::base::git::resolve_commit(repo, spec) {
-            Some(c) if crate::base::git::is_ancestor(repo, c, tip) => {
-                match log.commits.iter().find(|lc| lc.id == c).and_then(|lc| log.revert_of(lc)) {
-                    Some(rev) => out.push(Evidence::new(
-                        EvidenceKind::Reverted,
-                        format!(
-                            "Upstream-Commit {spec} is an ancestor of the new pin, but {} \"{}\" reverted it",
-                            short(rev),
-                            log.subject_of(rev)
-                        ),
-                        Strength::Strong,
-                    )),
-                    None => out.push(Evidence::new(
-                        EvidenceKind::UpstreamCommitAncestor,
-                        format!("Upstream-Commit {spec} ({}) is an ancestor of the new pin {}", short(c), short(tip)),
-                        Strength::Strong,
-                    )),
-                }
-            }
-            Some(c) => out.push(Evidence::new(
-                EvidenceKind::UpstreamCommitAncestor,
-                format!(
-                    "Upstream-Commit {spec} ({}) exists but is not an ancestor of the new pin",
-                    short(c)
-                ),
-                Strength::Note,
-            )),
-            None => out.push(Evidence::new(
-                EvidenceKind::UpstreamCommitAncestor,
-                format!("Upstream-Commit {spec} is not in the fetched history"),
-                Strength::Note,
-            )),
-        }
-        let picked = log.commits.iter().find(|lc| {
-            !log.reverts.contains(&lc.id)
-                && lc.body.lines().any(|l| {
-                    l.trim()
-                        .strip_prefix("(cherry picked from commit ")
-                        .is_some_and(|r| r.trim_end_matches(')').starts_with(spec.as_str()))
-                })
-        });
-        if let Some(lc) = picked {
-            match log.revert_of(lc) {
-                Some(rev) => out.push(Evidence::new(
-                    EvidenceKind::Reverted,
-                    format!(
-                        "{} \"{}\" cherry-picked Upstream-Commit {spec}, but {} reverted it",
-                        short(lc.id),
-                        lc.subject,
-                        short(rev)
-                    ),
-                    Strength::Strong,
-                )),
-                None => out.push(Evidence::new(
-                    EvidenceKind::CherryPicked,
-                    format!(
-                        "{} \"{}\" is a cherry-pick of Upstream-Commit {spec}",
-                        short(lc.id),
-                        lc.subject
-                    ),
-                    Strength::Strong,
-                )),
-            }
-        }
+        commit_evidence(repo, log, tip, spec, &mut out);
     }
     // 2. The log references the PR (squash merges put `(#NNNN)` in the subject) or the issue.
     let numbers: Vec<(&crate::source::patch::lint::IssueRef, &str)> = a
@@ -270,70 +207,152 @@ pub fn evidence(
         .chain(a.issues.iter().map(|i| (i, "issue")))
         .collect();
     for (r, what) in numbers {
-        let n = r.number;
-        let foreign = match (pin_slug.as_deref(), ref_slug(&r.url)) {
-            (Some(pin), Some(named)) if pin != named => Some(named),
-            _ => None,
-        };
-        let cap = |s: Strength| if foreign.is_some() { Strength::Weak } else { s };
-        let whose = foreign
-            .as_deref()
-            .map(|f| format!(" (of {f}, not of the pinned repository: not evidence of a merge)"))
-            .unwrap_or_default();
-        let mut in_subject = false;
-        let mut body_only: Vec<&LogCommit> = Vec::new();
-        for lc in &log.commits {
-            if log.reverts.contains(&lc.id) {
-                continue;
-            }
-            if mentions(&lc.subject, n, pin_slug.as_deref()) {
-                in_subject = true;
-                match log.revert_of(lc) {
-                    Some(rev) => out.push(Evidence::new(
-                        EvidenceKind::Reverted,
-                        format!(
-                            "{} \"{}\" references {what} #{n}{whose}, but {} \"{}\" reverted it",
-                            short(lc.id),
-                            lc.subject,
-                            short(rev),
-                            log.subject_of(rev)
-                        ),
-                        cap(Strength::Strong),
-                    )),
-                    None => out.push(Evidence::new(
-                        EvidenceKind::LogReference,
-                        format!(
-                            "{} \"{}\" references {what} #{n}{whose} in its subject ({})",
-                            short(lc.id),
-                            lc.subject,
-                            log.range
-                        ),
-                        cap(if what == "PR" {
-                            Strength::Strong
-                        } else {
-                            Strength::Moderate
-                        }),
-                    )),
-                }
-            } else if mentions(&lc.body, n, pin_slug.as_deref()) {
-                body_only.push(lc);
-            }
-        }
-        if !in_subject {
-            for lc in body_only {
-                out.push(Evidence::new(
-                    EvidenceKind::LogReferenceBody,
-                    format!(
-                        "{} \"{}\" mentions {what} #{n} only in its body: not evidence of a merge on its own",
-                        short(lc.id),
-                        lc.subject
-                    ),
-                    Strength::Weak,
-                ));
-            }
-        }
+        reference_evidence(log, r, what, pin_slug.as_deref(), &mut out);
     }
     out
+}
+
+/// The evidence of `Upstream-Commit` `spec`: an ancestor of the new pin (or reverted since),
+/// or a commit of the log that cherry-picked it.
+fn commit_evidence(repo: &Repository, log: &Log, tip: Oid, spec: &str, out: &mut Vec<Evidence>) {
+    match crate::base::git::resolve_commit(repo, spec) {
+        Some(c) if crate::base::git::is_ancestor(repo, c, tip) => {
+            match log.commits.iter().find(|lc| lc.id == c).and_then(|lc| log.revert_of(lc)) {
+                Some(rev) => out.push(Evidence::new(
+                    EvidenceKind::Reverted,
+                    format!(
+                        "Upstream-Commit {spec} is an ancestor of the new pin, but {} \"{}\" reverted it",
+                        short(rev),
+                        log.subject_of(rev)
+                    ),
+                    Strength::Strong,
+                )),
+                None => out.push(Evidence::new(
+                    EvidenceKind::UpstreamCommitAncestor,
+                    format!("Upstream-Commit {spec} ({}) is an ancestor of the new pin {}", short(c), short(tip)),
+                    Strength::Strong,
+                )),
+            }
+        }
+        Some(c) => out.push(Evidence::new(
+            EvidenceKind::UpstreamCommitAncestor,
+            format!(
+                "Upstream-Commit {spec} ({}) exists but is not an ancestor of the new pin",
+                short(c)
+            ),
+            Strength::Note,
+        )),
+        None => out.push(Evidence::new(
+            EvidenceKind::UpstreamCommitAncestor,
+            format!("Upstream-Commit {spec} is not in the fetched history"),
+            Strength::Note,
+        )),
+    }
+    let picked = log.commits.iter().find(|lc| {
+        !log.reverts.contains(&lc.id)
+            && lc.body.lines().any(|l| {
+                l.trim()
+                    .strip_prefix("(cherry picked from commit ")
+                    .is_some_and(|r| r.trim_end_matches(')').starts_with(spec))
+            })
+    });
+    if let Some(lc) = picked {
+        match log.revert_of(lc) {
+            Some(rev) => out.push(Evidence::new(
+                EvidenceKind::Reverted,
+                format!(
+                    "{} \"{}\" cherry-picked Upstream-Commit {spec}, but {} reverted it",
+                    short(lc.id),
+                    lc.subject,
+                    short(rev)
+                ),
+                Strength::Strong,
+            )),
+            None => out.push(Evidence::new(
+                EvidenceKind::CherryPicked,
+                format!(
+                    "{} \"{}\" is a cherry-pick of Upstream-Commit {spec}",
+                    short(lc.id),
+                    lc.subject
+                ),
+                Strength::Strong,
+            )),
+        }
+    }
+}
+
+/// The evidence of one PR or issue: the log commits that name it in their subject (reverted or
+/// not), else those that only mention it in their body (weak). A reference to another
+/// repository's number is capped at weak.
+fn reference_evidence(
+    log: &Log,
+    r: &crate::source::patch::lint::IssueRef,
+    what: &str,
+    pin_slug: Option<&str>,
+    out: &mut Vec<Evidence>,
+) {
+    let n = r.number;
+    let foreign = match (pin_slug, ref_slug(&r.url)) {
+        (Some(pin), Some(named)) if pin != named => Some(named),
+        _ => None,
+    };
+    let cap = |s: Strength| if foreign.is_some() { Strength::Weak } else { s };
+    let whose = foreign
+        .as_deref()
+        .map(|f| format!(" (of {f}, not of the pinned repository: not evidence of a merge)"))
+        .unwrap_or_default();
+    let mut in_subject = false;
+    let mut body_only: Vec<&LogCommit> = Vec::new();
+    for lc in &log.commits {
+        if log.reverts.contains(&lc.id) {
+            continue;
+        }
+        if mentions(&lc.subject, n, pin_slug) {
+            in_subject = true;
+            match log.revert_of(lc) {
+                Some(rev) => out.push(Evidence::new(
+                    EvidenceKind::Reverted,
+                    format!(
+                        "{} \"{}\" references {what} #{n}{whose}, but {} \"{}\" reverted it",
+                        short(lc.id),
+                        lc.subject,
+                        short(rev),
+                        log.subject_of(rev)
+                    ),
+                    cap(Strength::Strong),
+                )),
+                None => out.push(Evidence::new(
+                    EvidenceKind::LogReference,
+                    format!(
+                        "{} \"{}\" references {what} #{n}{whose} in its subject ({})",
+                        short(lc.id),
+                        lc.subject,
+                        log.range
+                    ),
+                    cap(if what == "PR" {
+                        Strength::Strong
+                    } else {
+                        Strength::Moderate
+                    }),
+                )),
+            }
+        } else if mentions(&lc.body, n, pin_slug) {
+            body_only.push(lc);
+        }
+    }
+    if !in_subject {
+        for lc in body_only {
+            out.push(Evidence::new(
+                EvidenceKind::LogReferenceBody,
+                format!(
+                    "{} \"{}\" mentions {what} #{n} only in its body: not evidence of a merge on its own",
+                    short(lc.id),
+                    lc.subject
+                ),
+                Strength::Weak,
+            ));
+        }
+    }
 }
 
 #[cfg(test)]

@@ -455,40 +455,12 @@ pub fn reverse(diff: &[u8]) -> Vec<u8> {
     let lines: Vec<&[u8]> = diff.split_inclusive(|&b| b == b'\n').collect();
     let mut out = Vec::with_capacity(diff.len());
     let mut i = 0usize;
-    let swap_side = |path: &[u8], from: &[u8], to: &[u8]| -> Vec<u8> {
-        match path.strip_prefix(from) {
-            Some(rest) => [to, rest].concat(),
-            None => path.to_vec(),
-        }
-    };
     while i < lines.len() {
         let raw = lines[i];
         let eol = &raw[strip_eol(raw).len()..];
         let l = strip_eol(raw);
         if let Some(rest) = l.strip_prefix(b"diff --git ") {
-            let names = split_git_names(rest).or_else(|| {
-                // Different names (a rename): `a/X b/Y` split at its one ` b/`.
-                let at: Vec<usize> = rest
-                    .windows(3)
-                    .enumerate()
-                    .filter(|(_, w)| w == b" b/")
-                    .map(|(i, _)| i)
-                    .collect();
-                match (rest.strip_prefix(b"a/"), at.as_slice()) {
-                    (Some(_), [i]) => Some((rest[2..*i].to_vec(), rest[*i + 3..].to_vec())),
-                    _ => None,
-                }
-            });
-            match names {
-                Some((a, b)) if !rest.starts_with(b"\"") => {
-                    out.extend_from_slice(b"diff --git a/");
-                    out.extend_from_slice(&b);
-                    out.extend_from_slice(b" b/");
-                    out.extend_from_slice(&a);
-                    out.extend_from_slice(eol);
-                }
-                _ => out.extend_from_slice(raw),
-            }
+            reverse_git_header(rest, raw, eol, &mut out);
             i += 1;
         } else if l.starts_with(b"--- ") && i + 1 < lines.len() && lines[i + 1].starts_with(b"+++ ")
         {
@@ -502,105 +474,155 @@ pub fn reverse(diff: &[u8]) -> Vec<u8> {
             out.extend_from_slice(new_eol);
             i += 2;
         } else if let Some(rest) = l.strip_prefix(b"@@ -") {
-            let Some(sp) = rest.iter().position(|&b| b == b' ') else {
-                out.extend_from_slice(raw);
-                i += 1;
-                continue;
-            };
-            let old = &rest[..sp];
-            let after = &rest[sp + 1..];
-            let Some(new_rest) = after.strip_prefix(b"+") else {
-                out.extend_from_slice(raw);
-                i += 1;
-                continue;
-            };
-            let sp2 = new_rest
-                .iter()
-                .position(|&b| b == b' ')
-                .unwrap_or(new_rest.len());
-            let new = &new_rest[..sp2];
-            let tail = &new_rest[sp2..];
-            let count = |r: &[u8]| -> usize {
-                let s = String::from_utf8_lossy(r);
-                match s.split_once(',') {
-                    Some((_, n)) => n.parse().unwrap_or(0),
-                    None => 1,
-                }
-            };
-            let (mut old_rem, mut new_rem) = (count(old), count(new));
-            out.extend_from_slice(b"@@ -");
-            out.extend_from_slice(new);
-            out.extend_from_slice(b" +");
-            out.extend_from_slice(old);
-            out.extend_from_slice(tail);
-            out.extend_from_slice(eol);
-            i += 1;
-            while i < lines.len() && (old_rem > 0 || new_rem > 0 || lines[i].starts_with(b"\\")) {
-                let b = lines[i];
-                match b.first() {
-                    Some(b'-') => {
-                        old_rem = old_rem.saturating_sub(1);
-                        out.push(b'+');
-                        out.extend_from_slice(&b[1..]);
-                    }
-                    Some(b'+') => {
-                        new_rem = new_rem.saturating_sub(1);
-                        out.push(b'-');
-                        out.extend_from_slice(&b[1..]);
-                    }
-                    Some(b'\\') => out.extend_from_slice(b),
-                    _ => {
-                        old_rem = old_rem.saturating_sub(1);
-                        new_rem = new_rem.saturating_sub(1);
-                        out.extend_from_slice(b);
-                    }
-                }
-                i += 1;
-            }
-        } else if let Some(rest) = l.strip_prefix(b"new file mode ") {
-            out.extend_from_slice(b"deleted file mode ");
-            out.extend_from_slice(rest);
-            out.extend_from_slice(eol);
-            i += 1;
-        } else if let Some(rest) = l.strip_prefix(b"deleted file mode ") {
-            out.extend_from_slice(b"new file mode ");
-            out.extend_from_slice(rest);
-            out.extend_from_slice(eol);
-            i += 1;
-        } else if let Some(rest) = l.strip_prefix(b"rename from ") {
-            out.extend_from_slice(b"rename to ");
-            out.extend_from_slice(rest);
-            out.extend_from_slice(eol);
-            i += 1;
-        } else if let Some(rest) = l.strip_prefix(b"rename to ") {
-            out.extend_from_slice(b"rename from ");
-            out.extend_from_slice(rest);
-            out.extend_from_slice(eol);
-            i += 1;
-        } else if let Some(rest) = l.strip_prefix(b"index ") {
-            // `index a..b [mode]` → `index b..a [mode]`
-            let (ids, mode) = match rest.iter().position(|&b| b == b' ') {
-                Some(p) => (&rest[..p], &rest[p..]),
-                None => (rest, &b""[..]),
-            };
-            match ids.windows(2).position(|w| w == b"..") {
-                Some(p) => {
-                    out.extend_from_slice(b"index ");
-                    out.extend_from_slice(&ids[p + 2..]);
-                    out.extend_from_slice(b"..");
-                    out.extend_from_slice(&ids[..p]);
-                    out.extend_from_slice(mode);
-                    out.extend_from_slice(eol);
-                }
-                None => out.extend_from_slice(raw),
-            }
-            i += 1;
+            i = reverse_hunk(&lines, i, rest, eol, &mut out);
         } else {
-            out.extend_from_slice(raw);
+            reverse_header_line(l, raw, eol, &mut out);
             i += 1;
         }
     }
     out
+}
+
+/// `path` with its `from` side prefix (`a/`, `b/`) swapped for `to`.
+fn swap_side(path: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    match path.strip_prefix(from) {
+        Some(rest) => [to, rest].concat(),
+        None => path.to_vec(),
+    }
+}
+
+/// `diff --git a/X b/Y` as `diff --git a/Y b/X` (a quoted line passes through).
+fn reverse_git_header(rest: &[u8], raw: &[u8], eol: &[u8], out: &mut Vec<u8>) {
+    let names = split_git_names(rest).or_else(|| {
+        // Different names (a rename): `a/X b/Y` split at its one ` b/`.
+        let at: Vec<usize> = rest
+            .windows(3)
+            .enumerate()
+            .filter(|(_, w)| w == b" b/")
+            .map(|(i, _)| i)
+            .collect();
+        match (rest.strip_prefix(b"a/"), at.as_slice()) {
+            (Some(_), [i]) => Some((rest[2..*i].to_vec(), rest[*i + 3..].to_vec())),
+            _ => None,
+        }
+    });
+    match names {
+        Some((a, b)) if !rest.starts_with(b"\"") => {
+            out.extend_from_slice(b"diff --git a/");
+            out.extend_from_slice(&b);
+            out.extend_from_slice(b" b/");
+            out.extend_from_slice(&a);
+            out.extend_from_slice(eol);
+        }
+        _ => out.extend_from_slice(raw),
+    }
+}
+
+/// The hunk whose `@@` line is `lines[i]` (`rest` after `@@ -`), its numbers and `-`/`+`
+/// swapped; returns the index of the line after it.
+fn reverse_hunk(
+    lines: &[&[u8]],
+    mut i: usize,
+    rest: &[u8],
+    eol: &[u8],
+    out: &mut Vec<u8>,
+) -> usize {
+    let raw = lines[i];
+    let Some(sp) = rest.iter().position(|&b| b == b' ') else {
+        out.extend_from_slice(raw);
+        return i + 1;
+    };
+    let old = &rest[..sp];
+    let after = &rest[sp + 1..];
+    let Some(new_rest) = after.strip_prefix(b"+") else {
+        out.extend_from_slice(raw);
+        return i + 1;
+    };
+    let sp2 = new_rest
+        .iter()
+        .position(|&b| b == b' ')
+        .unwrap_or(new_rest.len());
+    let new = &new_rest[..sp2];
+    let tail = &new_rest[sp2..];
+    let count = |r: &[u8]| -> usize {
+        let s = String::from_utf8_lossy(r);
+        match s.split_once(',') {
+            Some((_, n)) => n.parse().unwrap_or(0),
+            None => 1,
+        }
+    };
+    let (mut old_rem, mut new_rem) = (count(old), count(new));
+    out.extend_from_slice(b"@@ -");
+    out.extend_from_slice(new);
+    out.extend_from_slice(b" +");
+    out.extend_from_slice(old);
+    out.extend_from_slice(tail);
+    out.extend_from_slice(eol);
+    i += 1;
+    while i < lines.len() && (old_rem > 0 || new_rem > 0 || lines[i].starts_with(b"\\")) {
+        let b = lines[i];
+        match b.first() {
+            Some(b'-') => {
+                old_rem = old_rem.saturating_sub(1);
+                out.push(b'+');
+                out.extend_from_slice(&b[1..]);
+            }
+            Some(b'+') => {
+                new_rem = new_rem.saturating_sub(1);
+                out.push(b'-');
+                out.extend_from_slice(&b[1..]);
+            }
+            Some(b'\\') => out.extend_from_slice(b),
+            _ => {
+                old_rem = old_rem.saturating_sub(1);
+                new_rem = new_rem.saturating_sub(1);
+                out.extend_from_slice(b);
+            }
+        }
+        i += 1;
+    }
+    i
+}
+
+/// One extended header line with its sides swapped (new/deleted mode, rename from/to, index);
+/// any other line passes through.
+fn reverse_header_line(l: &[u8], raw: &[u8], eol: &[u8], out: &mut Vec<u8>) {
+    if let Some(rest) = l.strip_prefix(b"new file mode ") {
+        out.extend_from_slice(b"deleted file mode ");
+        out.extend_from_slice(rest);
+        out.extend_from_slice(eol);
+    } else if let Some(rest) = l.strip_prefix(b"deleted file mode ") {
+        out.extend_from_slice(b"new file mode ");
+        out.extend_from_slice(rest);
+        out.extend_from_slice(eol);
+    } else if let Some(rest) = l.strip_prefix(b"rename from ") {
+        out.extend_from_slice(b"rename to ");
+        out.extend_from_slice(rest);
+        out.extend_from_slice(eol);
+    } else if let Some(rest) = l.strip_prefix(b"rename to ") {
+        out.extend_from_slice(b"rename from ");
+        out.extend_from_slice(rest);
+        out.extend_from_slice(eol);
+    } else if let Some(rest) = l.strip_prefix(b"index ") {
+        // `index a..b [mode]` → `index b..a [mode]`
+        let (ids, mode) = match rest.iter().position(|&b| b == b' ') {
+            Some(p) => (&rest[..p], &rest[p..]),
+            None => (rest, &b""[..]),
+        };
+        match ids.windows(2).position(|w| w == b"..") {
+            Some(p) => {
+                out.extend_from_slice(b"index ");
+                out.extend_from_slice(&ids[p + 2..]);
+                out.extend_from_slice(b"..");
+                out.extend_from_slice(&ids[..p]);
+                out.extend_from_slice(mode);
+                out.extend_from_slice(eol);
+            }
+            None => out.extend_from_slice(raw),
+        }
+    } else {
+        out.extend_from_slice(raw);
+    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@
 //! commit without attribution trailers exports with lint errors, never silently.
 
 use super::{lint, PatchFile, PatchId};
-use crate::base::digest::Sha256;
+use crate::base::digest::{GitOid, Sha256};
 use crate::base::error::{Error, GitContext, Result};
 use git2::{Commit, Repository};
 use serde::Serialize;
@@ -29,15 +29,37 @@ const FIELDS: &[&str] = &[
     "Last-Update",
 ];
 
+/// Where an exported file's bytes come from (serialized in lower case, as before it was typed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExportedFrom {
+    /// The note on the commit: the original file, byte for byte.
+    Note,
+    /// Rebuilt from the commit's message, trailers and diff.
+    Commit,
+}
+
+impl std::fmt::Display for ExportedFrom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ExportedFrom::Note => "note",
+            ExportedFrom::Commit => "commit",
+        })
+    }
+}
+
 /// One exported patch.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Exported {
     /// File name written.
     pub file: String,
     /// The commit it came from.
-    pub commit: String,
+    // Typed, with the plain-string schema it has always published.
+    #[schemars(with = "String")]
+    pub commit: GitOid,
     /// `note` (the original file, byte for byte) or `commit` (rebuilt from the commit).
-    pub from: &'static str,
+    #[schemars(with = "String")]
+    pub from: ExportedFrom,
     /// SHA-256 of the file.
     pub sha256: Sha256,
     /// Lint findings of the file (errors for a commit without attribution).
@@ -52,7 +74,7 @@ pub fn export(repo_path: &Path, base: Option<&str>) -> Result<Vec<Exported>> {
     let subject = repo_path.display().to_string();
     let repo = Repository::open(repo_path)
         .map_err(|e| Error::input(&subject, format!("not a git repository: {}", e.message())))?;
-    let base_spec = base.unwrap_or(crate::source::upstream::PRISTINE_TAG);
+    let base_spec = base.unwrap_or(crate::base::git::PRISTINE_TAG);
     let base_oid = repo
         .revparse_single(base_spec)
         .and_then(|o| o.peel_to_commit())
@@ -94,8 +116,11 @@ pub fn export(repo_path: &Path, base: Option<&str>) -> Result<Vec<Exported>> {
         let note = crate::base::git::read_patch_note(&repo, oid)
             .filter(|b| want.is_some_and(|w| w == Sha256::of_bytes(b)));
         let (bytes, from) = match note {
-            Some(b) => (b, "note"),
-            None => (from_commit(&repo, &c, &trailers, &subject)?, "commit"),
+            Some(b) => (b, ExportedFrom::Note),
+            None => (
+                from_commit(&repo, &c, &trailers, &subject)?,
+                ExportedFrom::Commit,
+            ),
         };
         // An amended pinforge commit keeps its trailer, and so its file name.
         let file = match named.filter(|f| PatchId::new(f).is_ok()) {
@@ -117,7 +142,7 @@ pub fn export(repo_path: &Path, base: Option<&str>) -> Result<Vec<Exported>> {
         let parsed = PatchFile::from_bytes(id, file.clone().into(), bytes.clone());
         out.push(Exported {
             file,
-            commit: oid.to_string(),
+            commit: GitOid::new(oid),
             from,
             sha256: parsed.sha256,
             findings: parsed.findings,

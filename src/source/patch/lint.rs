@@ -208,7 +208,89 @@ pub fn analyze(header: &Header) -> (Option<Attribution>, Vec<Finding>) {
     };
     // Where "missing field" findings point: the line after the last field (where it would go).
     let missing_line = header.fields.last().map(|f| f.line + 1).unwrap_or(1);
+    check_fields(header, &mut lint);
+    // Summary: Subject (minus [PATCH n/m]) or the first line of Description.
+    let description = header.get("Description");
+    let subject = header.get("Subject");
+    let summary = subject
+        .map(|s| super::mail::cleanup_subject(&s.mail))
+        .or_else(|| description.map(|d| d.value.lines().next().unwrap_or("").to_string()))
+        .unwrap_or_default();
+    if description.is_none() && subject.is_none() {
+        lint.error(
+            missing_line,
+            "missing-description",
+            "no `Description:` (or `Subject:`) field".into(),
+            "add `Description: <what the patch fixes and why>` to the header",
+        );
+    }
 
+    let status = status(header, missing_line, &mut lint);
+    let issues = refs(header, "Upstream-Issue", "issues", &mut lint);
+    let prs = refs(header, "Upstream-PR", "pull", &mut lint);
+    let commit = upstream_commit(header, &mut lint);
+    let authors = handles(header, "Upstream-Author", &mut lint);
+    let reporters = handles(header, "Reported-by", &mut lint);
+    let from = header
+        .get("From")
+        .or_else(|| header.get("Author"))
+        .map(|f| f.mail.trim().to_string())
+        .filter(|v| !v.is_empty());
+    if authors.is_empty() && reporters.is_empty() && from.is_none() {
+        lint.error(
+            missing_line,
+            "missing-person",
+            "the patch names no person (`Upstream-Author:`, `Reported-by:` or `From:`)".into(),
+            "credit the upstream author or reporter by handle, e.g. `Reported-by: cmp-nct`",
+        );
+    }
+
+    let origin = origin(header, missing_line, &mut lint);
+    let last_update = last_update(header, &mut lint);
+    let applied_upstream = header
+        .get("Applied-Upstream")
+        .map(|f| f.value.trim().to_string())
+        .filter(|v| !v.is_empty());
+
+    if let Some((status, line)) = &status {
+        status_rules(header, status, *line, &mut lint);
+    }
+    if header.diff_line.is_none() {
+        lint.error(
+            header.fields.last().map(|f| f.line).unwrap_or(1),
+            "no-diff",
+            "no diff found after the header".into(),
+            "append the output of `git diff` or `git format-patch`",
+        );
+    }
+
+    lint.findings
+        .sort_by(|a, b| (a.line, a.severity, a.rule).cmp(&(b.line, b.severity, b.rule)));
+    let has_error = lint.findings.iter().any(|f| f.severity == Severity::Error);
+    let attribution = match (status, has_error) {
+        (Some((status, _)), false) => Some(Attribution {
+            summary,
+            description: description.map(|d| d.value.clone()).unwrap_or_default(),
+            body: header.body.clone(),
+            status,
+            issues,
+            prs,
+            commit,
+            authors,
+            reporters,
+            from,
+            origin,
+            applied_upstream,
+            last_update,
+            date: header.get("Date").map(|f| f.value.clone()),
+        }),
+        _ => None,
+    };
+    (attribution, lint.findings)
+}
+
+/// Every field: unreadable lines, unknown, empty and duplicated fields.
+fn check_fields(header: &Header, lint: &mut Lint) {
     // A line that cannot be read is an error at that line: nothing is guessed from it.
     for p in &header.problems {
         lint.error(
@@ -253,24 +335,15 @@ pub fn analyze(header: &Header) -> (Option<Attribution>, Vec<Finding>) {
             );
         }
     }
+}
 
-    // Summary: Subject (minus [PATCH n/m]) or the first line of Description.
-    let description = header.get("Description");
-    let subject = header.get("Subject");
-    let summary = subject
-        .map(|s| super::mail::cleanup_subject(&s.mail))
-        .or_else(|| description.map(|d| d.value.lines().next().unwrap_or("").to_string()))
-        .unwrap_or_default();
-    if description.is_none() && subject.is_none() {
-        lint.error(
-            missing_line,
-            "missing-description",
-            "no `Description:` (or `Subject:`) field".into(),
-            "add `Description: <what the patch fixes and why>` to the header",
-        );
-    }
-
-    let status = match header.get("Upstream-Status") {
+/// `Upstream-Status` and the line it is on; None when missing, empty or malformed.
+fn status(
+    header: &Header,
+    missing_line: usize,
+    lint: &mut Lint,
+) -> Option<(UpstreamStatus, usize)> {
+    match header.get("Upstream-Status") {
         None => {
             lint.error(
                 missing_line,
@@ -293,12 +366,12 @@ pub fn analyze(header: &Header) -> (Option<Attribution>, Vec<Finding>) {
                 None
             }
         },
-    };
+    }
+}
 
-    let issues = refs(header, "Upstream-Issue", "issues", &mut lint);
-    let prs = refs(header, "Upstream-PR", "pull", &mut lint);
-
-    let commit = header.get("Upstream-Commit").and_then(|f| {
+/// `Upstream-Commit`, lower-cased, when it is a commit id.
+fn upstream_commit(header: &Header, lint: &mut Lint) -> Option<String> {
+    header.get("Upstream-Commit").and_then(|f| {
         let v = f.value.trim();
         if v.is_empty() {
             return None;
@@ -314,24 +387,11 @@ pub fn analyze(header: &Header) -> (Option<Attribution>, Vec<Finding>) {
             );
             None
         }
-    });
+    })
+}
 
-    let authors = handles(header, "Upstream-Author", &mut lint);
-    let reporters = handles(header, "Reported-by", &mut lint);
-    let from = header
-        .get("From")
-        .or_else(|| header.get("Author"))
-        .map(|f| f.mail.trim().to_string())
-        .filter(|v| !v.is_empty());
-    if authors.is_empty() && reporters.is_empty() && from.is_none() {
-        lint.error(
-            missing_line,
-            "missing-person",
-            "the patch names no person (`Upstream-Author:`, `Reported-by:` or `From:`)".into(),
-            "credit the upstream author or reporter by handle, e.g. `Reported-by: cmp-nct`",
-        );
-    }
-
+/// The `Origin` URL (DEP-3 allows a category before it).
+fn origin(header: &Header, missing_line: usize, lint: &mut Lint) -> Option<String> {
     let origin = header.get("Origin").and_then(|f| {
         // DEP-3 allows a category before the URL: "upstream, https://...".
         let v = f.value.trim();
@@ -358,8 +418,12 @@ pub fn analyze(header: &Header) -> (Option<Attribution>, Vec<Finding>) {
             "",
         );
     }
+    origin
+}
 
-    let last_update = header.get("Last-Update").and_then(|f| {
+/// `Last-Update` when it is a date.
+fn last_update(header: &Header, lint: &mut Lint) -> Option<String> {
+    header.get("Last-Update").and_then(|f| {
         let v = f.value.trim();
         if is_date(v) {
             Some(v.to_string())
@@ -374,81 +438,47 @@ pub fn analyze(header: &Header) -> (Option<Attribution>, Vec<Finding>) {
             }
             None
         }
-    });
-    let applied_upstream = header
-        .get("Applied-Upstream")
-        .map(|f| f.value.trim().to_string())
-        .filter(|v| !v.is_empty());
+    })
+}
 
-    // Rules that follow the status.
-    if let Some((status, line)) = &status {
-        match status {
-            // A present but malformed Upstream-Commit is already reported as malformed.
-            UpstreamStatus::Backport(_) | UpstreamStatus::Accepted
-                if header.get("Upstream-Commit").is_none() =>
-            {
-                lint.error(
-                    *line,
-                    "status-needs-commit",
-                    format!("a {} patch must name its upstream commit", status.word()),
-                    "add `Upstream-Commit: <id>` (the commit it was taken from)",
-                );
-            }
-            UpstreamStatus::Pending | UpstreamStatus::Submitted(_)
-                if header.get("Upstream-Issue").is_none()
-                    && header.get("Upstream-PR").is_none() =>
-            {
-                lint.error(
-                    *line,
-                    "status-needs-issue",
-                    format!("a {} patch must name an upstream issue or PR", status.word()),
-                    "add `Upstream-Issue: https://.../issues/N` or `Upstream-PR: https://.../pull/N`",
-                );
-            }
-            UpstreamStatus::Inappropriate(None) => {
-                lint.error(
-                    *line,
-                    "status-needs-reason",
-                    "`Inappropriate` must give its reason: `Inappropriate [reason]`".into(),
-                    "",
-                );
-            }
-            _ => {}
+/// The rules that follow the status: what a Backport, a Pending or an Inappropriate patch
+/// must also name.
+fn status_rules(header: &Header, status: &UpstreamStatus, line: usize, lint: &mut Lint) {
+    match status {
+        // A present but malformed Upstream-Commit is already reported as malformed.
+        UpstreamStatus::Backport(_) | UpstreamStatus::Accepted
+            if header.get("Upstream-Commit").is_none() =>
+        {
+            lint.error(
+                line,
+                "status-needs-commit",
+                format!("a {} patch must name its upstream commit", status.word()),
+                "add `Upstream-Commit: <id>` (the commit it was taken from)",
+            );
         }
+        UpstreamStatus::Pending | UpstreamStatus::Submitted(_)
+            if header.get("Upstream-Issue").is_none() && header.get("Upstream-PR").is_none() =>
+        {
+            lint.error(
+                line,
+                "status-needs-issue",
+                format!(
+                    "a {} patch must name an upstream issue or PR",
+                    status.word()
+                ),
+                "add `Upstream-Issue: https://.../issues/N` or `Upstream-PR: https://.../pull/N`",
+            );
+        }
+        UpstreamStatus::Inappropriate(None) => {
+            lint.error(
+                line,
+                "status-needs-reason",
+                "`Inappropriate` must give its reason: `Inappropriate [reason]`".into(),
+                "",
+            );
+        }
+        _ => {}
     }
-
-    if header.diff_line.is_none() {
-        lint.error(
-            header.fields.last().map(|f| f.line).unwrap_or(1),
-            "no-diff",
-            "no diff found after the header".into(),
-            "append the output of `git diff` or `git format-patch`",
-        );
-    }
-
-    lint.findings
-        .sort_by(|a, b| (a.line, a.severity, a.rule).cmp(&(b.line, b.severity, b.rule)));
-    let has_error = lint.findings.iter().any(|f| f.severity == Severity::Error);
-    let attribution = match (status, has_error) {
-        (Some((status, _)), false) => Some(Attribution {
-            summary,
-            description: description.map(|d| d.value.clone()).unwrap_or_default(),
-            body: header.body.clone(),
-            status,
-            issues,
-            prs,
-            commit,
-            authors,
-            reporters,
-            from,
-            origin,
-            applied_upstream,
-            last_update,
-            date: header.get("Date").map(|f| f.value.clone()),
-        }),
-        _ => None,
-    };
-    (attribution, lint.findings)
 }
 
 fn is_url(s: &str) -> bool {

@@ -79,9 +79,6 @@ fn finish(model: &TreeModel, dest: &Path, refuse: impl Fn(&Path, &str) -> Error)
 }
 
 // ---------------------------------------------------------------------------------------------
-// Files that are not files.
-
-// ---------------------------------------------------------------------------------------------
 // Archives.
 
 /// Extract a `.crate` / `.tar.gz` / `.tar`, keeping only entries under `top/subdir`. Every
@@ -89,16 +86,7 @@ fn finish(model: &TreeModel, dest: &Path, refuse: impl Fn(&Path, &str) -> Error)
 /// refused; `.git` entries are skipped and counted; symlinks are created last and only when
 /// they resolve inside the tree.
 pub fn extract_archive(archive: &Path, dest: &Path, subdir: Option<&str>) -> Result<Written> {
-    let mut file = fsx::open_regular(archive, "archive", true)?;
-    let mut magic = [0u8; 2];
-    let gz = file.read(&mut magic).at("read", archive)? == 2 && magic == [0x1f, 0x8b];
-    let file = fsx::open_regular(archive, "archive", true)?;
-    let reader: Box<dyn Read> = if gz {
-        Box::new(flate2::read::GzDecoder::new(file))
-    } else {
-        Box::new(file)
-    };
-    let mut tar = tar::Archive::new(reader);
+    let mut tar = tar::Archive::new(open_archive(archive)?);
     let mut model = TreeModel::default();
     let mut out = Written::default();
     let mut top: Option<PathBuf> = None;
@@ -161,50 +149,9 @@ pub fn extract_archive(archive: &Path, dest: &Path, subdir: Option<&str>) -> Res
             out.skipped_git.record(&inner);
             continue;
         }
-        let target = dest.join(&inner);
-        match kind {
-            tar::EntryType::Directory => {
-                model.add_dir(&inner).map_err(|why| bad(&raw, &why))?;
-                fsx::create_dir_all(&target)?;
-            }
-            tar::EntryType::Regular | tar::EntryType::Continuous => {
-                model.add_file(&inner).map_err(|why| bad(&raw, &why))?;
-                fsx::create_dir_all(&fsx::parent_of(&target))?;
-                let exec = entry.header().mode().unwrap_or(0o644) & 0o111 != 0;
-                let mut f = create_file(&target, exec)?;
-                // A short read is the archive's fault; a failed write is this machine's.
-                let mut buf = vec![0u8; 1 << 16];
-                loop {
-                    let n = entry.read(&mut buf).map_err(corrupt)?;
-                    if n == 0 {
-                        break;
-                    }
-                    std::io::Write::write_all(&mut f, &buf[..n]).at("write", &target)?;
-                }
-                out.files += 1;
-            }
-            tar::EntryType::Symlink => {
-                let link = entry
-                    .link_name()
-                    .map_err(corrupt)?
-                    .ok_or_else(|| bad(&raw, "symlink without target"))?
-                    .into_owned();
-                model
-                    .add_link(&inner, &link)
-                    .map_err(|why| bad(&raw, &why))?;
-            }
-            tar::EntryType::Link => return Err(bad(&raw, "hard links are not allowed")),
-            tar::EntryType::Char | tar::EntryType::Block => {
-                return Err(bad(&raw, "device files are not allowed"))
-            }
-            tar::EntryType::Fifo => return Err(bad(&raw, "FIFOs are not allowed")),
-            _ => {
-                return Err(bad(
-                    &raw,
-                    "only files, folders and in-tree symlinks are allowed",
-                ))
-            }
-        }
+        write_entry(
+            &mut entry, kind, &raw, &inner, dest, &mut model, &mut out, &bad, &corrupt,
+        )?;
     }
     if out.files == 0 {
         return Err(Error::input(
@@ -218,6 +165,79 @@ pub fn extract_archive(archive: &Path, dest: &Path, subdir: Option<&str>) -> Res
     }
     finish(&model, dest, bad)?;
     Ok(out)
+}
+
+/// The archive as a byte stream: gunzipped when it starts with the gzip magic.
+fn open_archive(archive: &Path) -> Result<Box<dyn Read>> {
+    let mut file = fsx::open_regular(archive, "archive", true)?;
+    let mut magic = [0u8; 2];
+    let gz = file.read(&mut magic).at("read", archive)? == 2 && magic == [0x1f, 0x8b];
+    let file = fsx::open_regular(archive, "archive", true)?;
+    let reader: Box<dyn Read> = if gz {
+        Box::new(flate2::read::GzDecoder::new(file))
+    } else {
+        Box::new(file)
+    };
+    Ok(reader)
+}
+
+/// Write one checked archive entry at `inner` under `dest`: a folder or file now, a symlink into
+/// the model (created last, by `finish`); anything else is refused.
+#[allow(clippy::too_many_arguments)]
+fn write_entry(
+    entry: &mut tar::Entry<'_, Box<dyn Read>>,
+    kind: tar::EntryType,
+    raw: &Path,
+    inner: &Path,
+    dest: &Path,
+    model: &mut TreeModel,
+    out: &mut Written,
+    bad: &dyn Fn(&Path, &str) -> Error,
+    corrupt: &dyn Fn(std::io::Error) -> Error,
+) -> Result<()> {
+    let target = dest.join(inner);
+    match kind {
+        tar::EntryType::Directory => {
+            model.add_dir(inner).map_err(|why| bad(raw, &why))?;
+            fsx::create_dir_all(&target)?;
+        }
+        tar::EntryType::Regular | tar::EntryType::Continuous => {
+            model.add_file(inner).map_err(|why| bad(raw, &why))?;
+            fsx::create_dir_all(&fsx::parent_of(&target))?;
+            let exec = entry.header().mode().unwrap_or(0o644) & 0o111 != 0;
+            let mut f = create_file(&target, exec)?;
+            // A short read is the archive's fault; a failed write is this machine's.
+            let mut buf = vec![0u8; 1 << 16];
+            loop {
+                let n = entry.read(&mut buf).map_err(corrupt)?;
+                if n == 0 {
+                    break;
+                }
+                std::io::Write::write_all(&mut f, &buf[..n]).at("write", &target)?;
+            }
+            out.files += 1;
+        }
+        tar::EntryType::Symlink => {
+            let link = entry
+                .link_name()
+                .map_err(corrupt)?
+                .ok_or_else(|| bad(raw, "symlink without target"))?
+                .into_owned();
+            model.add_link(inner, &link).map_err(|why| bad(raw, &why))?;
+        }
+        tar::EntryType::Link => return Err(bad(raw, "hard links are not allowed")),
+        tar::EntryType::Char | tar::EntryType::Block => {
+            return Err(bad(raw, "device files are not allowed"))
+        }
+        tar::EntryType::Fifo => return Err(bad(raw, "FIFOs are not allowed")),
+        _ => {
+            return Err(bad(
+                raw,
+                "only files, folders and in-tree symlinks are allowed",
+            ))
+        }
+    }
+    Ok(())
 }
 
 /// A new file (never an existing one: `create_new` also refuses to follow a planted link),

@@ -1,0 +1,450 @@
+//! One patch judged against the new tree: the content probes (reverse-apply, three-way
+//! cherry-pick, placement, what upstream changed around the hunks), the verdict reached from them
+//! and the history evidence, and the refreshed bytes of a carried patch.
+
+use super::{content, Evidence, EvidenceKind, Outcome, PatchAudit, Strength, Verdict};
+use crate::base::digest::GitOid;
+use crate::base::error::{Error, GitContext, Result};
+use crate::source::patch::apply::{self, HunkOffset};
+use crate::source::patch::diff::FilePatch;
+use crate::source::patch::PatchFile;
+use git2::Repository;
+use std::path::Path;
+
+/// Judge one patch on the scratch tree (`work`, whose HEAD is the new base plus the patches
+/// carried so far): probe the content, decide the verdict from all the evidence, and carry the
+/// patch onto the scratch tree when it stays in the series and `carry`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn judge(
+    repo: &Repository,
+    work: &Path,
+    p: &PatchFile,
+    vendor_commit: GitOid,
+    old_base: &git2::Tree,
+    new_base: &git2::Tree,
+    mut ev: Vec<Evidence>,
+    onto: &str,
+    today: &str,
+    carry: bool,
+) -> Result<PatchAudit> {
+    let subject = p.origin.display().to_string();
+    let pr = probe(repo, work, p, vendor_commit, old_base, new_base, &mut ev)?;
+    let dropped = |how: &str| Outcome::Dropped {
+        applied_upstream: format!("{onto} ({how})"),
+    };
+    let (verdict, outcome) = if pr.reverse || pr.empty {
+        let how = if pr.reverse {
+            "content: the patch reverse-applies"
+        } else {
+            "content: a three-way cherry-pick is empty"
+        };
+        (
+            Verdict::Merged,
+            dropped(&applied_from(&ev).unwrap_or_else(|| how.into())),
+        )
+    } else if pr.history_merged && pr.forward.is_err() && !pr.three_way_clean {
+        for v in &pr.versions {
+            ev.push(Evidence::new(
+                EvidenceKind::Superseded,
+                v.shown.clone(),
+                Strength::Moderate,
+            ));
+        }
+        if pr.conflicted {
+            ev.push(conflict_evidence(repo, &pr.index, Strength::Note));
+        }
+        let how = applied_from(&ev).unwrap_or_else(|| "history".into());
+        (Verdict::Merged, dropped(&how))
+    } else if let Ok((diff, offsets)) = &pr.forward {
+        carried(
+            p,
+            diff,
+            offsets,
+            &pr.review,
+            pr.history_merged,
+            &mut ev,
+            today,
+        )
+    } else if pr.three_way_clean {
+        three_way(repo, p, &pr, &subject, &mut ev, today)?
+    } else if !pr.versions.is_empty() && pr.versions.iter().all(|v| v.superseded) {
+        // Every hunk that no longer applies must look superseded: one real conflict beside a
+        // superseded hunk is a conflict, never a drop.
+        for v in &pr.versions {
+            ev.push(Evidence::new(
+                EvidenceKind::Superseded,
+                format!("upstream changed the lines this patch changes, differently; confirm the fix is equivalent:\n{}", v.shown),
+                Strength::Moderate,
+            ));
+        }
+        if pr.conflicted {
+            ev.push(conflict_evidence(repo, &pr.index, Strength::Moderate));
+        }
+        (
+            Verdict::Superseded,
+            dropped("superseded: upstream changed these lines, confirmed by the operator"),
+        )
+    } else {
+        ev.push(conflict_evidence(repo, &pr.index, Strength::Strong));
+        (Verdict::Conflicts, Outcome::Stopped)
+    };
+    ev.sort_by_key(|e| e.strength);
+
+    // A carried patch goes onto the scratch tree, so the next patch sees what it would.
+    if let (Outcome::Carried { bytes }, true) = (&outcome, carry) {
+        let carried = PatchFile::from_bytes(p.id.clone(), p.origin.clone(), bytes.clone());
+        apply::apply_series(repo, &[&carried]).map_err(|e| {
+            Error::Internal(format!(
+                "{}: the refreshed patch does not apply to the scratch tree: {e}",
+                p.id
+            ))
+        })?;
+    }
+    Ok(PatchAudit {
+        file: p.id.to_string(),
+        verdict,
+        evidence: ev,
+        outcome,
+    })
+}
+
+/// What the content checks find for one patch on the scratch tree.
+struct Probe<'r> {
+    /// The scratch tree's HEAD: the new base plus the patches carried so far.
+    head: git2::Commit<'r>,
+    /// The patch reverse-applies: its change is already there.
+    reverse: bool,
+    /// The patch placed on the new tree (its diff and how far each hunk moved), or why not.
+    forward: Result<(Vec<u8>, Vec<HunkOffset>)>,
+    /// The three-way cherry-pick of its vendor commit onto HEAD.
+    index: git2::Index,
+    conflicted: bool,
+    merged_tree: Option<git2::Oid>,
+    /// The cherry-pick changes nothing.
+    empty: bool,
+    /// What upstream did in the functions the patch touches, between the pins.
+    review: Vec<String>,
+    /// The three versions of every hunk that no longer matches, when it does not apply.
+    versions: Vec<content::Versions>,
+    /// Strong history evidence says upstream merged it.
+    history_merged: bool,
+    three_way_clean: bool,
+}
+
+/// Probe `p` on the scratch tree; the content evidence found on the way goes into `ev`.
+fn probe<'r>(
+    repo: &'r Repository,
+    work: &Path,
+    p: &PatchFile,
+    vendor_commit: GitOid,
+    old_base: &git2::Tree,
+    new_base: &git2::Tree,
+    ev: &mut Vec<Evidence>,
+) -> Result<Probe<'r>> {
+    let subject = p.origin.display().to_string();
+    let head = repo
+        .head()
+        .and_then(|h| h.peel_to_commit())
+        .git_at(&work.display())?;
+    let files = crate::source::patch::diff::parse(
+        p.bytes
+            .get(p.header.diff_offset.unwrap_or(0)..)
+            .unwrap_or_default(),
+    )
+    .map_err(|e| Error::input(&subject, format!("not a valid diff: {}", e.message)))?;
+
+    let reverse = apply::already_applied(work, p);
+    if reverse {
+        ev.push(Evidence::new(
+            EvidenceKind::ReverseApplies,
+            "the patch reverse-applies on the new tree: its change is already there",
+            Strength::Strong,
+        ));
+    }
+    let forward = apply::placed_diff(work, p);
+    let picked = repo.find_commit(vendor_commit.raw()).git_at(&subject)?;
+    let mut index = repo
+        .cherrypick_commit(&picked, &head, 0, None)
+        .git_at(&subject)?;
+    let conflicted = index.has_conflicts();
+    let merged_tree = if conflicted {
+        None
+    } else {
+        Some(index.write_tree_to(repo).git_at(&subject)?)
+    };
+    let empty = merged_tree == Some(head.tree_id());
+    if empty {
+        ev.push(Evidence::new(
+            EvidenceKind::CherryPickEmpty,
+            format!(
+                "a three-way cherry-pick of the patch's vendor commit {} onto the new base changes nothing",
+                vendor_commit.short(9)
+            ),
+            Strength::Strong,
+        ));
+    }
+
+    let review = upstream_review(repo, &files, old_base, new_base);
+
+    let history_merged = ev.iter().any(|e| {
+        e.strength == Strength::Strong
+            && matches!(
+                e.kind,
+                EvidenceKind::UpstreamCommitAncestor
+                    | EvidenceKind::CherryPicked
+                    | EvidenceKind::LogReference
+            )
+    });
+    let three_way_clean = !conflicted && !empty;
+
+    // The three versions of every hunk that no longer matches, when it does not apply.
+    let versions = if forward.is_err() && !reverse && !empty {
+        stale_versions(repo, &files, &picked, &head, &subject)?
+    } else {
+        Vec::new()
+    };
+
+    Ok(Probe {
+        head,
+        reverse,
+        forward,
+        index,
+        conflicted,
+        merged_tree,
+        empty,
+        review,
+        versions,
+        history_merged,
+        three_way_clean,
+    })
+}
+
+/// What upstream did in the functions the patch touches, between the two pins (one shown
+/// region per changed function).
+fn upstream_review(
+    repo: &Repository,
+    files: &[FilePatch],
+    old_base: &git2::Tree,
+    new_base: &git2::Tree,
+) -> Vec<String> {
+    let mut review = Vec::new();
+    for f in files {
+        let Some(path) = f.new_path.as_ref().or(f.old_path.as_ref()) else {
+            continue;
+        };
+        let path = Path::new(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(path));
+        let old = crate::base::git::blob_at(repo, old_base, path);
+        let new = crate::base::git::blob_at(repo, new_base, path);
+        if let (Some(o), Some(n)) = (&old, &new) {
+            if let Some(shown) = content::region_changes(f, o, n) {
+                review.push(shown);
+            }
+        }
+    }
+    review
+}
+
+/// The three versions (base, patch, upstream) of every hunk that no longer matches.
+fn stale_versions(
+    repo: &Repository,
+    files: &[FilePatch],
+    picked: &git2::Commit,
+    head: &git2::Commit,
+    subject: &str,
+) -> Result<Vec<content::Versions>> {
+    let mut versions = Vec::new();
+    let parent = picked.parent(0).and_then(|c| c.tree()).git_at(&subject)?;
+    let ours = head.tree().git_at(&subject)?;
+    for f in files {
+        let Some(path) = f.old_path.as_ref().or(f.new_path.as_ref()) else {
+            continue;
+        };
+        let path = Path::new(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(path));
+        if let (Some(b), Some(o)) = (
+            crate::base::git::blob_at(repo, &parent, path),
+            crate::base::git::blob_at(repo, &ours, path),
+        ) {
+            versions.extend(content::hunk_versions(f, &b, &o));
+        }
+    }
+    Ok(versions)
+}
+
+/// A patch that still applies: carried (refreshed when only its position moved), for review
+/// when upstream touched the same function or the history says it merged.
+fn carried(
+    p: &PatchFile,
+    diff: &[u8],
+    offsets: &[HunkOffset],
+    review: &[String],
+    history_merged: bool,
+    ev: &mut Vec<Evidence>,
+    today: &str,
+) -> (Verdict, Outcome) {
+    if offsets.is_empty() {
+        ev.push(Evidence::new(
+            EvidenceKind::Applies,
+            "applies cleanly on the new base at the lines it states",
+            Strength::Strong,
+        ));
+    } else {
+        ev.push(Evidence::new(
+            EvidenceKind::Moved,
+            format!(
+                "applies cleanly on the new base; only the position moved: {}",
+                offsets
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Strength::Strong,
+        ));
+    }
+    for r in review {
+        ev.push(Evidence::new(
+            EvidenceKind::RegionChanged,
+            format!("upstream changed the function this patch lands in, between the pins; review that the patch is still right there:\n{r}"),
+            Strength::Moderate,
+        ));
+    }
+    if history_merged {
+        ev.push(Evidence::new(
+            EvidenceKind::RegionChanged,
+            "the history says upstream merged this fix, yet the patch still applies: upstream's fix is in other words or partial; review",
+            Strength::Moderate,
+        ));
+    }
+    let bytes = if offsets.is_empty() {
+        p.bytes.clone()
+    } else {
+        refreshed(p, diff, today)
+    };
+    let verdict = if review.is_empty() && !history_merged {
+        Verdict::Carries
+    } else {
+        Verdict::CarriesReview
+    };
+    (verdict, Outcome::Carried { bytes })
+}
+
+/// A patch that does not apply as written but merges cleanly three-way: carried for review,
+/// its diff regenerated from the merge.
+fn three_way(
+    repo: &Repository,
+    p: &PatchFile,
+    pr: &Probe,
+    subject: &str,
+    ev: &mut Vec<Evidence>,
+    today: &str,
+) -> Result<(Verdict, Outcome)> {
+    let merged = pr
+        .merged_tree
+        .ok_or_else(|| Error::Internal("invariant: clean merge has a tree".into()))?;
+    let diff = tree_diff(repo, &pr.head.tree().git_at(&subject)?, merged, subject)?;
+    ev.push(Evidence::new(
+        EvidenceKind::ThreeWay,
+        "does not apply as written, but a three-way merge onto the new base is clean: the context changed; the refreshed patch is regenerated from the merge",
+        Strength::Moderate,
+    ));
+    for r in &pr.review {
+        ev.push(Evidence::new(
+            EvidenceKind::RegionChanged,
+            format!("upstream changed the function this patch lands in, between the pins:\n{r}"),
+            Strength::Moderate,
+        ));
+    }
+    Ok((
+        Verdict::CarriesReview,
+        Outcome::Carried {
+            bytes: refreshed(p, &diff, today),
+        },
+    ))
+}
+
+/// The three-way merge's conflicts, shown: attached whenever the merge conflicts, whatever the
+/// verdict, so a person confirming a drop sees what did not merge.
+fn conflict_evidence(repo: &Repository, index: &git2::Index, strength: Strength) -> Evidence {
+    Evidence::new(
+        EvidenceKind::Conflict,
+        format!(
+            "a three-way merge of the patch onto the new base conflicts:\n{}",
+            content::render_conflicts(repo, index)
+        ),
+        strength,
+    )
+}
+
+/// `Applied-Upstream` from the strongest history evidence: the commit that carries the fix.
+fn applied_from(ev: &[Evidence]) -> Option<String> {
+    ev.iter()
+        .filter(|e| e.strength == Strength::Strong)
+        .find(|e| {
+            matches!(
+                e.kind,
+                EvidenceKind::UpstreamCommitAncestor
+                    | EvidenceKind::CherryPicked
+                    | EvidenceKind::LogReference
+            )
+        })
+        .map(|e| {
+            let first = e.detail.split_whitespace().next().unwrap_or_default();
+            let commit = if first == "Upstream-Commit" {
+                e.detail.split_whitespace().nth(1).unwrap_or_default()
+            } else {
+                first
+            };
+            format!("commit {commit}")
+        })
+}
+
+/// The patch's header with `Last-Update` set to `today`, over `diff`.
+pub fn refreshed(p: &PatchFile, diff: &[u8], today: &str) -> Vec<u8> {
+    let at = p
+        .header
+        .diff_offset
+        .unwrap_or(p.bytes.len())
+        .min(p.bytes.len());
+    let head = &p.bytes[..at];
+    let line = p
+        .header
+        .fields
+        .iter()
+        .find(|f| f.name.eq_ignore_ascii_case("Last-Update"))
+        .map(|f| f.line);
+    let mut out = Vec::with_capacity(p.bytes.len());
+    for (i, l) in head.split_inclusive(|&b| b == b'\n').enumerate() {
+        if Some(i + 1) == line {
+            let name_len = l.iter().position(|&b| b == b':').unwrap_or(0);
+            out.extend_from_slice(&l[..name_len]);
+            out.extend_from_slice(format!(": {today}\n").as_bytes());
+        } else {
+            out.extend_from_slice(l);
+        }
+    }
+    out.extend_from_slice(diff);
+    out
+}
+
+/// A git diff of two trees (what `git diff A B` prints), for a patch regenerated from a merge.
+fn tree_diff(
+    repo: &Repository,
+    from: &git2::Tree,
+    to: git2::Oid,
+    subject: &str,
+) -> Result<Vec<u8>> {
+    let to = repo.find_tree(to).git_at(&subject)?;
+    let diff = repo
+        .diff_tree_to_tree(Some(from), Some(&to), None)
+        .git_at(&subject)?;
+    let mut out = Vec::new();
+    diff.print(git2::DiffFormat::Patch, |_, _, line| {
+        if matches!(line.origin(), '+' | '-' | ' ') {
+            out.push(line.origin() as u8);
+        }
+        out.extend_from_slice(line.content());
+        true
+    })
+    .git_at(&subject)?;
+    Ok(out)
+}
