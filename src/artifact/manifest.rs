@@ -605,7 +605,7 @@ fn verify_inputs(
         inputs_checked += 1;
         if let Some(commit) = dep.digest.get("gitCommit") {
             let head: GitOid = commit.parse()?;
-            if let Err(e) = crate::source::upstream::check_clean(&path, head) {
+            if let Err(e) = crate::base::git::check_clean(&path, head) {
                 mismatches.push(Mismatch {
                     path: path.display().to_string(),
                     expected: format!("git tree at {commit}, unmodified"),

@@ -501,7 +501,7 @@ fn install_into_stage(
     // A build that wrote into its pinned source (a configure_file into the source folder)
     // would no longer be the tree the manifest names: say so now, not at the next verify.
     let tree = &job.tree;
-    upstream::check_clean(&tree.path, tree.head).map_err(|e| {
+    crate::base::git::check_clean(&tree.path, tree.head).map_err(|e| {
         Error::check(
             tree.path.display(),
             format!("the build wrote into its pinned source tree: {e}"),

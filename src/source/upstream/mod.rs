@@ -21,7 +21,7 @@ pub use extract::{is_git, GitSkips, TreeModel, Written};
 pub use fetch::{git_cache_repo, pin_digest, registry_cksum, verify_file};
 pub use lock::{git_lock_text, write_git_lock};
 // Their home is base::git (a plain git check); kept here for the callers outside source/.
-pub use crate::base::git::{check_clean, PRISTINE_TAG};
+use crate::base::git::{check_clean, PRISTINE_TAG};
 
 const STATE_FILE: &str = "pinforge-tree.json";
 
