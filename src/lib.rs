@@ -15,15 +15,20 @@
 //! | `cli` | one file per command, output, reporter, schema | clap, rendering, hints, JSON Schemas |
 
 #![deny(unsafe_code)]
+// Every item is as visible as its users need: the binary and the integration tests use only
+// what is re-exported or `pub` here, so the compiler reports dead code everywhere else.
+#![warn(unreachable_pub)]
 
-pub mod artifact;
+pub(crate) mod artifact;
 pub mod base;
 pub mod cli;
-pub mod deploy;
-pub mod source;
+pub(crate) mod deploy;
+pub(crate) mod source;
 // The one room allowed `unsafe` (foreign and system calls behind safe functions).
 #[allow(unsafe_code)]
-pub mod sys;
-pub mod trial;
+pub(crate) mod sys;
+pub(crate) mod trial;
 
 pub use base::error::{Error, Result};
+/// The crash points of install and rollback, for the crash-consistency tests (one test per step).
+pub use deploy::install::{InstallStep, RollbackStep};

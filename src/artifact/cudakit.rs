@@ -21,7 +21,7 @@
 
 mod assemble;
 
-pub use assemble::{assemble, declared_cu_functions, driver_symbols, unpack_wheel};
+pub(crate) use assemble::{assemble, unpack_wheel};
 
 use crate::base::digest::{tree_digest, Sha256};
 use crate::base::error::{Error, IoContext, Result};
@@ -35,7 +35,7 @@ use std::process::Command;
 /// One wheel of a toolkit lock.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Wheel {
+pub(crate) struct Wheel {
     /// Distribution name (`nvidia-cuda-nvcc`).
     pub name: String,
     /// Exact version (`13.1.115`).
@@ -58,7 +58,7 @@ struct RawLock {
 
 /// A toolkit lock file (`recipes/toolkits/NAME.toml`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-pub struct ToolkitLock {
+pub(crate) struct ToolkitLock {
     /// Toolkit name (`cuda-13.1.1`).
     pub name: String,
     /// What it is.
@@ -78,7 +78,7 @@ pub struct ToolkitLock {
 /// What `toolkit.json` records about an assembled toolkit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ToolkitRecord {
+pub(crate) struct ToolkitRecord {
     /// Schema id of this file.
     pub schema: String,
     /// Toolkit name.
@@ -98,15 +98,15 @@ pub struct ToolkitRecord {
 /// The id of the on-disk `toolkit.json` record: a document of its own shape, so not the id of
 /// `toolkit --json` (which adds `root` and `assembled`). Readers do not dispatch on it, so a
 /// cache written under the older shared id still reads.
-pub const RECORD_SCHEMA: &str = "pinforge.toolkit-record/v1";
+pub(crate) const RECORD_SCHEMA: &str = "pinforge.toolkit-record/v1";
 
 /// How a provisioned toolkit's root is written in CMake arguments (and so in the input digest):
 /// the build substitutes `bin/nvcc`'s grandparent for it.
-pub const ROOT_TEMPLATE: &str = "${TOOLKIT}";
+pub(crate) const ROOT_TEMPLATE: &str = "${TOOLKIT}";
 
 /// A provisioned, verified toolkit.
 #[derive(Debug, Clone)]
-pub struct Toolkit {
+pub(crate) struct Toolkit {
     /// `CUDAToolkit_ROOT`.
     pub root: PathBuf,
     /// Its record.
@@ -117,7 +117,7 @@ pub struct Toolkit {
 
 impl Toolkit {
     /// The toolkit's `nvcc`.
-    pub fn nvcc(&self) -> PathBuf {
+    pub(crate) fn nvcc(&self) -> PathBuf {
         self.root.join("bin").join("nvcc")
     }
 }
@@ -156,7 +156,7 @@ fn check_wheel(w: &Wheel, lock: &Path) -> Result<()> {
 }
 
 /// Read and check a toolkit lock.
-pub fn load_lock(path: &Path) -> Result<ToolkitLock> {
+pub(crate) fn load_lock(path: &Path) -> Result<ToolkitLock> {
     let bytes = fsx::read(path)?;
     let text = std::str::from_utf8(&bytes)
         .map_err(|e| Error::input(path.display(), format!("not UTF-8: {e}")))?;
@@ -213,7 +213,7 @@ pub fn load_lock(path: &Path) -> Result<ToolkitLock> {
 
 /// The folder provisioned toolkits live in (under `toolkits/`): `PINFORGE_TOOLKIT_CACHE`, else
 /// `$XDG_CACHE_HOME/pinforge`, else `~/.cache/pinforge` (where cargo, pip and sccache keep theirs).
-pub fn default_cache_dir() -> Result<PathBuf> {
+pub(crate) fn default_cache_dir() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("PINFORGE_TOOLKIT_CACHE").filter(|v| !v.is_empty()) {
         return Ok(PathBuf::from(p));
     }
@@ -231,11 +231,11 @@ pub fn default_cache_dir() -> Result<PathBuf> {
 }
 
 /// Progress callback: a short stage word and a detail line.
-pub type Note<'a> = &'a dyn Fn(&str, &str);
+pub(crate) type Note<'a> = &'a dyn Fn(&str, &str);
 
 /// Provision `lock` under `cache` (fetch, verify, unpack, assemble, check nvcc), or reuse the
 /// toolkit already there after re-verifying its tree digest. `tool_dirs` are searched for pip.
-pub fn provision(
+pub(crate) fn provision(
     lock: &ToolkitLock,
     cache: &Path,
     tool_dirs: &[PathBuf],
@@ -419,7 +419,7 @@ fn nvcc_release_line(nvcc: &Path) -> Result<String> {
 /// A system CUDA toolkit (`cuda-root` without `cuda-toolkit`): its `bin/nvcc` must exist.
 /// A missing one is an input error that says where pinforge looked and that the PyPI packages
 /// cannot stand in for 12.x.
-pub fn check_system_root(root: &str, toolchain: &str, nvcc: Option<&str>) -> Result<()> {
+pub(crate) fn check_system_root(root: &str, toolchain: &str, nvcc: Option<&str>) -> Result<()> {
     let bin = Path::new(root).join("bin").join("nvcc");
     let named = nvcc.map(PathBuf::from);
     let found = bin.is_file() || named.as_ref().is_some_and(|p| p.is_file());

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 /// How one named thing compares across the two sides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
-pub enum Change {
+pub(crate) enum Change {
     /// Present on both sides with the same digests (and annotations, for dependencies).
     Same,
     /// Present on both sides, different.
@@ -28,7 +28,7 @@ pub enum Change {
 
 /// One row of a comparison: a name, its value on each side, and how they compare.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-pub struct Row {
+pub(crate) struct Row {
     /// Artifact path, dependency name or parameter name.
     pub name: String,
     /// The value on side A (a digest, a version, a parameter), if present.
@@ -44,7 +44,7 @@ pub struct Row {
 
 /// The whole comparison.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct ManifestDiff {
+pub(crate) struct ManifestDiff {
     /// Input digest of each side; equal digests mean the same inputs.
     pub input_digest: (String, String),
     /// Parameters: recipe, variant, build_type, targets, patches, and one row per CMake argument
@@ -60,7 +60,7 @@ pub struct ManifestDiff {
 
 impl ManifestDiff {
     /// True when inputs and outputs are the same on both sides.
-    pub fn identical(&self) -> bool {
+    pub(crate) fn identical(&self) -> bool {
         [
             &self.parameters,
             &self.dependencies,
@@ -73,7 +73,7 @@ impl ManifestDiff {
 
     /// True when inputs are the same and every output is the same or equal under a stated
     /// normalization rule: what "the build is reproducible" means for a CUDA build.
-    pub fn equivalent(&self) -> bool {
+    pub(crate) fn equivalent(&self) -> bool {
         [
             &self.parameters,
             &self.dependencies,
@@ -88,7 +88,7 @@ impl ManifestDiff {
     }
 
     /// The rows of every section that are not the same, with the section's name.
-    pub fn changes(&self) -> impl Iterator<Item = (&'static str, &Row)> {
+    pub(crate) fn changes(&self) -> impl Iterator<Item = (&'static str, &Row)> {
         let sections: [(&'static str, &Vec<Row>); 4] = [
             ("parameter", &self.parameters),
             ("dependency", &self.dependencies),
@@ -103,7 +103,7 @@ impl ManifestDiff {
 }
 
 /// Compare two manifests.
-pub fn diff(a: &Statement, b: &Statement) -> ManifestDiff {
+pub(crate) fn diff(a: &Statement, b: &Statement) -> ManifestDiff {
     let da = &a.predicate.build_definition;
     let db = &b.predicate.build_definition;
     ManifestDiff {
@@ -125,7 +125,7 @@ pub fn diff(a: &Statement, b: &Statement) -> ManifestDiff {
 /// changed (the recipe, a patch, a tool, the pin, a CMake option), or that the workspace moved
 /// (same inputs, another folder, so every object is rebuilt), or that there was no previous
 /// build. Empty when the inputs are the same as last time.
-pub fn rebuild_reasons(previous: Option<&Statement>, now: &Statement) -> Vec<String> {
+pub(crate) fn rebuild_reasons(previous: Option<&Statement>, now: &Statement) -> Vec<String> {
     let Some(prev) = previous else {
         return vec!["no previous build of this variant".into()];
     };

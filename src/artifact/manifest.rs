@@ -18,41 +18,41 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// in-toto Statement type.
-pub const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
+pub(crate) const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
 /// SLSA provenance predicate type.
-pub const PREDICATE_TYPE: &str = "https://slsa.dev/provenance/v1";
+pub(crate) const PREDICATE_TYPE: &str = "https://slsa.dev/provenance/v1";
 /// pinforge's build type (a URI naming how to read the parameters).
-pub const BUILD_TYPE: &str = "https://pinforge.invalid/cmake-variant/v1";
+pub(crate) const BUILD_TYPE: &str = "https://pinforge.invalid/cmake-variant/v1";
 
 /// The annotation keys of a manifest's subjects and byproducts: one spelling for the build that
 /// writes them and every reader (verify, diff, install, smoke, flip).
-pub mod annotation {
+pub(crate) mod annotation {
     /// A subject's size in bytes.
-    pub const SIZE: &str = "size";
+    pub(crate) const SIZE: &str = "size";
     /// A subject whose bytes name a folder of this machine (the build, the source, the fixed
     /// build folder): another workspace or user builds other bytes.
-    pub const EMBEDS_MACHINE_PATH: &str = "embeds_machine_path";
+    pub(crate) const EMBEDS_MACHINE_PATH: &str = "embeds_machine_path";
     /// A subject copied from a CUDA toolkit, not built: the dependency it came from.
-    pub const SHIPPED_FROM: &str = "shipped_from";
+    pub(crate) const SHIPPED_FROM: &str = "shipped_from";
     /// A subject's normalized digest: `{rule, sha256, masked_names, build_id_masked}`.
-    pub const NORMALIZED: &str = "normalized";
+    pub(crate) const NORMALIZED: &str = "normalized";
     /// A subject that holds nvcc names hashed from the source's real path.
-    pub const NVCC_PATH_HASHED_NAMES: &str = "nvcc_path_hashed_names";
+    pub(crate) const NVCC_PATH_HASHED_NAMES: &str = "nvcc_path_hashed_names";
     /// The source path those names hash, when the build ran at the fixed path.
-    pub const HASHED_SOURCE_PATH: &str = "hashed_source_path";
+    pub(crate) const HASHED_SOURCE_PATH: &str = "hashed_source_path";
     /// A byproduct that is a link among the outputs: its target.
-    pub const LINK_TARGET: &str = "link_target";
+    pub(crate) const LINK_TARGET: &str = "link_target";
     /// A `built:` byproduct's CMake target.
-    pub const TARGET: &str = "target";
+    pub(crate) const TARGET: &str = "target";
     /// A `built:` byproduct's artifact: the staged file that installs it.
-    pub const INSTALLED_AS: &str = "installed_as";
+    pub(crate) const INSTALLED_AS: &str = "installed_as";
     /// A `normalization:` byproduct's rule, in words.
-    pub const RULE: &str = "rule";
+    pub(crate) const RULE: &str = "rule";
 }
 
 /// An in-toto ResourceDescriptor.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Resource {
+pub(crate) struct Resource {
     /// Name (artifact path relative to the artifact root, or a dependency name).
     pub name: String,
     /// URI, where one exists.
@@ -68,14 +68,14 @@ pub struct Resource {
 
 impl Resource {
     /// The `sha256` digest, typed.
-    pub fn sha256(&self) -> Option<Sha256> {
+    pub(crate) fn sha256(&self) -> Option<Sha256> {
         self.digest.get("sha256").and_then(|d| d.parse().ok())
     }
 }
 
 /// The in-toto Statement.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Statement {
+pub(crate) struct Statement {
     /// Always [`STATEMENT_TYPE`].
     #[serde(rename = "_type")]
     pub type_: String,
@@ -90,7 +90,7 @@ pub struct Statement {
 
 /// SLSA provenance v1.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Provenance {
+pub(crate) struct Provenance {
     /// What was built from what.
     #[serde(rename = "buildDefinition")]
     pub build_definition: BuildDefinition,
@@ -101,7 +101,7 @@ pub struct Provenance {
 
 /// SLSA BuildDefinition.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct BuildDefinition {
+pub(crate) struct BuildDefinition {
     /// [`BUILD_TYPE`].
     #[serde(rename = "buildType")]
     pub build_type: String,
@@ -118,7 +118,7 @@ pub struct BuildDefinition {
 
 /// What the user asked for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct ExternalParameters {
+pub(crate) struct ExternalParameters {
     /// Recipe name.
     pub recipe: String,
     /// Variant name.
@@ -136,7 +136,7 @@ pub struct ExternalParameters {
 
 /// Machine-local facts that let `verify` find the inputs and outputs again.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct InternalParameters {
+pub(crate) struct InternalParameters {
     /// Artifact root, relative to the manifest's folder (`stage`: the staged install prefix).
     pub artifact_root: String,
     /// How the artifacts were staged (`cmake-install`, or `built-libraries` for a project
@@ -151,7 +151,7 @@ pub struct InternalParameters {
 
 /// SLSA RunDetails.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct RunDetails {
+pub(crate) struct RunDetails {
     /// The builder.
     pub builder: Builder,
     /// Times and id.
@@ -163,7 +163,7 @@ pub struct RunDetails {
 
 /// SLSA Builder.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Builder {
+pub(crate) struct Builder {
     /// `pinforge`.
     pub id: String,
     /// Versions.
@@ -173,7 +173,7 @@ pub struct Builder {
 
 /// SLSA BuildMetadata.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Metadata {
+pub(crate) struct Metadata {
     /// The input digest.
     #[serde(rename = "invocationId")]
     pub invocation_id: String,
@@ -187,7 +187,7 @@ pub struct Metadata {
 
 impl Statement {
     /// Read and check a manifest file (a regular file; a FIFO or device is refused unopened).
-    pub fn read(path: &Path) -> Result<Statement> {
+    pub(crate) fn read(path: &Path) -> Result<Statement> {
         if matches!(std::fs::metadata(path), Err(e) if e.kind() == std::io::ErrorKind::NotFound) {
             return Err(Error::input(path.display(), "manifest not found")
                 .with_hint("`pinforge build` prints the path of the manifest it writes"));
@@ -209,7 +209,7 @@ impl Statement {
     }
 
     /// Parse and check manifest bytes; `path` names them in errors.
-    pub fn parse(bytes: &[u8], path: &Path) -> Result<Statement> {
+    pub(crate) fn parse(bytes: &[u8], path: &Path) -> Result<Statement> {
         let text = std::str::from_utf8(bytes)
             .map_err(|e| Error::input(path.display(), format!("manifest is not UTF-8: {e}")))?;
         let s: Statement = serde_json::from_str(text).map_err(|e| {
@@ -262,7 +262,7 @@ impl Statement {
     }
 
     /// Canonical, pretty JSON (sorted keys, trailing newline).
-    pub fn to_json(&self) -> Result<String> {
+    pub(crate) fn to_json(&self) -> Result<String> {
         let v = serde_json::to_value(self).map_err(|e| Error::Internal(e.to_string()))?;
         let mut s =
             serde_json::to_string_pretty(&sort(v)).map_err(|e| Error::Internal(e.to_string()))?;
@@ -271,7 +271,7 @@ impl Statement {
     }
 
     /// The input digest recorded in the manifest.
-    pub fn input_digest(&self) -> Sha256 {
+    pub(crate) fn input_digest(&self) -> Sha256 {
         self.predicate
             .build_definition
             .internal_parameters
@@ -280,7 +280,7 @@ impl Statement {
 
     /// The folder artifacts are relative to, checked: no link on the way from the manifest's
     /// folder, and a directory (the name itself was checked when the manifest was parsed).
-    pub fn checked_artifact_root(&self, manifest_path: &Path) -> Result<PathBuf> {
+    pub(crate) fn checked_artifact_root(&self, manifest_path: &Path) -> Result<PathBuf> {
         let base = fsx::parent_of(manifest_path);
         let rel = &self
             .predicate
@@ -316,7 +316,7 @@ const MAX_MANIFEST_BYTES: u64 = 64 << 20;
 /// or an empty component, a NUL or any other control character. The one rule for manifest
 /// names and install-root entry paths (the install root's identity lines are newline
 /// separated), so a manifest that parses names only paths that install accepts.
-pub fn check_relative(p: &str) -> std::result::Result<(), &'static str> {
+pub(crate) fn check_relative(p: &str) -> std::result::Result<(), &'static str> {
     if p.is_empty() {
         return Err("is empty");
     }
@@ -419,13 +419,13 @@ fn sort(v: Value) -> Value {
 }
 
 /// Canonical compact JSON of a value (sorted keys, no whitespace).
-pub fn canonical_json<T: Serialize>(value: &T) -> Result<String> {
+pub(crate) fn canonical_json<T: Serialize>(value: &T) -> Result<String> {
     let v = serde_json::to_value(value).map_err(|e| Error::Internal(e.to_string()))?;
     serde_json::to_string(&sort(v)).map_err(|e| Error::Internal(e.to_string()))
 }
 
 /// The input digest: what was asked for and what it was built from, nothing machine-local.
-pub fn input_digest(params: &ExternalParameters, deps: &[Resource]) -> Result<Sha256> {
+pub(crate) fn input_digest(params: &ExternalParameters, deps: &[Resource]) -> Result<Sha256> {
     #[derive(Serialize, schemars::JsonSchema)]
     struct Inputs<'a> {
         #[serde(rename = "buildType")]
@@ -445,7 +445,7 @@ pub fn input_digest(params: &ExternalParameters, deps: &[Resource]) -> Result<Sh
 
 /// A difference found by `verify`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Mismatch {
+pub(crate) struct Mismatch {
     /// The file (or tree) that differs.
     pub path: String,
     /// What the manifest records.
@@ -458,7 +458,7 @@ pub struct Mismatch {
 
 /// The result of `verify`.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct VerifyReport {
+pub(crate) struct VerifyReport {
     /// No mismatch.
     pub ok: bool,
     /// Every difference.
@@ -474,7 +474,7 @@ pub struct VerifyReport {
 }
 
 /// Re-hash every output and every input still on disk.
-pub fn verify(manifest_path: &Path) -> Result<VerifyReport> {
+pub(crate) fn verify(manifest_path: &Path) -> Result<VerifyReport> {
     let st = Statement::read(manifest_path)?;
     let root = st.checked_artifact_root(manifest_path)?;
     let mut mismatches = verify_subjects(&st, &root, manifest_path)?;
@@ -629,7 +629,7 @@ fn verify_inputs(
 }
 
 // Time formatting lives in `crate::base::time`; these names stay for callers of this module.
-pub use crate::base::time::{now_rfc3339, rfc3339};
+pub(crate) use crate::base::time::now_rfc3339;
 
 #[cfg(test)]
 mod tests {

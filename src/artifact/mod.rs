@@ -1,9 +1,9 @@
 //! From a patched tree to recorded artifacts: toolchains and CUDA toolkits, the CMake build,
 //! the in-toto/SLSA manifest, the stated reproducibility rule, and manifest comparison.
 
-pub mod build;
-pub mod cudakit;
-pub mod diff;
-pub mod manifest;
-pub mod normalize;
-pub mod toolchain;
+pub(crate) mod build;
+pub(crate) mod cudakit;
+pub(crate) mod diff;
+pub(crate) mod manifest;
+pub(crate) mod normalize;
+pub(crate) mod toolchain;

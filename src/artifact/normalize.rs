@@ -23,14 +23,12 @@
 //! sections' bytes) has no normalized digest, and compares by its bytes.
 
 use crate::base::digest::Sha256;
-use crate::base::error::{Error, Result};
-use std::path::Path;
 
 /// The rule's id, as manifests and flip records state it.
-pub const NVCC_TMPXFT: &str = "nvcc-tmpxft/v1";
+pub(crate) const NVCC_TMPXFT: &str = "nvcc-tmpxft/v1";
 
 /// The rule in words, written into every manifest that uses it.
-pub const NVCC_TMPXFT_TEXT: &str =
+pub(crate) const NVCC_TMPXFT_TEXT: &str =
     "in SHT_STRTAB sections without SHF_ALLOC, the 16 hex digits of each \
      `tmpxft_XXXXXXXX_XXXXXXXX` name (nvcc's pid-named temporary host files, kept as STT_FILE \
      symbols) are set to 0, and when any was, the NT_GNU_BUILD_ID descriptor (at most 64 \
@@ -39,7 +37,7 @@ pub const NVCC_TMPXFT_TEXT: &str =
 
 /// What the rule made of one file.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Normalized {
+pub(crate) struct Normalized {
     /// The rule applied ([`NVCC_TMPXFT`]).
     pub rule: &'static str,
     /// SHA-256 of the normalized bytes.
@@ -53,7 +51,7 @@ pub struct Normalized {
 const PREFIX: &[u8] = b"tmpxft_";
 
 /// Apply the rule to a file's bytes: `None` when it does not apply (see the module docs).
-pub fn normalize(bytes: &[u8]) -> Option<Normalized> {
+pub(crate) fn normalize(bytes: &[u8]) -> Option<Normalized> {
     // Most artifacts hold no nvcc name at all: look before parsing anything.
     memchr::memmem::find(bytes, PREFIX)?;
     let layout = crate::base::elf::layout(bytes)?;
@@ -98,7 +96,7 @@ pub fn normalize(bytes: &[u8]) -> Option<Normalized> {
 /// `-frandom-seed` does not change it), and they are inside the compressed fatbinary too, where
 /// no rule can mask them. Such an artifact differs between two source trees even when nothing
 /// else does, so the manifest marks it as embedding the build's paths.
-pub fn has_path_hashed_names(bytes: &[u8]) -> bool {
+pub(crate) fn has_path_hashed_names(bytes: &[u8]) -> bool {
     const MARK: &[u8] = b"_INTERNAL_";
     memchr::memmem::find_iter(bytes, MARK).any(|at| {
         let rest = &bytes[at + MARK.len()..];
@@ -108,12 +106,6 @@ pub fn has_path_hashed_names(bytes: &[u8]) -> bool {
                 .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
             && rest[8] == b'_'
     })
-}
-
-/// Apply the rule to a regular file (read whole: the rule needs the section table).
-pub fn normalize_file(path: &Path) -> Result<Option<Normalized>> {
-    let bytes = std::fs::read(path).map_err(|e| Error::io("read", path, e))?;
-    Ok(normalize(&bytes))
 }
 
 /// `XXXXXXXX_XXXXXXXX`, lower-case hex, as nvcc prints `%08x_%08x`.

@@ -16,7 +16,7 @@ use std::process::Command;
 /// typing the roles changes no byte a user sees.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum Role {
+pub(crate) enum Role {
     /// The C compiler.
     Cc,
     /// The C++ compiler.
@@ -35,7 +35,7 @@ pub enum Role {
 impl Role {
     /// The role's name in manifests (`tool:NAME`), templates (`${TOOL:NAME}`) and recipes'
     /// requirement keys.
-    pub const fn as_str(self) -> &'static str {
+    pub(crate) const fn as_str(self) -> &'static str {
         match self {
             Role::Cc => "cc",
             Role::Cxx => "cxx",
@@ -47,7 +47,7 @@ impl Role {
     }
 
     /// The compilers, whose identity names a compile cache folder (in this order).
-    pub const COMPILERS: [Role; 3] = [Role::Cc, Role::Cxx, Role::Nvcc];
+    pub(crate) const COMPILERS: [Role; 3] = [Role::Cc, Role::Cxx, Role::Nvcc];
 }
 
 impl std::fmt::Display for Role {
@@ -72,7 +72,7 @@ impl Ord for Role {
 
 /// One tool as found and checked.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct ToolRecord {
+pub(crate) struct ToolRecord {
     /// Absolute path as invoked.
     pub path: PathBuf,
     /// The file it resolves to (symlinks followed); this is what was hashed.
@@ -87,7 +87,7 @@ pub struct ToolRecord {
 
 /// A toolchain resolved on this machine.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct ResolvedToolchain {
+pub(crate) struct ResolvedToolchain {
     /// Name in the recipe.
     pub name: String,
     /// Tools by role: cc, cxx, cmake, ninja, ccache, and nvcc for CUDA. Keyed by the role's
@@ -104,18 +104,18 @@ pub struct ResolvedToolchain {
 impl ResolvedToolchain {
     /// A tool by role; a missing one is an internal error (`resolve` finds every role a
     /// toolchain needs, or refuses it).
-    pub fn tool(&self, role: Role) -> Result<&ToolRecord> {
+    pub(crate) fn tool(&self, role: Role) -> Result<&ToolRecord> {
         self.get(role)
             .ok_or_else(|| Error::Internal(format!("toolchain {} has no {role}", self.name)))
     }
 
     /// A tool by role, if the toolchain has one (nvcc only for CUDA).
-    pub fn get(&self, role: Role) -> Option<&ToolRecord> {
+    pub(crate) fn get(&self, role: Role) -> Option<&ToolRecord> {
         self.tools.get(&role)
     }
 
     /// Whether the toolchain has a tool for `role`.
-    pub fn has(&self, role: Role) -> bool {
+    pub(crate) fn has(&self, role: Role) -> bool {
         self.tools.contains_key(&role)
     }
 }
@@ -124,7 +124,7 @@ const BOOTSTRAP_HINT: &str =
     "run tools/bootstrap.sh (installs CMake, Ninja and ccache into .tools/ without root), or put them on PATH";
 
 /// Find and check every tool of `tc`. `extra` directories are searched before `PATH`.
-pub fn resolve(tc: &Toolchain, extra: &[PathBuf]) -> Result<ResolvedToolchain> {
+pub(crate) fn resolve(tc: &Toolchain, extra: &[PathBuf]) -> Result<ResolvedToolchain> {
     let mut tools = BTreeMap::new();
     let mut wanted: Vec<(Role, String, &str)> = vec![
         (
@@ -224,7 +224,7 @@ fn probe(role: Role, path: &Path) -> Result<ToolRecord> {
 
 /// The version in a tool's version line: `cmake version 4.4.5` → 4.4.5;
 /// `1.13.2.git.kitware...` → 1.13.2; nvcc's `release 12.8, V12.8.93` → 12.8.93.
-pub fn parse_version(role: Role, line: &str) -> Option<String> {
+pub(crate) fn parse_version(role: Role, line: &str) -> Option<String> {
     let candidate = match role {
         Role::Nvcc => line.rsplit(['V', ' ']).next()?,
         Role::Cmake => line.rsplit(' ').next()?,
@@ -243,7 +243,7 @@ pub fn parse_version(role: Role, line: &str) -> Option<String> {
 }
 
 /// `12.8` → 12.8.0 so that semver requirements apply to two-part versions too.
-pub fn lenient_semver(v: &str) -> Option<semver::Version> {
+pub(crate) fn lenient_semver(v: &str) -> Option<semver::Version> {
     let mut parts: Vec<u64> = v
         .split('.')
         .map(|p| p.parse().ok())

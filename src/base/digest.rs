@@ -11,24 +11,24 @@ use std::str::FromStr;
 
 /// A SHA-256 digest.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Sha256([u8; 32]);
+pub(crate) struct Sha256([u8; 32]);
 
 impl Sha256 {
     /// Digest of a byte slice.
-    pub fn of_bytes(bytes: &[u8]) -> Self {
+    pub(crate) fn of_bytes(bytes: &[u8]) -> Self {
         Sha256(sha2::Sha256::digest(bytes).into())
     }
 
     /// Digest and size of a file, streamed (artifacts can be gigabytes). Only regular files are
     /// read: a FIFO or a device named by a manifest or a pin is refused as input before it is
     /// opened for reading (`/dev/zero` never ends, a FIFO never answers).
-    pub fn of_file(path: &Path) -> Result<(Self, u64)> {
+    pub(crate) fn of_file(path: &Path) -> Result<(Self, u64)> {
         let file = crate::base::fsx::open_regular(path, "file", true)?;
         Self::of_reader(file, path)
     }
 
     /// Digest and size of an opened file; `path` names it in errors.
-    pub fn of_reader(mut file: std::fs::File, path: &Path) -> Result<(Self, u64)> {
+    pub(crate) fn of_reader(mut file: std::fs::File, path: &Path) -> Result<(Self, u64)> {
         let mut hasher = sha2::Sha256::new();
         let mut buf = vec![0u8; 1 << 20];
         let mut size = 0u64;
@@ -44,7 +44,7 @@ impl Sha256 {
     }
 
     /// Lower-case hex.
-    pub fn to_hex(&self) -> String {
+    pub(crate) fn to_hex(self) -> String {
         let mut s = String::with_capacity(64);
         for b in self.0 {
             s.push_str(&format!("{b:02x}"));
@@ -53,7 +53,7 @@ impl Sha256 {
     }
 
     /// The first `n` hex digits, for directory names and display.
-    pub fn short(&self, n: usize) -> String {
+    pub(crate) fn short(&self, n: usize) -> String {
         let mut hex = self.to_hex();
         hex.truncate(n.min(64));
         hex
@@ -62,7 +62,7 @@ impl Sha256 {
 
 /// Why a string is not a SHA-256 digest.
 #[derive(Debug, PartialEq, Eq)]
-pub struct ParseDigestError(String);
+pub(crate) struct ParseDigestError(String);
 
 impl fmt::Display for ParseDigestError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -130,19 +130,19 @@ impl schemars::JsonSchema for Sha256 {
 
 /// A full git object id (40 hex digits, SHA-1 repositories).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct GitOid(git2::Oid);
+pub(crate) struct GitOid(git2::Oid);
 
 impl GitOid {
     /// Wrap a libgit2 oid.
-    pub fn new(oid: git2::Oid) -> Self {
+    pub(crate) fn new(oid: git2::Oid) -> Self {
         GitOid(oid)
     }
     /// The libgit2 oid.
-    pub fn raw(&self) -> git2::Oid {
+    pub(crate) fn raw(&self) -> git2::Oid {
         self.0
     }
     /// The first `n` hex digits.
-    pub fn short(&self, n: usize) -> String {
+    pub(crate) fn short(&self, n: usize) -> String {
         let mut s = self.0.to_string();
         s.truncate(n.min(40));
         s
@@ -206,7 +206,7 @@ impl<'de> Deserialize<'de> for GitOid {
 /// for every regular file and `link path\0target\n` for every symlink. Directories themselves
 /// are implied by their contents (like git), and `.git` folders are skipped: the digest names
 /// content, not a repository's bookkeeping.
-pub fn tree_digest(root: &Path) -> Result<Sha256> {
+pub(crate) fn tree_digest(root: &Path) -> Result<Sha256> {
     let mut records: Vec<Vec<u8>> = Vec::new();
     walk(root, root, &mut records)?;
     // Byte order, which is `str` order for UTF-8 records: digests of UTF-8 trees are unchanged.

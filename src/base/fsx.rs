@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 /// Read a whole regular file. A FIFO, device or socket is refused before it is opened (a
 /// recipe or patch path that is a FIFO would otherwise hang the command, DESIGN §5); a missing
 /// file stays an I/O `NotFound`, so callers can word "recipe not found" with their own hint.
-pub fn read(path: &Path) -> Result<Vec<u8>> {
+pub(crate) fn read(path: &Path) -> Result<Vec<u8>> {
     if let Err(e) = std::fs::metadata(path) {
         return Err(Error::io("read", path, e));
     }
@@ -20,7 +20,7 @@ pub fn read(path: &Path) -> Result<Vec<u8>> {
 }
 
 /// Read a whole UTF-8 regular file (see [`read`]).
-pub fn read_to_string(path: &Path) -> Result<String> {
+pub(crate) fn read_to_string(path: &Path) -> Result<String> {
     String::from_utf8(read(path)?).map_err(|e| {
         Error::input(
             path.display(),
@@ -33,12 +33,12 @@ pub fn read_to_string(path: &Path) -> Result<String> {
 }
 
 /// Create a directory and its parents.
-pub fn create_dir_all(path: &Path) -> Result<()> {
+pub(crate) fn create_dir_all(path: &Path) -> Result<()> {
     std::fs::create_dir_all(path).at("create directory", path)
 }
 
 /// fsync a directory so that a rename inside it is durable.
-pub fn sync_dir(path: &Path) -> Result<()> {
+pub(crate) fn sync_dir(path: &Path) -> Result<()> {
     std::fs::File::open(path)
         .and_then(|d| d.sync_all())
         .at("fsync directory", path)
@@ -47,12 +47,12 @@ pub fn sync_dir(path: &Path) -> Result<()> {
 /// Write `bytes` to `path` atomically: readers see the old content or the new, never a prefix.
 /// The file is readable by every account (0644): temp files start owner-only, and manifests,
 /// state and receipts must be readable by the service accounts that consume them.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     write_atomic_mode(path, bytes, 0o644)
 }
 
 /// [`write_atomic`] with an explicit mode (for example 0o444 for a sealed store file).
-pub fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+pub(crate) fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     let dir = parent_of(path);
     create_dir_all(&dir)?;
     let tmp = stage_atomic_mode(path, bytes, mode)?;
@@ -66,7 +66,11 @@ pub fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
 /// `path` (whose folder must exist), not yet renamed. A caller with several files to replace
 /// stages them all before its commit point, so that only renames follow it; dropping the
 /// returned path deletes the temp file.
-pub fn stage_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<tempfile::TempPath> {
+pub(crate) fn stage_atomic_mode(
+    path: &Path,
+    bytes: &[u8],
+    mode: u32,
+) -> Result<tempfile::TempPath> {
     use std::os::unix::fs::PermissionsExt;
     let dir = parent_of(path);
     let mut tmp = tempfile::Builder::new()
@@ -87,14 +91,14 @@ pub fn stage_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<tempfil
 /// wrapper): a damaged entry and its fresh copy, or a bundle folder and its staged successor,
 /// trade places, so the name never points at nothing. `what` words the error ("exchange with").
 /// The caller syncs the parent folder when the exchange is its commit point.
-pub fn exchange(a: &Path, b: &Path, what: &'static str) -> Result<()> {
+pub(crate) fn exchange(a: &Path, b: &Path, what: &'static str) -> Result<()> {
     use rustix::fs::{renameat_with, RenameFlags, CWD};
     renameat_with(CWD, a, CWD, b, RenameFlags::EXCHANGE)
         .map_err(|e| Error::io(what, b, std::io::Error::from(e)))
 }
 
 /// The permission bits of the regular file at `path`, if there is one (a link is not followed).
-pub fn mode_of(path: &Path) -> Option<u32> {
+pub(crate) fn mode_of(path: &Path) -> Option<u32> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::symlink_metadata(path)
         .ok()
@@ -104,12 +108,12 @@ pub fn mode_of(path: &Path) -> Option<u32> {
 
 /// [`write_atomic`] keeping the mode of the file it replaces (0644 for a new one): an
 /// operator's 0600 recipe or patch must not come back world-readable.
-pub fn write_atomic_keep_mode(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_atomic_keep_mode(path: &Path, bytes: &[u8]) -> Result<()> {
     write_atomic_mode(path, bytes, mode_of(path).unwrap_or(0o644))
 }
 
 /// The directory a path lives in (`.` for a bare file name).
-pub fn parent_of(path: &Path) -> PathBuf {
+pub(crate) fn parent_of(path: &Path) -> PathBuf {
     match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -119,13 +123,13 @@ pub fn parent_of(path: &Path) -> PathBuf {
 /// An exclusive advisory lock on a directory, held for the guard's lifetime. The kernel drops
 /// it when the process dies, so a killed run never leaves a stale lock behind. Locking the
 /// directory itself (not a lock file in it) leaves the directory's contents untouched.
-pub struct DirLock {
+pub(crate) struct DirLock {
     _file: std::fs::File,
 }
 
 impl DirLock {
     /// Block until the lock on `dir` is ours.
-    pub fn acquire(dir: &Path) -> Result<DirLock> {
+    pub(crate) fn acquire(dir: &Path) -> Result<DirLock> {
         use fs4::fs_std::FileExt;
         let file = std::fs::File::open(dir).at("open for locking", dir)?;
         file.lock_exclusive().at("lock", dir)?;
@@ -134,12 +138,12 @@ impl DirLock {
 }
 
 /// Make `path` absolute against the current directory without resolving symlinks.
-pub fn absolute(path: &Path) -> Result<PathBuf> {
+pub(crate) fn absolute(path: &Path) -> Result<PathBuf> {
     std::path::absolute(path).at("make absolute", path)
 }
 
 /// What a file type is, for an error message; None for files, folders and links.
-pub fn special_kind(ft: &std::fs::FileType) -> Option<&'static str> {
+pub(crate) fn special_kind(ft: &std::fs::FileType) -> Option<&'static str> {
     use std::os::unix::fs::FileTypeExt;
     if ft.is_fifo() {
         Some("a FIFO")
@@ -166,7 +170,7 @@ pub fn special_kind(ft: &std::fs::FileType) -> Option<&'static str> {
 ///
 /// This is the one way pinforge opens a file that data named: the install root, manifests,
 /// pins, folder pins and patch targets all come through here.
-pub fn open_regular(path: &Path, what: &str, follow: bool) -> Result<std::fs::File> {
+pub(crate) fn open_regular(path: &Path, what: &str, follow: bool) -> Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     let refuse = |kind: &str| {
         Error::input(

@@ -9,25 +9,25 @@ use git2::{Oid, Repository, Signature, Time, Tree};
 use std::path::Path;
 
 /// The tag every pristine repository carries on its base commit (the upstream as pinned).
-pub const PRISTINE_TAG: &str = "refs/tags/pinforge/pristine";
+pub(crate) const PRISTINE_TAG: &str = "refs/tags/pinforge/pristine";
 
 /// The notes ref where each vendor patch commit keeps the exact bytes of the patch file it was
 /// made from, so that `patch export` gives back the file byte for byte.
-pub const PATCH_NOTES_REF: &str = "refs/notes/pinforge-patch";
+pub(crate) const PATCH_NOTES_REF: &str = "refs/notes/pinforge-patch";
 
 /// The committer name of every commit and note pinforge makes.
-pub const COMMITTER_NAME: &str = "pinforge";
+pub(crate) const COMMITTER_NAME: &str = "pinforge";
 /// The committer e-mail of every commit and note pinforge makes (`.invalid`: never routable).
-pub const COMMITTER_EMAIL: &str = "pinforge@pinforge.invalid";
+pub(crate) const COMMITTER_EMAIL: &str = "pinforge@pinforge.invalid";
 
 /// The committer signature of every commit and note pinforge makes (fixed: ids depend on
 /// content only).
-pub fn tool_signature(when: &Time) -> Result<Signature<'static>> {
+pub(crate) fn tool_signature(when: &Time) -> Result<Signature<'static>> {
     Signature::new(COMMITTER_NAME, COMMITTER_EMAIL, when).git_at(&"pinforge signature")
 }
 
 /// Record `bytes` (a patch file) as the note of `commit`.
-pub fn write_patch_note(repo: &Repository, commit: Oid, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_patch_note(repo: &Repository, commit: Oid, bytes: &[u8]) -> Result<()> {
     // Notes are text in git: UTF-8 bytes without NUL are kept as they are; anything else (a
     // diff may change lines of any bytes) is kept as hex behind a marker, never lossily.
     let text = match std::str::from_utf8(bytes) {
@@ -49,7 +49,7 @@ pub fn write_patch_note(repo: &Repository, commit: Oid, bytes: &[u8]) -> Result<
 const HEX_MARK: &str = "pinforge-hex:";
 
 /// The patch bytes kept on `commit`, if any.
-pub fn read_patch_note(repo: &Repository, commit: Oid) -> Option<Vec<u8>> {
+pub(crate) fn read_patch_note(repo: &Repository, commit: Oid) -> Option<Vec<u8>> {
     let note = repo.find_note(Some(PATCH_NOTES_REF), commit).ok()?;
     let raw = note.message_bytes();
     match raw.strip_prefix(HEX_MARK.as_bytes()) {
@@ -65,7 +65,7 @@ pub fn read_patch_note(repo: &Repository, commit: Oid) -> Option<Vec<u8>> {
 }
 
 /// Resolve a full or abbreviated commit id to a commit present in `repo`.
-pub fn resolve_commit(repo: &Repository, spec: &str) -> Option<Oid> {
+pub(crate) fn resolve_commit(repo: &Repository, spec: &str) -> Option<Oid> {
     if spec.len() < 4 || !spec.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
@@ -76,12 +76,12 @@ pub fn resolve_commit(repo: &Repository, spec: &str) -> Option<Oid> {
 }
 
 /// Whether `ancestor` is `tip` or one of its ancestors.
-pub fn is_ancestor(repo: &Repository, ancestor: Oid, tip: Oid) -> bool {
+pub(crate) fn is_ancestor(repo: &Repository, ancestor: Oid, tip: Oid) -> bool {
     ancestor == tip || repo.graph_descendant_of(tip, ancestor).unwrap_or(false)
 }
 
 /// The bytes of the blob at `path` in `tree`; None when there is no blob there.
-pub fn blob_at(repo: &Repository, tree: &Tree, path: &Path) -> Option<Vec<u8>> {
+pub(crate) fn blob_at(repo: &Repository, tree: &Tree, path: &Path) -> Option<Vec<u8>> {
     let entry = tree.get_path(path).ok()?;
     let blob = repo.find_blob(entry.id()).ok()?;
     Some(blob.content().to_vec())
@@ -89,7 +89,7 @@ pub fn blob_at(repo: &Repository, tree: &Tree, path: &Path) -> Option<Vec<u8>> {
 
 /// Make the objects of `other` (a repository folder with a `.git`, or a bare one) readable
 /// from `repo` without copying them.
-pub fn borrow_objects(repo: &Repository, other: &Path) -> Result<()> {
+pub(crate) fn borrow_objects(repo: &Repository, other: &Path) -> Result<()> {
     let objects = if other.join(".git").is_dir() {
         other.join(".git").join("objects")
     } else {
@@ -102,7 +102,7 @@ pub fn borrow_objects(repo: &Repository, other: &Path) -> Result<()> {
 }
 
 /// Check that a work tree is exactly at `head` with no modified, added or deleted files.
-pub fn check_clean(path: &Path, head: GitOid) -> Result<()> {
+pub(crate) fn check_clean(path: &Path, head: GitOid) -> Result<()> {
     let repo = Repository::open(path).git_at(&path.display())?;
     let actual = repo
         .head()

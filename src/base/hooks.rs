@@ -17,7 +17,7 @@
 //! | `PINFORGE_SMOKE_CRASH_TEST=1` | the smoke child crashes inside the engine call (set by `smoke --crash-test`) |
 
 /// Whether this binary was built with the test hooks.
-pub const ENABLED: bool = cfg!(feature = "test-hooks");
+pub(crate) const ENABLED: bool = cfg!(feature = "test-hooks");
 
 #[cfg(feature = "test-hooks")]
 mod imp {
@@ -25,17 +25,17 @@ mod imp {
         std::env::var(name).ok()
     }
 
-    pub fn crash_point(op: &str, step: u32) {
+    pub(crate) fn crash_point(op: &str, step: u32) {
         crash_named(&format!("{op}:{step}"));
     }
 
-    pub fn crash_named(at: &str) {
+    pub(crate) fn crash_named(at: &str) {
         if var("PINFORGE_CRASH_AT").is_some_and(|v| v == at) {
             kill_self();
         }
     }
 
-    pub fn validate_crash_rows() -> Vec<u64> {
+    pub(crate) fn validate_crash_rows() -> Vec<u64> {
         var("PINFORGE_VALIDATE_CRASH_ROWS")
             .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
             .unwrap_or_default()
@@ -48,73 +48,73 @@ mod imp {
             rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
     }
 
-    pub fn fail_write_after() -> Option<u64> {
+    pub(crate) fn fail_write_after() -> Option<u64> {
         var("PINFORGE_FAIL_WRITE_AFTER").and_then(|v| v.parse().ok())
     }
 
-    pub fn fs_probe_nosymlink() -> bool {
+    pub(crate) fn fs_probe_nosymlink() -> bool {
         var("PINFORGE_FS_PROBE").as_deref() == Some("nosymlink")
     }
 
-    pub const SMOKE_CRASH_VAR: &str = "PINFORGE_SMOKE_CRASH_TEST";
+    pub(crate) const SMOKE_CRASH_VAR: &str = "PINFORGE_SMOKE_CRASH_TEST";
 
-    pub fn smoke_crash() -> bool {
+    pub(crate) fn smoke_crash() -> bool {
         var(SMOKE_CRASH_VAR).as_deref() == Some("1")
     }
 }
 
 #[cfg(not(feature = "test-hooks"))]
 mod imp {
-    pub fn crash_point(_op: &str, _step: u32) {}
-    pub fn crash_named(_at: &str) {}
-    pub fn validate_crash_rows() -> Vec<u64> {
+    pub(crate) fn crash_point(_op: &str, _step: u32) {}
+    pub(crate) fn crash_named(_at: &str) {}
+    pub(crate) fn validate_crash_rows() -> Vec<u64> {
         Vec::new()
     }
-    pub fn fail_write_after() -> Option<u64> {
+    pub(crate) fn fail_write_after() -> Option<u64> {
         None
     }
-    pub fn fs_probe_nosymlink() -> bool {
+    pub(crate) fn fs_probe_nosymlink() -> bool {
         false
     }
-    pub fn smoke_crash() -> bool {
+    pub(crate) fn smoke_crash() -> bool {
         false
     }
 }
 
 /// `PINFORGE_CRASH_AT=op:N`: SIGKILL this process right after step `step` of `op`.
-pub fn crash_point(op: &str, step: u32) {
+pub(crate) fn crash_point(op: &str, step: u32) {
     imp::crash_point(op, step)
 }
 
 /// `PINFORGE_CRASH_AT=NAME`: SIGKILL this process at the named point (`flip:registered`).
-pub fn crash_named(at: &str) {
+pub(crate) fn crash_named(at: &str) {
     imp::crash_named(at)
 }
 
 /// `PINFORGE_VALIDATE_CRASH_ROWS=3,7`: the validate engine crashes inside the engine call on
 /// those rows (the stub-engine containment test).
-pub fn validate_crash_rows() -> Vec<u64> {
+pub(crate) fn validate_crash_rows() -> Vec<u64> {
     imp::validate_crash_rows()
 }
 
 /// `PINFORGE_FAIL_WRITE_AFTER=BYTES`: staging copies fail with ENOSPC after that many bytes.
-pub fn fail_write_after() -> Option<u64> {
+pub(crate) fn fail_write_after() -> Option<u64> {
     imp::fail_write_after()
 }
 
 /// `PINFORGE_FS_PROBE=nosymlink`: the filesystem probe reports no symlink support.
-pub fn fs_probe_nosymlink() -> bool {
+pub(crate) fn fs_probe_nosymlink() -> bool {
     imp::fs_probe_nosymlink()
 }
 
 /// `PINFORGE_SMOKE_CRASH_TEST=1` in the smoke child: crash inside the engine call.
-pub fn smoke_crash() -> bool {
+pub(crate) fn smoke_crash() -> bool {
     imp::smoke_crash()
 }
 
 /// The environment the smoke parent hands its child for `smoke --crash-test`; `None` in a
 /// build without hooks (the command refuses the flag there).
-pub fn smoke_crash_env() -> Option<(&'static str, &'static str)> {
+pub(crate) fn smoke_crash_env() -> Option<(&'static str, &'static str)> {
     #[cfg(feature = "test-hooks")]
     {
         Some((imp::SMOKE_CRASH_VAR, "1"))

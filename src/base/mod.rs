@@ -2,18 +2,18 @@
 //! edges, git helpers, time, tree models, ELF tables, the progress trait, test hooks and the
 //! workspace layout. Nothing here imports from a layer above.
 
-pub mod digest;
+pub(crate) mod digest;
 pub mod elf;
 pub mod error;
-pub mod fsx;
-pub mod git;
-pub mod hooks;
-pub mod names;
-pub mod proc_wait;
-pub mod process;
-pub mod progress;
+pub(crate) mod fsx;
+pub(crate) mod git;
+pub(crate) mod hooks;
+pub(crate) mod names;
+pub(crate) mod proc_wait;
+pub(crate) mod process;
+pub(crate) mod progress;
 #[cfg(test)]
 pub(crate) mod testing;
-pub mod time;
-pub mod tree;
-pub mod workspace;
+pub(crate) mod time;
+pub(crate) mod tree;
+pub(crate) mod workspace;

@@ -5,7 +5,7 @@
 /// Whether `s` may name a folder: `[A-Za-z0-9][A-Za-z0-9._-]*`, at most 64 characters (so
 /// never `.`, `..`, empty, absolute, or holding a separator). Recipe, variant and toolchain
 /// names all become paths (`build/RECIPE/VARIANT/`).
-pub fn is_identifier(s: &str) -> bool {
+pub(crate) fn is_identifier(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 64
         && s.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
@@ -15,7 +15,7 @@ pub fn is_identifier(s: &str) -> bool {
 
 /// A toolkit name is one file-name-safe word (`cuda-13.1.1`): letters, digits, `-`, `_`, `.`,
 /// starting with a letter, so that it can never name a path.
-pub fn is_plain_name(n: &str) -> bool {
+pub(crate) fn is_plain_name(n: &str) -> bool {
     n.starts_with(|c: char| c.is_ascii_alphabetic())
         && n.chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))

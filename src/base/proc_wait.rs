@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// The name of a signal that ends a crashed child (`signal` for any other).
-pub fn signal_name(sig: i32) -> &'static str {
+pub(crate) fn signal_name(sig: i32) -> &'static str {
     match sig {
         libc::SIGSEGV => "SIGSEGV",
         libc::SIGABRT => "SIGABRT",
@@ -21,10 +21,10 @@ pub fn signal_name(sig: i32) -> &'static str {
 }
 
 /// How a child ended (`None`: killed at the deadline), and its stdout and stderr.
-pub type ChildOutput = (Option<std::process::ExitStatus>, String, String);
+pub(crate) type ChildOutput = (Option<std::process::ExitStatus>, String, String);
 
 /// Run with a deadline; both pipes drained on threads so a chatty child cannot block.
-pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Result<ChildOutput> {
+pub(crate) fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Result<ChildOutput> {
     let line = crate::base::process::display(cmd);
     let mut child = cmd
         .spawn()

@@ -7,10 +7,10 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 /// How many lines of output an error keeps.
-pub const TAIL_LINES: usize = 30;
+pub(crate) const TAIL_LINES: usize = 30;
 
 /// Render a command line for messages (arguments quoted when they need it).
-pub fn display(cmd: &Command) -> String {
+pub(crate) fn display(cmd: &Command) -> String {
     let mut parts = vec![quote(cmd.get_program())];
     parts.extend(cmd.get_args().map(quote));
     parts.join(" ")
@@ -25,7 +25,7 @@ fn quote(s: &OsStr) -> String {
 /// single quotes, with each `'` written as `'\''`. CMake's `separate_arguments(UNIX_COMMAND)`
 /// follows the same rules, so a build's flag strings use this too: the one rule for command
 /// lines shown to people, hints to paste, and words handed to a shell.
-pub fn shell_word(s: &str) -> String {
+pub(crate) fn shell_word(s: &str) -> String {
     if !s.is_empty()
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_./=:+,@%".contains(c))
@@ -37,7 +37,7 @@ pub fn shell_word(s: &str) -> String {
 }
 
 /// The last `n` lines of `text`.
-pub fn tail(text: &str, n: usize) -> String {
+pub(crate) fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     let start = lines.len().saturating_sub(n);
     lines[start..].join("\n")
@@ -45,7 +45,7 @@ pub fn tail(text: &str, n: usize) -> String {
 
 /// Run a command to completion and return its output; a spawn failure or a non-zero exit is
 /// an error naming the command. `missing_hint` is shown when the program cannot be found.
-pub fn run(cmd: &mut Command, missing_hint: &str) -> Result<Output> {
+pub(crate) fn run(cmd: &mut Command, missing_hint: &str) -> Result<Output> {
     let line = display(cmd);
     let out = cmd
         .output()
@@ -63,7 +63,7 @@ pub fn run(cmd: &mut Command, missing_hint: &str) -> Result<Output> {
 }
 
 /// The error for a command that could not be started.
-pub fn spawn_error(line: &str, e: std::io::Error, missing_hint: &str) -> Error {
+pub(crate) fn spawn_error(line: &str, e: std::io::Error, missing_hint: &str) -> Error {
     if e.kind() == std::io::ErrorKind::NotFound {
         Error::input(line, "program not found").with_hint(missing_hint)
     } else {
@@ -73,7 +73,7 @@ pub fn spawn_error(line: &str, e: std::io::Error, missing_hint: &str) -> Error {
 
 /// Find an executable: a path with a slash is taken as given, a bare name is searched in
 /// `extra` directories first and then in `PATH`.
-pub fn which(name: &str, extra: &[std::path::PathBuf]) -> Option<std::path::PathBuf> {
+pub(crate) fn which(name: &str, extra: &[std::path::PathBuf]) -> Option<std::path::PathBuf> {
     if name.contains('/') {
         let p = Path::new(name);
         return is_executable(p).then(|| p.to_path_buf());

@@ -2,7 +2,7 @@
 //! (with indicatif) and tests implement silently.
 
 /// Receives progress from long operations.
-pub trait Reporter: Send + Sync {
+pub(crate) trait Reporter: Send + Sync {
     /// A new stage began (`fetch`, `materialize`, `configure`, `build`, ...).
     fn stage(&self, name: &str, detail: &str);
     /// `done` of `total` steps finished; `message` says what just finished.
@@ -11,17 +11,8 @@ pub trait Reporter: Send + Sync {
     fn finish(&self);
 }
 
-/// A reporter that reports nothing.
-pub struct Silent;
-
-impl Reporter for Silent {
-    fn stage(&self, _: &str, _: &str) {}
-    fn progress(&self, _: u64, _: u64, _: &str) {}
-    fn finish(&self) {}
-}
-
 /// Parse Ninja's default status prefix `[done/total] message`.
-pub fn parse_ninja_status(line: &str) -> Option<(u64, u64, &str)> {
+pub(crate) fn parse_ninja_status(line: &str) -> Option<(u64, u64, &str)> {
     let rest = line.strip_prefix('[')?;
     let (counts, message) = rest.split_once(']')?;
     let (done, total) = counts.split_once('/')?;

@@ -7,14 +7,14 @@
 use std::cell::Cell;
 
 /// Where "now" comes from.
-pub trait Clock {
+pub(crate) trait Clock {
     /// Seconds since the Unix epoch.
     fn now_secs(&self) -> i64;
 }
 
 /// The system clock (the default).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
+pub(crate) struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_secs(&self) -> i64 {
@@ -25,10 +25,12 @@ impl Clock for SystemClock {
     }
 }
 
-/// A clock that always says the same instant.
+/// A clock that always says the same instant (tests pin "now" with it).
+#[cfg(test)]
 #[derive(Debug, Clone, Copy)]
-pub struct FixedClock(pub i64);
+pub(crate) struct FixedClock(pub i64);
 
+#[cfg(test)]
 impl Clock for FixedClock {
     fn now_secs(&self) -> i64 {
         self.0
@@ -39,8 +41,9 @@ thread_local! {
     static FIXED: Cell<Option<i64>> = const { Cell::new(None) };
 }
 
+#[cfg(test)]
 /// Run `f` with this thread's clock fixed at `clock`'s instant (read once, at the start).
-pub fn with_clock<R>(clock: &dyn Clock, f: impl FnOnce() -> R) -> R {
+pub(crate) fn with_clock<R>(clock: &dyn Clock, f: impl FnOnce() -> R) -> R {
     let before = FIXED.with(|c| c.replace(Some(clock.now_secs())));
     let out = f();
     FIXED.with(|c| c.set(before));
@@ -48,19 +51,19 @@ pub fn with_clock<R>(clock: &dyn Clock, f: impl FnOnce() -> R) -> R {
 }
 
 /// Seconds since the epoch, from this thread's clock.
-pub fn now_secs() -> i64 {
+pub(crate) fn now_secs() -> i64 {
     FIXED
         .with(Cell::get)
         .unwrap_or_else(|| SystemClock.now_secs())
 }
 
 /// RFC 3339 UTC time of now.
-pub fn now_rfc3339() -> String {
+pub(crate) fn now_rfc3339() -> String {
     rfc3339(now_secs())
 }
 
 /// Format epoch seconds as RFC 3339 UTC.
-pub fn rfc3339(secs: i64) -> String {
+pub(crate) fn rfc3339(secs: i64) -> String {
     let days = secs.div_euclid(86400);
     let rem = secs.rem_euclid(86400);
     let (y, m, d) = civil_from_days(days);
@@ -73,14 +76,14 @@ pub fn rfc3339(secs: i64) -> String {
 }
 
 /// `YYYY-MM-DD` (UTC) of epoch seconds.
-pub fn ymd(secs: i64) -> String {
+pub(crate) fn ymd(secs: i64) -> String {
     let (y, m, d) = civil_from_days(secs.div_euclid(86400));
     format!("{y:04}-{m:02}-{d:02}")
 }
 
 /// Today's date (UTC, `YYYY-MM-DD`): `SOURCE_DATE_EPOCH` when set to a number (a reproducible
 /// run), else this thread's clock.
-pub fn today() -> String {
+pub(crate) fn today() -> String {
     let secs = std::env::var("SOURCE_DATE_EPOCH")
         .ok()
         .and_then(|s| s.trim().parse::<i64>().ok())
@@ -90,7 +93,7 @@ pub fn today() -> String {
 
 /// An RFC 2822 mail date (`Mon, 30 Nov 2026 01:00:00 +0100`, what `git format-patch` writes)
 /// of epoch seconds shown at `offset_minutes` east of UTC: the inverse of [`parse_rfc2822`].
-pub fn rfc2822(secs: i64, offset_minutes: i32) -> String {
+pub(crate) fn rfc2822(secs: i64, offset_minutes: i32) -> String {
     let local = secs + i64::from(offset_minutes) * 60;
     let days = local.div_euclid(86400);
     let rem = local.rem_euclid(86400);
@@ -129,7 +132,7 @@ fn civil_from_days(days: i64) -> (i64, i64, i64) {
 }
 
 /// Days since the epoch of a civil date (the inverse of [`civil_from_days`]).
-pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+pub(crate) fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = if y >= 0 { y } else { y - 399 } / 400;
     let yoe = y - era * 400;
@@ -141,7 +144,7 @@ pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
 
 /// `YYYY-MM-DD` (four, two and two digits; month 1–12, day 1–31) as epoch seconds at
 /// midnight UTC; `None` for anything else.
-pub fn parse_ymd(s: &str) -> Option<i64> {
+pub(crate) fn parse_ymd(s: &str) -> Option<i64> {
     let parts: Vec<&str> = s.split('-').collect();
     if parts.len() != 3 || parts[0].len() != 4 || parts[1].len() != 2 || parts[2].len() != 2 {
         return None;
@@ -153,7 +156,7 @@ pub fn parse_ymd(s: &str) -> Option<i64> {
 }
 
 /// Parse `[Day, ]DD Mon YYYY HH:MM:SS +ZZZZ` into (epoch seconds, offset minutes).
-pub fn parse_rfc2822(s: &str) -> Option<(i64, i32)> {
+pub(crate) fn parse_rfc2822(s: &str) -> Option<(i64, i32)> {
     let s = s.split_once(',').map(|(_, r)| r).unwrap_or(s);
     let parts: Vec<&str> = s.split_whitespace().collect();
     if parts.len() < 5 {

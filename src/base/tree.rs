@@ -15,7 +15,7 @@ const MAX_LINK_HOPS: u32 = 40;
 
 /// Is this name a `.git` entry? Case-insensitively: git itself refuses `.GIT` in trees (it is
 /// the repository folder on case-insensitive filesystems), and so does libgit2's index.
-pub fn is_git(name: &OsStr) -> bool {
+pub(crate) fn is_git(name: &OsStr) -> bool {
     name.as_bytes().eq_ignore_ascii_case(b".git")
 }
 
@@ -29,7 +29,7 @@ enum Node {
 /// Every path of a tree being written, with its kind: the ground truth the link checks use
 /// (never the filesystem, which a hostile entry may already have shaped).
 #[derive(Debug, Default)]
-pub struct TreeModel {
+pub(crate) struct TreeModel {
     nodes: BTreeMap<PathBuf, Node>,
 }
 
@@ -71,17 +71,21 @@ impl TreeModel {
     }
 
     /// Add a file or folder entry; the reason when it is refused.
-    pub fn add_file(&mut self, rel: &Path) -> std::result::Result<(), String> {
+    pub(crate) fn add_file(&mut self, rel: &Path) -> std::result::Result<(), String> {
         self.add(rel, Node::File)
     }
 
     /// See [`TreeModel::add_file`].
-    pub fn add_dir(&mut self, rel: &Path) -> std::result::Result<(), String> {
+    pub(crate) fn add_dir(&mut self, rel: &Path) -> std::result::Result<(), String> {
         self.add(rel, Node::Dir)
     }
 
     /// Add a symlink; its target is resolved later, by [`TreeModel::check_links`].
-    pub fn add_link(&mut self, rel: &Path, target: &Path) -> std::result::Result<(), String> {
+    pub(crate) fn add_link(
+        &mut self,
+        rel: &Path,
+        target: &Path,
+    ) -> std::result::Result<(), String> {
         if target.as_os_str().is_empty() {
             return Err("symlink with an empty target".into());
         }
@@ -97,7 +101,7 @@ impl TreeModel {
     /// Where the link at `link` leads, followed through every link of the tree the way the
     /// kernel follows them, as a path relative to the root. Refused when it leaves the root,
     /// is absolute, loops, or lands in a `.git` folder (the vendor tree's own repository).
-    pub fn resolve(&self, link: &Path) -> std::result::Result<PathBuf, String> {
+    pub(crate) fn resolve(&self, link: &Path) -> std::result::Result<PathBuf, String> {
         let Some(Node::Link(first)) = self.nodes.get(link) else {
             return Err("not a symlink".into());
         };
@@ -165,7 +169,7 @@ impl TreeModel {
     }
 
     /// Resolve every link; the first refused one (in path order) with its reason.
-    pub fn check_links(&self) -> std::result::Result<(), (PathBuf, String)> {
+    pub(crate) fn check_links(&self) -> std::result::Result<(), (PathBuf, String)> {
         for (path, node) in &self.nodes {
             if let Node::Link(_) = node {
                 self.resolve(path).map_err(|why| (path.clone(), why))?;
@@ -175,7 +179,7 @@ impl TreeModel {
     }
 
     /// The links, in path order, with their targets.
-    pub fn links(&self) -> impl Iterator<Item = (&PathBuf, &PathBuf)> {
+    pub(crate) fn links(&self) -> impl Iterator<Item = (&PathBuf, &PathBuf)> {
         self.nodes.iter().filter_map(|(p, n)| match n {
             Node::Link(t) => Some((p, t)),
             _ => None,

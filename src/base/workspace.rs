@@ -15,13 +15,13 @@ use std::path::{Path, PathBuf};
 
 /// A pinforge workspace.
 #[derive(Debug, Clone)]
-pub struct Workspace {
+pub(crate) struct Workspace {
     root: PathBuf,
 }
 
 impl Workspace {
     /// A workspace rooted at `root` (made absolute; it must exist).
-    pub fn new(root: &Path) -> Result<Workspace> {
+    pub(crate) fn new(root: &Path) -> Result<Workspace> {
         let root = fsx::absolute(root)?;
         if !root.is_dir() {
             return Err(crate::base::error::Error::input(
@@ -34,38 +34,33 @@ impl Workspace {
     }
 
     /// The root folder.
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
     /// `vendor/`.
-    pub fn vendor(&self) -> PathBuf {
+    pub(crate) fn vendor(&self) -> PathBuf {
         self.root.join("vendor")
     }
 
     /// `vendor/cache/crates/`.
-    pub fn crate_cache(&self) -> PathBuf {
+    pub(crate) fn crate_cache(&self) -> PathBuf {
         self.vendor().join("cache").join("crates")
     }
 
-    /// `vendor/cache/tarballs/`.
-    pub fn tarball_cache(&self) -> PathBuf {
-        self.vendor().join("cache").join("tarballs")
-    }
-
     /// `vendor/cache/git/`.
-    pub fn git_cache(&self) -> PathBuf {
+    pub(crate) fn git_cache(&self) -> PathBuf {
         self.vendor().join("cache").join("git")
     }
 
     /// `build/RECIPE/VARIANT/`.
-    pub fn variant_dir(&self, recipe: &str, variant: &str) -> PathBuf {
+    pub(crate) fn variant_dir(&self, recipe: &str, variant: &str) -> PathBuf {
         self.root.join("build").join(recipe).join(variant)
     }
 
     /// Extra directories searched for build tools before `PATH`: `PINFORGE_TOOL_PATH`
     /// entries, then `<root>/.tools/bin` (where `tools/bootstrap.sh` installs CMake and Ninja).
-    pub fn tool_dirs(&self) -> Vec<PathBuf> {
+    pub(crate) fn tool_dirs(&self) -> Vec<PathBuf> {
         let mut dirs: Vec<PathBuf> = std::env::var_os("PINFORGE_TOOL_PATH")
             .map(|v| std::env::split_paths(&v).collect())
             .unwrap_or_default();
@@ -74,7 +69,7 @@ impl Workspace {
     }
 
     /// Serialize commands that write to this workspace.
-    pub fn lock(&self) -> Result<fsx::DirLock> {
+    pub(crate) fn lock(&self) -> Result<fsx::DirLock> {
         fsx::DirLock::acquire(&self.root)
     }
 }

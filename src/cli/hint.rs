@@ -15,7 +15,7 @@ use std::path::PathBuf;
 
 /// The options a hint repeats.
 #[derive(Debug, Clone, Default)]
-pub struct HintOptions {
+pub(crate) struct HintOptions {
     /// `--workspace DIR`, as typed.
     pub workspace: Option<PathBuf>,
     /// `--root DIR`, as typed.
@@ -24,7 +24,7 @@ pub struct HintOptions {
 
 impl HintOptions {
     /// The options of `matches` that came from the command line (at any subcommand depth).
-    pub fn from_matches(matches: &ArgMatches) -> HintOptions {
+    pub(crate) fn from_matches(matches: &ArgMatches) -> HintOptions {
         HintOptions {
             workspace: given(matches, "workspace"),
             root: given(matches, "root"),
@@ -32,7 +32,7 @@ impl HintOptions {
     }
 
     /// `hint` with every `` `pinforge …` `` span repeating the options in use.
-    pub fn apply(&self, hint: &str) -> String {
+    pub(crate) fn apply(&self, hint: &str) -> String {
         if self.workspace.is_none() && self.root.is_none() {
             return hint.to_string();
         }

@@ -14,7 +14,7 @@ mod hint;
 mod history;
 mod install;
 mod model;
-pub mod output;
+pub(crate) mod output;
 mod patch;
 mod rebase;
 mod reporter;

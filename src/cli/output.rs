@@ -11,7 +11,7 @@ use std::sync::Mutex;
 /// What went wrong with standard output, if anything. Only the first failure is kept: later
 /// writes after a failure are skipped, so a report is never half-interleaved with errors.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum OutputFailure {
+pub(crate) enum OutputFailure {
     /// The reader went away (EPIPE): not an error of the command.
     Closed,
     /// Any other write error, with its text.
@@ -22,30 +22,27 @@ static FAILURE: Mutex<Option<OutputFailure>> = Mutex::new(None);
 static COLOR: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Turn color on or off for [`paint`] (the CLI decides from `--color` and `NO_COLOR`).
-pub fn set_color(on: bool) {
+pub(crate) fn set_color(on: bool) {
     COLOR.store(on, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// The colors pinforge uses: one meaning each.
 #[derive(Debug, Clone, Copy)]
-pub enum Tone {
+pub(crate) enum Tone {
     /// Success (`ok`, `identical`).
     Good,
     /// A failed check (`MISMATCH`, `crash`).
     Bad,
-    /// Needs attention (`cached`, a note).
-    Note,
 }
 
 /// `text` in the tone's color when color is on, as it is otherwise.
-pub fn paint(tone: Tone, text: &str) -> String {
+pub(crate) fn paint(tone: Tone, text: &str) -> String {
     if !COLOR.load(std::sync::atomic::Ordering::Relaxed) {
         return text.to_string();
     }
     let code = match tone {
         Tone::Good => "32",
         Tone::Bad => "31",
-        Tone::Note => "33",
     };
     format!("\x1b[{code}m{text}\x1b[0m")
 }
@@ -67,7 +64,7 @@ fn failed() -> bool {
 
 /// Write one line (the arguments and a newline) to standard output; errors are recorded, never
 /// raised, and after the first one nothing more is written.
-pub fn write_line(args: fmt::Arguments<'_>) {
+pub(crate) fn write_line(args: fmt::Arguments<'_>) {
     if failed() {
         return;
     }
@@ -79,7 +76,7 @@ pub fn write_line(args: fmt::Arguments<'_>) {
 
 /// Flush standard output and return the first failure seen, if any. Called once, by the CLI,
 /// after the command's work is done.
-pub fn finish() -> Option<OutputFailure> {
+pub(crate) fn finish() -> Option<OutputFailure> {
     if !failed() {
         if let Err(e) = std::io::stdout().lock().flush() {
             record(&e);

@@ -10,7 +10,7 @@ use std::path::Path;
 
 /// GGUF metadata value types (the subset pinforge writes).
 #[derive(Debug, Clone, PartialEq)]
-pub enum Value {
+pub(crate) enum Value {
     /// GGUF type 4.
     U32(u32),
     /// GGUF type 5.
@@ -31,7 +31,7 @@ pub enum Value {
 
 /// A tensor: name, shape (ne0 first, innermost), F32 data.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Tensor {
+pub(crate) struct Tensor {
     /// GGUF tensor name (`blk.0.attn_q.weight`).
     pub name: String,
     /// Dimensions, innermost first (GGUF order).
@@ -42,7 +42,7 @@ pub struct Tensor {
 
 /// A GGUF file in memory.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Gguf {
+pub(crate) struct Gguf {
     /// Metadata in key order.
     pub kv: BTreeMap<String, Value>,
     /// Tensors in file order.
@@ -59,7 +59,7 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
 
 impl Gguf {
     /// Serialize (GGUF v3, little-endian, 32-byte aligned tensor data).
-    pub fn to_bytes(&self) -> Vec<u8> {
+    pub(crate) fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::new();
         out.extend(b"GGUF");
         out.extend(3u32.to_le_bytes());
@@ -138,7 +138,7 @@ impl Gguf {
     }
 
     /// Parse a GGUF v3 file written with the types above (and check its structure).
-    pub fn from_bytes(b: &[u8]) -> std::result::Result<Gguf, String> {
+    pub(crate) fn from_bytes(b: &[u8]) -> std::result::Result<Gguf, String> {
         let mut r = Reader { b, at: 0 };
         if r.take(4)? != b"GGUF" {
             return Err("not a GGUF file (bad magic)".into());
@@ -250,7 +250,7 @@ impl Reader<'_> {
 
 /// Architectures `model tiny` can write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Arch {
+pub(crate) enum Arch {
     /// M-RoPE (`n_pos_per_embd` 4): triggers llama.cpp issue #20093 on restore.
     Qwen2vl,
     /// Classical RoPE: the control, same weights.
@@ -259,7 +259,7 @@ pub enum Arch {
 
 impl Arch {
     /// Parse an arch name.
-    pub fn parse(s: &str) -> Result<Arch> {
+    pub(crate) fn parse(s: &str) -> Result<Arch> {
         match s {
             "qwen2vl" => Ok(Arch::Qwen2vl),
             "qwen2" => Ok(Arch::Qwen2),
@@ -270,7 +270,7 @@ impl Arch {
         }
     }
     /// GGUF `general.architecture`.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Arch::Qwen2vl => "qwen2vl",
             Arch::Qwen2 => "qwen2",
@@ -279,19 +279,19 @@ impl Arch {
 }
 
 /// Sizes of the tiny model (DESIGN §1: 2 layers, n_embd 64, 4 heads, sections [2,3,3,0]).
-pub const N_LAYER: u64 = 2;
+pub(crate) const N_LAYER: u64 = 2;
 /// Embedding width.
-pub const N_EMBD: u64 = 64;
+pub(crate) const N_EMBD: u64 = 64;
 /// Attention heads (head size 16, so M-RoPE sections sum to 8 = 16/2).
-pub const N_HEAD: u64 = 4;
+pub(crate) const N_HEAD: u64 = 4;
 /// Feed-forward width.
-pub const N_FF: u64 = 128;
+pub(crate) const N_FF: u64 = 128;
 /// Training context.
-pub const N_CTX: u32 = 256;
+pub(crate) const N_CTX: u32 = 256;
 
 /// The vocabulary: `<unk>`, `<s>`, `</s>`, the 256 byte tokens, and 21 pieces: 280 tokens,
 /// SentencePiece style (`▁` marks a word start), so llama.cpp's SPM tokenizer accepts it.
-pub fn vocab() -> (Vec<String>, Vec<f32>, Vec<i32>) {
+pub(crate) fn vocab() -> (Vec<String>, Vec<f32>, Vec<i32>) {
     let mut tokens = vec!["<unk>".to_string(), "<s>".to_string(), "</s>".to_string()];
     let mut types = vec![2, 3, 3]; // UNKNOWN, CONTROL, CONTROL
     for b in 0..=255u8 {
@@ -325,7 +325,7 @@ impl Rng {
 }
 
 /// Build the tiny model for `arch` and `seed`.
-pub fn tiny(arch: Arch, seed: u64) -> Gguf {
+pub(crate) fn tiny(arch: Arch, seed: u64) -> Gguf {
     let (tokens, scores, types) = vocab();
     let n_vocab = tokens.len() as u64;
     let kv = metadata(arch, seed, tokens, scores, types);
@@ -446,14 +446,14 @@ fn weights(seed: u64, n_vocab: u64) -> Vec<Tensor> {
 }
 
 /// Write the tiny model to `path` atomically.
-pub fn write_tiny(arch: Arch, seed: u64, path: &Path) -> Result<u64> {
+pub(crate) fn write_tiny(arch: Arch, seed: u64, path: &Path) -> Result<u64> {
     let bytes = tiny(arch, seed).to_bytes();
     fsx::write_atomic(path, &bytes)?;
     Ok(bytes.len() as u64)
 }
 
 /// Read a GGUF file's architecture (to label smoke results).
-pub fn architecture(path: &Path) -> Result<String> {
+pub(crate) fn architecture(path: &Path) -> Result<String> {
     // A model is an input: missing or special (a FIFO would hang the smoke) is exit 2.
     let mut bytes = Vec::new();
     std::io::Read::read_to_end(

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 /// What the probe found.
 #[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
-pub struct Probe {
+pub(crate) struct Probe {
     /// Whether a CUDA driver library could be loaded.
     pub driver_present: bool,
     /// Why no device is usable, when none is.
@@ -20,7 +20,7 @@ pub struct Probe {
 
 /// One device.
 #[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
-pub struct Device {
+pub(crate) struct Device {
     /// Ordinal.
     pub ordinal: usize,
     /// Name.
@@ -35,7 +35,7 @@ pub struct Device {
 
 impl Probe {
     /// The answer on a machine without a driver.
-    pub fn no_driver() -> Probe {
+    pub(crate) fn no_driver() -> Probe {
         Probe {
             driver_present: false,
             reason: Some("no CUDA driver".into()),
@@ -46,7 +46,7 @@ impl Probe {
 }
 
 /// Probe the driver and devices. Never panics.
-pub fn probe() -> Probe {
+pub(crate) fn probe() -> Probe {
     // SAFETY: is_culib_present only tries to dlopen the driver library and closes it.
     #[allow(unsafe_code)]
     let present = unsafe { cudarc::driver::sys::is_culib_present() };
@@ -112,7 +112,7 @@ fn probe_devices() -> Probe {
 
 /// Why a CUDA build runs on the CPU on this machine (no driver, no device), or None when a
 /// device is there.
-pub fn cpu_reason(probe: &Probe) -> Option<String> {
+pub(crate) fn cpu_reason(probe: &Probe) -> Option<String> {
     if !probe.devices.is_empty() {
         return None;
     }
@@ -133,7 +133,11 @@ pub fn cpu_reason(probe: &Probe) -> Option<String> {
 ///
 /// No device at all is not a refusal: a CUDA build that loads without a driver (no VMM pool,
 /// the runtime shipped beside it) runs on the CPU there, and [`cpu_reason`] says why.
-pub fn preflight(probe: &Probe, toolkit: Option<&str>, archs: Option<&str>) -> Option<String> {
+pub(crate) fn preflight(
+    probe: &Probe,
+    toolkit: Option<&str>,
+    archs: Option<&str>,
+) -> Option<String> {
     let dev = probe.devices.first()?;
     if let (Some(tk), Some(drv)) = (toolkit, probe.driver_cuda_version.as_deref()) {
         let major = |s: &str| -> Option<(u32, u32)> {

@@ -8,7 +8,7 @@ use std::process::Command;
 
 /// The effective uid and gid: what the kernel lets an unprivileged process map, and whose
 /// folder the fixed path is.
-pub fn ids() -> (u32, u32) {
+pub(crate) fn ids() -> (u32, u32) {
     (
         rustix::process::geteuid().as_raw(),
         rustix::process::getegid().as_raw(),
@@ -20,7 +20,7 @@ pub fn ids() -> (u32, u32) {
 /// created inside that tmpfs; then, when `cwd` is given, change into it (a folder that exists
 /// only inside the namespace, which std's `current_dir` cannot reach: it changes folder before
 /// this runs).
-pub fn enter_on_exec(
+pub(crate) fn enter_on_exec(
     cmd: &mut Command,
     root: CString,
     binds: Vec<(CString, CString)>,

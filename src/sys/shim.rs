@@ -12,7 +12,7 @@ use std::ptr::NonNull;
 
 /// The shim's PF_ABI_VERSION this driver speaks (the smoke child and the validate engine load
 /// the same shim).
-pub const SHIM_ABI: c_int = 3;
+pub(crate) const SHIM_ABI: c_int = 3;
 
 type LoadFn = unsafe extern "C" fn(
     *const c_char,
@@ -43,7 +43,7 @@ type PieceFn = unsafe extern "C" fn(*mut c_void, c_int, *mut c_char, c_int) -> c
 
 /// The loaded shim: the library and its `pf_*` functions (valid while `_lib` is loaded, which
 /// is as long as this value lives).
-pub struct Shim {
+pub(crate) struct Shim {
     _lib: libloading::Library,
     load: LoadFn,
     n_vocab: HIntFn,
@@ -69,7 +69,7 @@ pub struct Shim {
 
 /// What `pf_load` is given besides the model path.
 #[derive(Debug, Clone, Copy)]
-pub struct LoadParams {
+pub(crate) struct LoadParams {
     /// Layers offloaded to a GPU.
     pub gpu_layers: i32,
     /// Context size (also the batch size).
@@ -91,7 +91,7 @@ impl Shim {
     /// `pf_abi_version` returns [`SHIM_ABI`]; `path` is a shim that `smoke::shim_for` compiled
     /// from this crate's `shim.c`. Only the smoke child and the validate engine call it, each
     /// in a process of its own, so that whatever the engine does is observed from outside.
-    pub fn open(path: &Path) -> Result<Shim, String> {
+    pub(crate) fn open(path: &Path) -> Result<Shim, String> {
         // SAFETY: see `# Safety` above: a shim of ours, loaded in an isolated process.
         let lib = unsafe { libloading::Library::new(path) }
             .map_err(|e| format!("cannot load the shim {}: {e}", path.display()))?;
@@ -134,7 +134,7 @@ impl Shim {
     }
 
     /// Load a model (`pf_load`); `Err` carries the shim's message.
-    pub fn load(&self, model: &CStr, p: LoadParams) -> Result<Model<'_>, String> {
+    pub(crate) fn load(&self, model: &CStr, p: LoadParams) -> Result<Model<'_>, String> {
         let mut err = vec![0 as c_char; 512];
         // SAFETY: model is NUL-terminated; err has err.len() bytes.
         let h = unsafe {
@@ -167,7 +167,7 @@ impl Shim {
     }
 
     /// `llama_print_system_info()`.
-    pub fn system_info(&self) -> String {
+    pub(crate) fn system_info(&self) -> String {
         // SAFETY: pf_system_info returns a static NUL-terminated string.
         unsafe { CStr::from_ptr((self.info)()) }
             .to_string_lossy()
@@ -175,7 +175,7 @@ impl Shim {
     }
 
     /// `pf_devices`' lines (`kind\tname\tdescription`).
-    pub fn devices(&self) -> String {
+    pub(crate) fn devices(&self) -> String {
         // SAFETY: pf_devices returns a static NUL-terminated buffer.
         unsafe { CStr::from_ptr((self.devices)()) }
             .to_string_lossy()
@@ -184,7 +184,7 @@ impl Shim {
 
     /// Die the way a broken engine dies (a faulting store: SIGSEGV), for the tests of the
     /// parent's crash reporting. Does not return in practice.
-    pub fn crash_for_test(&self) {
+    pub(crate) fn crash_for_test(&self) {
         // SAFETY: pf_crash_for_test takes nothing; it ends this process, which is its purpose.
         unsafe { (self.crash)() }
     }
@@ -192,7 +192,7 @@ impl Shim {
 
 /// A loaded model and its context (one sequence). It is not freed on drop: the processes that
 /// hold one exit right after, and [`Model::free`] says where freeing is wanted.
-pub struct Model<'a> {
+pub(crate) struct Model<'a> {
     shim: &'a Shim,
     h: NonNull<c_void>,
     n_vocab: usize,
@@ -200,7 +200,7 @@ pub struct Model<'a> {
 
 impl<'a> Model<'a> {
     /// Vocabulary size (at least 1).
-    pub fn n_vocab(&self) -> usize {
+    pub(crate) fn n_vocab(&self) -> usize {
         self.n_vocab
     }
 
@@ -210,14 +210,14 @@ impl<'a> Model<'a> {
 
     /// Tokenize with the model's tokenizer into `out`; the count, or the shim's value (≤ 0)
     /// when it failed or `out` is short.
-    pub fn tokenize(&self, text: &CStr, out: &mut [i32]) -> c_int {
+    pub(crate) fn tokenize(&self, text: &CStr, out: &mut [i32]) -> c_int {
         let max = c_int::try_from(out.len()).unwrap_or(c_int::MAX);
         // SAFETY: live handle; text is NUL-terminated; out has room for `max` tokens.
         unsafe { (self.shim.tokenize)(self.h.as_ptr(), text.as_ptr(), out.as_mut_ptr(), max) }
     }
 
     /// Decode `tokens` of sequence 0 at positions from `pos0`; llama_decode's return code.
-    pub fn decode(&self, tokens: &[i32], pos0: usize) -> c_int {
+    pub(crate) fn decode(&self, tokens: &[i32], pos0: usize) -> c_int {
         let (Ok(n), Ok(pos0)) = (c_int::try_from(tokens.len()), c_int::try_from(pos0)) else {
             return -1;
         };
@@ -226,38 +226,38 @@ impl<'a> Model<'a> {
     }
 
     /// Copy the last token's logits into `out`; the number copied, or -1.
-    pub fn logits(&self, out: &mut [f32]) -> c_int {
+    pub(crate) fn logits(&self, out: &mut [f32]) -> c_int {
         let max = c_int::try_from(out.len()).unwrap_or(c_int::MAX);
         // SAFETY: live handle; out holds `max` floats.
         unsafe { (self.shim.logits)(self.h.as_ptr(), out.as_mut_ptr(), max) }
     }
 
     /// The size of sequence 0's state.
-    pub fn state_size(&self) -> usize {
+    pub(crate) fn state_size(&self) -> usize {
         // SAFETY: live handle.
         unsafe { (self.shim.state_size)(self.h.as_ptr()) }
     }
 
     /// Write sequence 0's state into `buf`; the bytes written.
-    pub fn state_get(&self, buf: &mut [u8]) -> usize {
+    pub(crate) fn state_get(&self, buf: &mut [u8]) -> usize {
         // SAFETY: live handle; buf has buf.len() bytes.
         unsafe { (self.shim.state_get)(self.h.as_ptr(), buf.as_mut_ptr(), buf.len()) }
     }
 
     /// Restore sequence 0 from `state`; the bytes read (0 on failure).
-    pub fn state_set(&self, state: &[u8]) -> usize {
+    pub(crate) fn state_set(&self, state: &[u8]) -> usize {
         // SAFETY: live handle; state holds state.len() bytes.
         unsafe { (self.shim.state_set)(self.h.as_ptr(), state.as_ptr(), state.len()) }
     }
 
     /// Clear the memory.
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         // SAFETY: live handle.
         unsafe { (self.shim.clear)(self.h.as_ptr()) }
     }
 
     /// Drop sequence 0's cells from `p0` on; false when llama.cpp refused.
-    pub fn seq_rm(&self, p0: usize) -> bool {
+    pub(crate) fn seq_rm(&self, p0: usize) -> bool {
         let Ok(p0) = c_int::try_from(p0) else {
             return false;
         };
@@ -266,14 +266,14 @@ impl<'a> Model<'a> {
     }
 
     /// Whether `t` ends generation (a token outside the vocabulary does not).
-    pub fn is_eog(&self, t: i32) -> bool {
+    pub(crate) fn is_eog(&self, t: i32) -> bool {
         // SAFETY: live handle; t is inside the vocabulary (checked first).
         self.in_vocab(t) && unsafe { (self.shim.is_eog)(self.h.as_ptr(), t) } != 0
     }
 
     /// The token's text into `buf`; the byte count, negative when `buf` is short, 0 for a token
     /// outside the vocabulary.
-    pub fn piece(&self, t: i32, buf: &mut [c_char]) -> c_int {
+    pub(crate) fn piece(&self, t: i32, buf: &mut [c_char]) -> c_int {
         if !self.in_vocab(t) {
             return 0;
         }
@@ -283,34 +283,34 @@ impl<'a> Model<'a> {
     }
 
     /// The engine's grammar sampler over this vocabulary; `None` when llama.cpp refuses it.
-    pub fn grammar(&self, gbnf: &CStr) -> Option<Grammar<'_, 'a>> {
+    pub(crate) fn grammar(&self, gbnf: &CStr) -> Option<Grammar<'_, 'a>> {
         // SAFETY: live handle; gbnf is NUL-terminated.
         let s = unsafe { (self.shim.grammar_init)(self.h.as_ptr(), gbnf.as_ptr()) };
         NonNull::new(s).map(|s| Grammar { model: self, s })
     }
 
     /// Free the model and its context.
-    pub fn free(self) {
+    pub(crate) fn free(self) {
         // SAFETY: live handle, freed once (self is consumed).
         unsafe { (self.shim.free)(self.h.as_ptr()) }
     }
 }
 
 /// A grammar sampler of one model, freed on drop.
-pub struct Grammar<'m, 'a> {
+pub(crate) struct Grammar<'m, 'a> {
     model: &'m Model<'a>,
     s: NonNull<c_void>,
 }
 
 impl Grammar<'_, '_> {
     /// Greedy pick under the grammar from the last decode's logits; -1 when none is allowed.
-    pub fn pick(&self) -> c_int {
+    pub(crate) fn pick(&self) -> c_int {
         // SAFETY: live handle and sampler.
         unsafe { (self.model.shim.grammar_pick)(self.model.h.as_ptr(), self.s.as_ptr()) }
     }
 
     /// Advance the grammar past `t` (a token outside the vocabulary is ignored).
-    pub fn accept(&self, t: i32) {
+    pub(crate) fn accept(&self, t: i32) {
         if self.model.in_vocab(t) {
             // SAFETY: live sampler; t in the vocabulary.
             unsafe { (self.model.shim.grammar_accept)(self.s.as_ptr(), t) }

@@ -31,22 +31,22 @@ use crate::trial::config::{self, PatchRef};
 use crate::trial::flip;
 use crate::trial::record;
 // The record types keep their old path: `pinforge schema` names `trial::ablate::AblationRecord`.
-pub use crate::trial::record::{AblationRecord, SubsetRecord};
+pub(crate) use crate::trial::record::{AblationRecord, SubsetRecord};
 use crate::trial::report;
 use crate::trial::verdict::SideResult;
 use serde::Serialize;
 use std::time::Instant;
 
 /// The schema id of an ablation record and of `ablate --json`.
-pub const SCHEMA: &str = "pinforge.ablate/v1";
+pub(crate) const SCHEMA: &str = "pinforge.ablate/v1";
 
 /// Up to this many patches, every subset is tried.
-pub const ALL_SUBSETS_UP_TO: usize = 4;
+pub(crate) const ALL_SUBSETS_UP_TO: usize = 4;
 
 /// The subsets to try, as sorted index lists: every subset (by size, then order) for at most
 /// [`ALL_SUBSETS_UP_TO`] patches; otherwise the empty set, each patch alone, each left out,
 /// and the full set.
-pub fn subsets(n: usize) -> Vec<Vec<usize>> {
+pub(crate) fn subsets(n: usize) -> Vec<Vec<usize>> {
     let mut out: Vec<Vec<usize>> = if n <= ALL_SUBSETS_UP_TO {
         (0u32..(1u32 << n))
             .map(|mask| (0..n).filter(|i| mask & (1 << i) != 0).collect())
@@ -68,7 +68,7 @@ pub fn subsets(n: usize) -> Vec<Vec<usize>> {
 /// its 1-based position as four digits. Mixing the two could collide (`fix.patch` at position
 /// 1 and `0001-x.patch`), and a label names a derived variant and its build folder, so the
 /// labels must be unique.
-pub fn short_ids(patches: &[PatchRef]) -> Vec<String> {
+pub(crate) fn short_ids(patches: &[PatchRef]) -> Vec<String> {
     let leads: Vec<String> = patches
         .iter()
         .map(|p| p.file.chars().take_while(char::is_ascii_digit).collect())
@@ -87,7 +87,7 @@ pub fn short_ids(patches: &[PatchRef]) -> Vec<String> {
 }
 
 /// A subset's label: `none`, or the short ids joined with `+`.
-pub fn label(patches: &[PatchRef], subset: &[usize]) -> String {
+pub(crate) fn label(patches: &[PatchRef], subset: &[usize]) -> String {
     if subset.is_empty() {
         return "none".into();
     }
@@ -101,7 +101,7 @@ pub fn label(patches: &[PatchRef], subset: &[usize]) -> String {
 
 /// The derived variant's name: `VARIANT.abl-none`, `VARIANT.abl-0001-0003`. Too long for a
 /// folder name, it becomes `abl-` and a digest of the variant and the subset.
-pub fn derived_name(variant: &str, patches: &[PatchRef], subset: &[usize]) -> VariantName {
+pub(crate) fn derived_name(variant: &str, patches: &[PatchRef], subset: &[usize]) -> VariantName {
     let name = format!("{variant}.abl-{}", label(patches, subset).replace('+', "-"));
     let name = if is_identifier(&name) {
         name
@@ -114,7 +114,7 @@ pub fn derived_name(variant: &str, patches: &[PatchRef], subset: &[usize]) -> Va
 
 /// How one subset came out, for the analysis.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Class {
+pub(crate) enum Class {
     /// Smoke ok.
     Clean,
     /// A crash with this normalized signature.
@@ -125,7 +125,7 @@ pub enum Class {
 
 /// What the subsets show.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-pub struct Analysis {
+pub(crate) struct Analysis {
     /// The normalized signature of the empty subset (None: nothing to ablate).
     pub target_signature: Option<String>,
     /// Patches (indices) whose removal alone from the full set brings the target signature
@@ -142,7 +142,7 @@ pub struct Analysis {
 
 /// The analysis of tested subsets (each a sorted index list of the `n` patches, as actually
 /// applied).
-pub fn analyse(n: usize, results: &[(Vec<usize>, Class)]) -> Analysis {
+pub(crate) fn analyse(n: usize, results: &[(Vec<usize>, Class)]) -> Analysis {
     let class_of = |s: &[usize]| results.iter().find(|(x, _)| x == s).map(|(_, c)| c);
     let target_signature = match class_of(&[]) {
         Some(Class::Crash(s)) => Some(s.clone()),
@@ -255,7 +255,7 @@ fn applies(
 }
 
 /// Ablate `variant`'s patch list: build and smoke every subset, analyse, and write the record.
-pub fn run(
+pub(crate) fn run(
     ws: &Workspace,
     recipe: &Recipe,
     variant: &str,

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 /// One setting a flip can change. The order is the order rows are shown in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
-pub enum Axis {
+pub(crate) enum Axis {
     /// The upstream pin.
     Pin,
     /// The resolved, ordered patch list (file names and digests).
@@ -29,7 +29,7 @@ pub enum Axis {
 
 impl Axis {
     /// The name shown and recorded.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Axis::Pin => "pin",
             Axis::Patches => "patches",
@@ -45,7 +45,7 @@ impl Axis {
 /// One row of the mechanical diff: one setting that differs, with its value on each side
 /// (None: not set on that side).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-pub struct AxisRow {
+pub(crate) struct AxisRow {
     /// The axis the setting belongs to.
     pub axis: Axis,
     /// The setting (`series`, `cc`, `LLAMA_SANITIZE_ADDRESS`, ...).
@@ -113,7 +113,7 @@ fn map_rows(
 
 /// The mechanical diff of two configurations: every setting that differs, grouped by axis in
 /// [`Axis`] order. Empty when the two would be the same build.
-pub fn axis_rows(a: &Config, b: &Config) -> Vec<AxisRow> {
+pub(crate) fn axis_rows(a: &Config, b: &Config) -> Vec<AxisRow> {
     let mut out = Vec::new();
     let row = |axis, key: &str, from: String, to: String| AxisRow {
         axis,
@@ -228,7 +228,7 @@ fn cmake_rows(a: &Config, b: &Config, out: &mut Vec<AxisRow>) {
 }
 
 /// The distinct axes of a diff, in order.
-pub fn axes_of(rows: &[AxisRow]) -> Vec<Axis> {
+pub(crate) fn axes_of(rows: &[AxisRow]) -> Vec<Axis> {
     rows.iter()
         .map(|r| r.axis)
         .collect::<BTreeSet<_>>()
@@ -238,7 +238,7 @@ pub fn axes_of(rows: &[AxisRow]) -> Vec<Axis> {
 
 /// The mechanical diff as text: one line per differing setting, `-` the from side and `+` the
 /// to side (unified-diff style, so it reads the same in a terminal and in a review).
-pub fn render_rows(rows: &[AxisRow]) -> String {
+pub(crate) fn render_rows(rows: &[AxisRow]) -> String {
     let mut s = String::new();
     for r in rows {
         let v = |x: &Option<String>| x.clone().unwrap_or_else(|| "(not set)".into());

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 /// Whether a CMake setting turns a sanitizer on: a sanitizer switch, or a compiler or linker
 /// flags variable that carries `-fsanitize=` (the way a CUDA variant must, see
 /// recipes/mrope-cuda.toml: nvcc refuses the switches' flags).
-pub fn is_sanitizer_setting(key: &str, value: &str) -> bool {
+pub(crate) fn is_sanitizer_setting(key: &str, value: &str) -> bool {
     let name = crate::source::recipe::cmake_key_name(key);
     is_sanitizer_key(key)
         || (name.starts_with("CMAKE_") && name.ends_with("_FLAGS") && value.contains("-fsanitize="))
@@ -23,14 +23,14 @@ pub fn is_sanitizer_setting(key: &str, value: &str) -> bool {
 
 /// Whether a CMake cache key is a sanitizer switch: those form their own axis, because
 /// turning a sanitizer on is a different experiment from changing a feature option.
-pub fn is_sanitizer_key(key: &str) -> bool {
+pub(crate) fn is_sanitizer_key(key: &str) -> bool {
     let name = cmake_key_name(key);
     name.starts_with("LLAMA_SANITIZE_") || name.starts_with("GGML_SANITIZE_")
 }
 
 /// One patch of a resolved configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-pub struct PatchRef {
+pub(crate) struct PatchRef {
     /// File name in the bundle.
     pub file: String,
     /// SHA-256 of the file.
@@ -39,7 +39,7 @@ pub struct PatchRef {
 
 /// One tool as resolved on this machine.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-pub struct ToolConfig {
+pub(crate) struct ToolConfig {
     /// What the recipe names (`gcc`, `clang++`, `cmake`).
     pub program: String,
     /// The exact version the tool reports.
@@ -52,7 +52,7 @@ pub struct ToolConfig {
 
 /// A toolchain as resolved on this machine.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-pub struct ToolchainConfig {
+pub(crate) struct ToolchainConfig {
     /// Name in the recipe.
     pub name: String,
     /// Tools by role (`cc`, `cxx`, `cmake`, `ninja`, `nvcc`).
@@ -65,7 +65,7 @@ pub struct ToolchainConfig {
 
 impl ToolchainConfig {
     /// From a recipe toolchain and its resolution.
-    pub fn new(
+    pub(crate) fn new(
         tc: &crate::source::recipe::Toolchain,
         resolved: &ResolvedToolchain,
     ) -> ToolchainConfig {
@@ -102,7 +102,7 @@ impl ToolchainConfig {
 
 /// A variant fully resolved: what its build will be made of, axis by axis.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-pub struct Config {
+pub(crate) struct Config {
     /// The variant's name (not an axis: two names may describe the same build).
     pub variant: String,
     /// The upstream pin.
@@ -122,7 +122,7 @@ pub struct Config {
 }
 
 /// The patch files a variant applies, in order, with their digests (what `build` selects).
-pub fn resolve_patches(recipe: &Recipe, variant: &Variant) -> Result<Vec<PatchRef>> {
+pub(crate) fn resolve_patches(recipe: &Recipe, variant: &Variant) -> Result<Vec<PatchRef>> {
     if matches!(&variant.patches, PatchSelection::List(l) if l.is_empty()) {
         return Ok(Vec::new());
     }
@@ -144,14 +144,14 @@ pub fn resolve_patches(recipe: &Recipe, variant: &Variant) -> Result<Vec<PatchRe
 /// Resolve a variant's configuration: its patches against the bundle and its toolchain on this
 /// machine (so that a compiler change shows as `gcc 12.2.0` against `clang 19.1.7`, not as two
 /// names). A missing tool or patch is an input error, before anything is built.
-pub fn resolve(ws: &Workspace, recipe: &Recipe, variant: &Variant) -> Result<Config> {
+pub(crate) fn resolve(ws: &Workspace, recipe: &Recipe, variant: &Variant) -> Result<Config> {
     let tools = toolchain::resolve(&variant.toolchain, &ws.tool_dirs())?;
     let patches = resolve_patches(recipe, variant)?;
     Ok(config_of(recipe, variant, patches, &tools))
 }
 
 /// A configuration from parts already resolved.
-pub fn config_of(
+pub(crate) fn config_of(
     recipe: &Recipe,
     variant: &Variant,
     patches: Vec<PatchRef>,

@@ -35,11 +35,11 @@ use std::time::Instant;
 
 // The record type and schema id keep their old path: `pinforge schema` names
 // `trial::flip::FlipRecord`, and a flip's output is this module's product.
-pub use crate::trial::record::{FlipRecord, SCHEMA};
-pub use crate::trial::verdict::FlipVerdict;
+pub(crate) use crate::trial::record::{FlipRecord, SCHEMA};
+pub(crate) use crate::trial::verdict::FlipVerdict;
 
 /// What to flip.
-pub struct FlipRequest<'a> {
+pub(crate) struct FlipRequest<'a> {
     /// The recipe.
     pub recipe: &'a Recipe,
     /// From variant.
@@ -55,7 +55,7 @@ pub struct FlipRequest<'a> {
 }
 
 /// A flip resolved and checked, ready to register.
-pub struct FlipPlan<'a> {
+pub(crate) struct FlipPlan<'a> {
     recipe: &'a Recipe,
     from: &'a Variant,
     to: &'a Variant,
@@ -98,7 +98,7 @@ fn check_text(what: &str, s: &str) -> Result<String> {
 
 /// Resolve both variants, diff them, and refuse unless exactly one axis differs (or
 /// `allow_multi`). Nothing is written.
-pub fn plan<'a>(ws: &Workspace, req: &FlipRequest<'a>) -> Result<FlipPlan<'a>> {
+pub(crate) fn plan<'a>(ws: &Workspace, req: &FlipRequest<'a>) -> Result<FlipPlan<'a>> {
     let hypothesis = check_text("--hypothesis", req.hypothesis)?;
     let prediction = req
         .prediction
@@ -170,7 +170,7 @@ fn values_of(rows: &[AxisRow]) -> Pair<String> {
 impl FlipPlan<'_> {
     /// Register the trial: claim its folder and write the pre-registration record (hypothesis,
     /// prediction, axis, both configurations, version, time) before anything is built.
-    pub fn register(&self, ws: &Workspace, smoke: &SmokeOptions) -> Result<FlipRecord> {
+    pub(crate) fn register(&self, ws: &Workspace, smoke: &SmokeOptions) -> Result<FlipRecord> {
         let stem = format!(
             "{}--{}--{}",
             self.recipe.name, self.configs.from.variant, self.configs.to.variant
@@ -231,7 +231,7 @@ impl FlipPlan<'_> {
     /// Build both sides, smoke both with the same settings, and complete the record (JSON and
     /// summary). Build and smoke failures become an `invalid` verdict with the reason; only a
     /// failure to write the record itself is an error.
-    pub fn run(
+    pub(crate) fn run(
         &self,
         ws: &Workspace,
         mut record: FlipRecord,
@@ -391,7 +391,7 @@ fn cpu_only_note(smokes: &[Option<SmokeSide>]) -> String {
 }
 
 /// Smoke one manifest; a smoke that cannot even start is a smoke `error` with the reason.
-pub fn smoke_one(manifest: &Path, opts: &SmokeOptions) -> (SideResult, SmokeSide) {
+pub(crate) fn smoke_one(manifest: &Path, opts: &SmokeOptions) -> (SideResult, SmokeSide) {
     let started = Instant::now();
     let report = smoke::target_from_manifest(manifest).and_then(|t| smoke::run(&t, opts));
     let seconds = started.elapsed().as_secs_f64();

@@ -12,11 +12,11 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 
 /// The schema id of a flip record and of `flip --json`.
-pub const SCHEMA: &str = "pinforge.flip/v1";
+pub(crate) const SCHEMA: &str = "pinforge.flip/v1";
 
 /// A value for each side.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct Pair<T> {
+pub(crate) struct Pair<T> {
     /// The `from` side.
     pub from: T,
     /// The `to` side.
@@ -25,7 +25,7 @@ pub struct Pair<T> {
 
 /// One side's build, as recorded.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct BuildSide {
+pub(crate) struct BuildSide {
     /// Variant built.
     pub variant: String,
     /// Manifest path.
@@ -44,7 +44,7 @@ pub struct BuildSide {
 
 /// One side's smoke, as recorded.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct SmokeSide {
+pub(crate) struct SmokeSide {
     /// ok | mismatch | crash | error.
     pub verdict: String,
     /// The full signature.
@@ -65,7 +65,7 @@ pub struct SmokeSide {
 
 /// One artifact on both sides.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-pub struct ArtifactRow {
+pub(crate) struct ArtifactRow {
     /// Path relative to the artifact root.
     pub path: String,
     /// SHA-256 on the from side (None: not there).
@@ -85,7 +85,7 @@ pub struct ArtifactRow {
 
 impl ArtifactRow {
     /// The row's word: same, equal under a rule, or different (and why it may be).
-    pub fn word(&self) -> String {
+    pub(crate) fn word(&self) -> String {
         match (self.same, &self.equal_under, self.embeds_machine_path) {
             (true, _, _) => "same".into(),
             (false, Some(rule), _) => format!("equal under {rule}"),
@@ -95,14 +95,14 @@ impl ArtifactRow {
     }
 
     /// Whether the row is a real difference (not the same, not equal under a stated rule).
-    pub fn differs(&self) -> bool {
+    pub(crate) fn differs(&self) -> bool {
         !self.same && self.equal_under.is_none()
     }
 }
 
 /// The smoke settings both sides ran with.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct SmokeSettings {
+pub(crate) struct SmokeSettings {
     /// Model file, or None for the generated tiny model of `arch`.
     pub model: Option<PathBuf>,
     /// Tiny model architecture.
@@ -114,7 +114,7 @@ pub struct SmokeSettings {
 /// A flip record: written when the trial is registered (state `registered`, no results), and
 /// completed in place (state `complete`) when both sides have run.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct FlipRecord {
+pub(crate) struct FlipRecord {
     /// [`SCHEMA`].
     pub schema: String,
     /// The record id (its folder name under `flips/`).
@@ -173,7 +173,7 @@ pub struct FlipRecord {
 
 /// One subset, as recorded.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct SubsetRecord {
+pub(crate) struct SubsetRecord {
     /// `none`, `0001+0003`.
     pub label: String,
     /// The patch files asked for.
@@ -205,7 +205,7 @@ pub struct SubsetRecord {
 
 /// An ablation record.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct AblationRecord {
+pub(crate) struct AblationRecord {
     /// [`crate::trial::ablate::SCHEMA`].
     pub schema: String,
     /// The record id (its folder under `ablations/`).
@@ -249,7 +249,7 @@ pub struct AblationRecord {
 /// Claim a fresh record folder `ROOT/KIND/STEM-NNNN` with one `mkdir` (the first free
 /// counter). `KIND` must be a real folder, never a link: a record written through a link
 /// would land wherever it points.
-pub fn claim_record_dir(root: &Path, kind: &str, stem: &str) -> Result<(String, PathBuf)> {
+pub(crate) fn claim_record_dir(root: &Path, kind: &str, stem: &str) -> Result<(String, PathBuf)> {
     let base = root.join(kind);
     match std::fs::symlink_metadata(&base) {
         Ok(m) if m.is_dir() => {}
@@ -282,7 +282,7 @@ pub fn claim_record_dir(root: &Path, kind: &str, stem: &str) -> Result<(String, 
 }
 
 /// Write a record as canonical JSON (sorted keys), atomically.
-pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+pub(crate) fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
     let v = serde_json::to_value(value).map_err(|e| Error::Internal(e.to_string()))?;
     let mut s = serde_json::to_string_pretty(&v).map_err(|e| Error::Internal(e.to_string()))?;
     s.push('\n');
@@ -290,7 +290,7 @@ pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
 }
 
 /// An error as one line for a record: message, then the hint.
-pub fn error_text(e: &Error) -> String {
+pub(crate) fn error_text(e: &Error) -> String {
     match e.hint() {
         Some(h) => format!("{e} (hint: {h})"),
         None => e.to_string(),

@@ -4,12 +4,12 @@
 use crate::trial::record::{AblationRecord, FlipRecord, SmokeSide};
 
 /// Text for a Markdown table cell: no line breaks, no pipes.
-pub fn cell(s: &str) -> String {
+pub(crate) fn cell(s: &str) -> String {
     s.replace('|', "\\|").replace(['\n', '\r'], " ")
 }
 
 /// The readable summary of a completed record.
-pub fn summary_markdown(r: &FlipRecord) -> String {
+pub(crate) fn summary_markdown(r: &FlipRecord) -> String {
     let mut s = String::new();
     heading(&mut s, r);
     s.push_str("## What differs\n\n| axis | setting | from | to |\n|---|---|---|---|\n");
@@ -136,7 +136,7 @@ fn device_cell(sm: Option<&SmokeSide>) -> String {
 }
 
 /// The readable summary of an ablation record.
-pub fn ablation_markdown(r: &AblationRecord) -> String {
+pub(crate) fn ablation_markdown(r: &AblationRecord) -> String {
     let mut s = format!(
         "# Ablation {}\n\nRecipe `{}`, variant `{}` ({} patches, {}); pinforge {}; {} → {}, {:.1}s.\n\n",
         r.id,

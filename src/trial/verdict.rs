@@ -8,7 +8,7 @@ use serde::Serialize;
 /// A flip's verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum FlipVerdict {
+pub(crate) enum FlipVerdict {
     /// The signature disappeared: the hypothesis that this axis is the defect is supported.
     Supported,
     /// The same signature on both sides: the hypothesis is falsified.
@@ -19,7 +19,7 @@ pub enum FlipVerdict {
 
 impl FlipVerdict {
     /// The word recorded.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             FlipVerdict::Supported => "supported",
             FlipVerdict::Falsified => "falsified",
@@ -30,7 +30,7 @@ impl FlipVerdict {
 
 /// What one side of a trial gave, as far as the verdict rule needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SideResult {
+pub(crate) enum SideResult {
     /// The build (or the step before the smoke) failed, with the reason.
     BuildFailed(String),
     /// Not run, with the reason (the other side failed first).
@@ -60,7 +60,7 @@ pub(crate) fn smoke_word(v: &SmokeVerdict) -> &'static str {
 /// otherwise); the `to` side showing the same normalized signature falsifies the hypothesis,
 /// a clean (`ok`) `to` side supports it, and anything else — a failed build, a smoke that could
 /// not run, a different crash, a diverged decode — makes the trial invalid, with the reason.
-pub fn decide(from: &SideResult, to: &SideResult) -> (FlipVerdict, String) {
+pub(crate) fn decide(from: &SideResult, to: &SideResult) -> (FlipVerdict, String) {
     // A failed build is the reason, whichever side: the other side then was not smoked.
     for (name, side) in [("from", from), ("to", to)] {
         if let SideResult::BuildFailed(e) = side {

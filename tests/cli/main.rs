@@ -1284,7 +1284,7 @@ fn crash_at_every_step_leaves_a_consistent_state() {
     let mut states_checked = 0;
     // The step counts come from the library's step enums, so a new step is a new crash
     // point checked here without editing this test.
-    use pinforge::deploy::install::{InstallStep, RollbackStep};
+    use pinforge::{InstallStep, RollbackStep};
     let ops = [
         ("install", InstallStep::COUNT),
         ("rollback", RollbackStep::COUNT),

@@ -43,17 +43,17 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Cache folder override (the `--cache-dir` flag wins).
-pub const DIR_ENV: &str = "PINFORGE_CACHE_DIR";
+pub(crate) const DIR_ENV: &str = "PINFORGE_CACHE_DIR";
 /// Remote backend URL (`redis://HOST:PORT`, `http://…`, `file:…`; `--cache-remote` wins).
-pub const REMOTE_ENV: &str = "PINFORGE_CACHE_REMOTE";
+pub(crate) const REMOTE_ENV: &str = "PINFORGE_CACHE_REMOTE";
 /// Set to `0`/`off`/`false` to turn the cache off (`--no-cache` does the same).
-pub const ENABLE_ENV: &str = "PINFORGE_CACHE";
+pub(crate) const ENABLE_ENV: &str = "PINFORGE_CACHE";
 /// Where the source link lives, relative to the variant folder, and how compiles name it.
-pub const SOURCE_LINK: &str = "src";
+pub(crate) const SOURCE_LINK: &str = "src";
 /// With the cache off: the throwaway cache folder, in the variant folder.
-pub const OFF_DIR: &str = "compile-cache.off";
+pub(crate) const OFF_DIR: &str = "compile-cache.off";
 /// The source link as seen from the CMake build folder (`build/RECIPE/VARIANT/cmake`).
-pub const SOURCE_FROM_BUILD: &str = "../src";
+pub(crate) const SOURCE_FROM_BUILD: &str = "../src";
 
 /// What the user asked for: on or off, the local folder, an optional shared backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,7 +114,7 @@ impl Settings {
 
 /// The compile cache of one build, ready to be attached to CMake and Ninja.
 #[derive(Debug, Clone)]
-pub struct CompileCache {
+pub(crate) struct CompileCache {
     tool: ToolRecord,
     enabled: bool,
     dir: PathBuf,
@@ -125,7 +125,7 @@ pub struct CompileCache {
 
 /// What the cache did for one build (the `compile_cache` field of `build --json`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
-pub struct Stats {
+pub(crate) struct Stats {
     /// `ccache`.
     pub tool: String,
     /// Its version.
@@ -160,7 +160,7 @@ impl CompileCache {
     /// the one inside nvcc's `-Xcompiler=`, so without this every variant (and workspace)
     /// would recompile every CUDA unit. The maps' right sides are fixed (`/pinforge/src`,
     /// `/pinforge/build`), so the object does not depend on what they leave out.
-    pub fn prepare(
+    pub(crate) fn prepare(
         settings: &Settings,
         tools: &ResolvedToolchain,
         base_dir: &Path,
@@ -226,7 +226,7 @@ impl CompileCache {
     }
 
     /// Point a CMake or Ninja run at this configuration, and only at it.
-    pub fn apply(&self, cmd: &mut Command) {
+    pub(crate) fn apply(&self, cmd: &mut Command) {
         for (k, _) in std::env::vars_os() {
             if k.to_string_lossy().starts_with("CCACHE_") {
                 cmd.env_remove(&k);
@@ -237,7 +237,7 @@ impl CompileCache {
 
     /// Empty the per-build counters (before Ninja runs: configure's compiler checks and any
     /// earlier build are not this build's).
-    pub fn reset(&self) -> Result<()> {
+    pub(crate) fn reset(&self) -> Result<()> {
         match std::fs::remove_file(&self.stats_log) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 Err(Error::io("remove", &self.stats_log, e))
@@ -247,7 +247,7 @@ impl CompileCache {
     }
 
     /// This build's counts, from its stats log.
-    pub fn stats(&self) -> Result<Stats> {
+    pub(crate) fn stats(&self) -> Result<Stats> {
         if !self.enabled {
             // The throwaway store of a --no-cache build: nothing in it is ever read again.
             let _ = std::fs::remove_dir_all(self.config.with_file_name(OFF_DIR));
@@ -275,7 +275,7 @@ impl CompileCache {
 impl Stats {
     /// The manifest's run-details record: counts and the launcher, no machine path and no
     /// remote address (neither is part of what was built, and an address may carry a secret).
-    pub fn byproduct(&self, tool: &ToolRecord) -> crate::artifact::manifest::Resource {
+    pub(crate) fn byproduct(&self, tool: &ToolRecord) -> crate::artifact::manifest::Resource {
         crate::artifact::manifest::Resource {
             name: "compile-cache".into(),
             uri: None,
@@ -294,7 +294,7 @@ impl Stats {
     }
 
     /// One line for people: `42 hits (40 remote), 3 misses`.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         if !self.enabled {
             return format!("off ({} compiled)", self.misses);
         }
@@ -416,7 +416,7 @@ fn optional_lines(base_dirs: &[PathBuf], ignore: &[String], settings: &Settings)
 
 /// The toolchain's compiler identity as a folder name: the same compilers give the same
 /// folder on every machine; any other compiler, another.
-pub fn namespace(tools: &ResolvedToolchain) -> String {
+pub(crate) fn namespace(tools: &ResolvedToolchain) -> String {
     let mut id = String::new();
     for role in Role::COMPILERS {
         if let Some(t) = tools.get(role) {
@@ -490,7 +490,7 @@ fn redact(url: &str) -> String {
 /// Point `vdir/src` at the vendor tree (replacing an older link atomically) and return it.
 /// When the link moves, Ninja's log in `cmake_dir` is removed: the compile commands name the
 /// link, not the tree, so without it Ninja could take an older tree's files for up to date.
-pub fn source_link(vdir: &Path, tree: &Path, cmake_dir: &Path) -> Result<PathBuf> {
+pub(crate) fn source_link(vdir: &Path, tree: &Path, cmake_dir: &Path) -> Result<PathBuf> {
     let link = vdir.join(SOURCE_LINK);
     if std::fs::read_link(&link).ok().as_deref() == Some(tree) {
         return Ok(link);

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 const CLIENT: &str = "client-pinforge";
 
 /// Write the (empty) codemodel query so that the next configure writes a reply.
-pub fn write_query(cmake_dir: &Path) -> Result<()> {
+pub(crate) fn write_query(cmake_dir: &Path) -> Result<()> {
     let q = cmake_dir
         .join(".cmake/api/v1/query")
         .join(CLIENT)
@@ -25,7 +25,7 @@ pub fn write_query(cmake_dir: &Path) -> Result<()> {
 
 /// One target of the code model.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
+pub(crate) struct Target {
     /// CMake target name.
     pub name: String,
     /// `SHARED_LIBRARY`, `STATIC_LIBRARY`, `MODULE_LIBRARY`, `EXECUTABLE`, …
@@ -38,7 +38,7 @@ pub struct Target {
 
 impl Target {
     /// Whether the target builds a library file (an OBJECT library builds none).
-    pub fn is_library(&self) -> bool {
+    pub(crate) fn is_library(&self) -> bool {
         matches!(
             self.kind.as_str(),
             "SHARED_LIBRARY" | "STATIC_LIBRARY" | "MODULE_LIBRARY"
@@ -48,7 +48,7 @@ impl Target {
 
 /// The reply, reduced to what the build needs.
 #[derive(Debug, Clone, Default)]
-pub struct CodeModel {
+pub(crate) struct CodeModel {
     /// Targets by id.
     pub targets: BTreeMap<String, Target>,
     /// Names of the targets that install rules name.
@@ -154,7 +154,7 @@ fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
 }
 
 /// Read the newest codemodel reply of the build folder.
-pub fn read(cmake_dir: &Path) -> Result<CodeModel> {
+pub(crate) fn read(cmake_dir: &Path) -> Result<CodeModel> {
     let reply = cmake_dir.join(".cmake/api/v1/reply");
     let mut indexes: Vec<PathBuf> = std::fs::read_dir(&reply)
         .at("read directory", &reply)?
@@ -239,7 +239,7 @@ pub fn read(cmake_dir: &Path) -> Result<CodeModel> {
 impl CodeModel {
     /// The requested targets and every in-project target they depend on, sorted by name.
     /// A requested name the project does not define is an input error.
-    pub fn closure(&self, requested: &[String]) -> Result<Vec<&Target>> {
+    pub(crate) fn closure(&self, requested: &[String]) -> Result<Vec<&Target>> {
         let by_name: BTreeMap<&str, &str> = self
             .targets
             .iter()

@@ -40,13 +40,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// `0`/`off`/`false`/`no`: build at the real folder.
-pub const ENV: &str = "PINFORGE_FIXED_PATH";
+pub(crate) const ENV: &str = "PINFORGE_FIXED_PATH";
 /// The folder that holds the user's folder of mount points.
-pub const PARENT: &str = "/tmp";
+pub(crate) const PARENT: &str = "/tmp";
 
 /// Where one build's source tree and variant folder are, as its processes see them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BuildPaths {
+pub(crate) struct BuildPaths {
     /// The source tree as the compilers see it.
     pub src: PathBuf,
     /// The variant folder as the build sees it.
@@ -88,7 +88,7 @@ impl BuildPaths {
     /// Decide for one build: the fixed path when a private mount namespace can be entered
     /// here (checked by running `probe -E cat` on a file through the bind), else the real
     /// folders with the reason. `toolkit` is a provisioned toolkit's root and its identity.
-    pub fn resolve(
+    pub(crate) fn resolve(
         tree: &Path,
         vdir: &Path,
         toolkit: Option<(&Path, &str)>,
@@ -164,12 +164,12 @@ impl BuildPaths {
     }
 
     /// Whether the path is fixed.
-    pub fn fixed(&self) -> bool {
+    pub(crate) fn fixed(&self) -> bool {
         self.unfixed.is_none()
     }
 
     /// The CMake build folder as the build sees it.
-    pub fn cmake_dir(&self) -> PathBuf {
+    pub(crate) fn cmake_dir(&self) -> PathBuf {
         self.build.clone()
     }
 
@@ -177,7 +177,7 @@ impl BuildPaths {
     /// the binds when fixed, a plain command otherwise. The folder is checked again each time
     /// (the stamp's fast path reads these paths from a file). Do not give the command a
     /// `current_dir` at the fixed path: std changes folder before the namespace exists.
-    pub fn command(&self, program: &Path) -> Result<Command> {
+    pub(crate) fn command(&self, program: &Path) -> Result<Command> {
         self.command_in(program, None)
     }
 
@@ -224,7 +224,7 @@ impl BuildPaths {
     }
 
     /// The toolchain as the build sees it: tools inside a bound toolkit at their fixed path.
-    pub fn seen_tools(
+    pub(crate) fn seen_tools(
         &self,
         tools: &crate::artifact::toolchain::ResolvedToolchain,
     ) -> crate::artifact::toolchain::ResolvedToolchain {
@@ -241,7 +241,7 @@ impl BuildPaths {
 
     /// The manifest byproduct `build_path`: run details (the bytes of CUDA objects depend on
     /// them), not an input.
-    pub fn resource(&self) -> Resource {
+    pub(crate) fn resource(&self) -> Resource {
         let mut ann = BTreeMap::from([
             ("fixed".to_string(), Value::from(self.fixed())),
             (
@@ -288,7 +288,7 @@ impl BuildPaths {
 /// build saw them, from the fixed CMake build folder, so that a build folder can be driven by
 /// hand (`cmake --build .`) and CMake's regeneration writes only inside the namespace. A
 /// variant never built, or built at its real folder, is an input error.
-pub fn exec_command(vdir: &Path, name: &str, program: &Path) -> Result<Command> {
+pub(crate) fn exec_command(vdir: &Path, name: &str, program: &Path) -> Result<Command> {
     let mpath = vdir.join("manifest.json");
     if !mpath.exists() {
         return Err(

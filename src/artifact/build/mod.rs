@@ -12,14 +12,14 @@
 //! configure arguments (`configure`), the log every tool run writes (`log`), the manifest half
 //! (`record`), the CUDA toolkit a build resolves (`toolkit`) and the no-op stamp (`stamp`).
 
-pub mod cache;
+pub(crate) mod cache;
 mod configure;
-pub mod fileapi;
-pub mod fixed;
+pub(crate) mod fileapi;
+pub(crate) mod fixed;
 mod log;
 mod record;
-pub mod runtime;
-pub mod stage;
+pub(crate) mod runtime;
+pub(crate) mod stage;
 mod stamp;
 mod toolkit;
 
@@ -39,19 +39,19 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 /// Where the prefix maps send the source and build folders inside the binaries.
-pub const SRC_MAP: &str = "/pinforge/src";
+pub(crate) const SRC_MAP: &str = "/pinforge/src";
 /// See [`SRC_MAP`].
-pub const BUILD_MAP: &str = "/pinforge/build";
+pub(crate) const BUILD_MAP: &str = "/pinforge/build";
 
 /// Bumped whenever the way pinforge configures changes, so kept build folders reconfigure.
 const CONFIGURE_SCHEME: u32 = 2;
 
 /// The artifact root, relative to the variant folder: the staged install prefix.
-pub const ARTIFACT_ROOT: &str = "stage";
+pub(crate) const ARTIFACT_ROOT: &str = "stage";
 
 /// Environment variables removed from every CMake and Ninja run: each changes the binaries
 /// without appearing in the recorded CMake arguments.
-pub const SCRUBBED_ENV: &[&str] = &[
+pub(crate) const SCRUBBED_ENV: &[&str] = &[
     "SOURCE_DATE_EPOCH",
     "CFLAGS",
     "CXXFLAGS",
@@ -75,7 +75,7 @@ pub const SCRUBBED_ENV: &[&str] = &[
 
 /// One output artifact (the `build --json` contract).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Artifact {
+pub(crate) struct Artifact {
     /// Path relative to the artifact root.
     pub path: String,
     /// SHA-256.
@@ -85,11 +85,11 @@ pub struct Artifact {
 }
 
 /// Symlinks among the outputs: (path relative to the artifact root, link target).
-pub type Links = Vec<(String, String)>;
+pub(crate) type Links = Vec<(String, String)>;
 
 /// What a build did.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct BuildOutcome {
+pub(crate) struct BuildOutcome {
     /// Recipe name.
     pub recipe: String,
     /// Variant name.
@@ -126,7 +126,7 @@ pub struct BuildOutcome {
 }
 
 /// Options for [`build`].
-pub struct BuildOptions<'a> {
+pub(crate) struct BuildOptions<'a> {
     /// Ninja parallelism (None: Ninja's default).
     pub jobs: Option<usize>,
     /// Progress sink.
@@ -137,7 +137,7 @@ pub struct BuildOptions<'a> {
 }
 
 /// The patch bundle a recipe uses: its folder, or the embedded one for the embedded recipe.
-pub fn bundle_for(recipe: &Recipe) -> Result<Bundle> {
+pub(crate) fn bundle_for(recipe: &Recipe) -> Result<Bundle> {
     match &recipe.patches_dir {
         Some(dir) => Bundle::load(dir),
         None => Bundle::embedded(),
@@ -146,7 +146,7 @@ pub fn bundle_for(recipe: &Recipe) -> Result<Bundle> {
 
 /// Build one variant of a recipe: each phase below is one step of the pipeline, and each
 /// refuses what it can before the next one touches anything.
-pub fn build(
+pub(crate) fn build(
     ws: &Workspace,
     recipe: &Recipe,
     variant: &Variant,

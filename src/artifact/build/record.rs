@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// A subject's `normalized` annotation: the rule, the normalized digest, and what it masked.
-pub fn normalized_annotation(n: &Normalized) -> Value {
+pub(crate) fn normalized_annotation(n: &Normalized) -> Value {
     serde_json::json!({
         "rule": n.rule,
         "sha256": n.sha256.to_string(),

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 /// What [`ship`] did: the libraries shipped, and the runtime names needed that the toolkit
 /// does not hold (the machine's loader must find those, or the engine will not load).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Shipping {
+pub(crate) struct Shipping {
     /// Shipped libraries, by artifact path.
     pub shipped: Vec<Shipped>,
     /// Needed CUDA runtime names found neither in the stage nor in the toolkit.
@@ -28,7 +28,7 @@ pub struct Shipping {
 
 /// One shipped library.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Shipped {
+pub(crate) struct Shipped {
     /// Artifact path relative to the stage (`lib/libcudart.so.13`).
     pub path: String,
     /// The toolkit file it was copied from.
@@ -88,7 +88,7 @@ fn is_plain_soname(s: &str) -> bool {
 /// Copy into `stage/lib` every library that the staged ELF files in `lib/` need, directly or
 /// through each other, and that the toolkit at `root` provides. Idempotent: a name already in
 /// `lib/` (a file or a link the install rules made) is left alone.
-pub fn ship(stage: &Path, root: &Path) -> Result<Shipping> {
+pub(crate) fn ship(stage: &Path, root: &Path) -> Result<Shipping> {
     let lib = stage.join("lib");
     if !lib.is_dir() {
         return Ok(Shipping::default());

@@ -21,12 +21,12 @@ use std::collections::BTreeMap;
 use std::path::{Component, Path};
 
 /// The install prefix the project is configured with.
-pub const PREFIX: &str = "/pinforge/prefix";
+pub(crate) const PREFIX: &str = "/pinforge/prefix";
 
 /// How the artifacts were staged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
-pub enum Staging {
+pub(crate) enum Staging {
     /// `cmake --install` of the build folder.
     CmakeInstall,
     /// The project has no install rules at all: the library files the code model names for
@@ -36,7 +36,7 @@ pub enum Staging {
 
 impl Staging {
     /// The manifest's spelling.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Staging::CmakeInstall => "cmake-install",
             Staging::BuiltLibraries => "built-libraries",
@@ -46,7 +46,7 @@ impl Staging {
 
 /// A built library and the artifact that covers it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Coverage {
+pub(crate) struct Coverage {
     /// CMake target.
     pub target: String,
     /// The built file, relative to the build folder (absolute when outside it).
@@ -58,7 +58,7 @@ pub struct Coverage {
 }
 
 /// Remove a folder left by an earlier run, whatever it holds.
-pub fn clear(dir: &Path) -> Result<()> {
+pub(crate) fn clear(dir: &Path) -> Result<()> {
     match std::fs::symlink_metadata(dir) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(Error::io("stat", dir, e)),
@@ -69,7 +69,7 @@ pub fn clear(dir: &Path) -> Result<()> {
 
 /// After `cmake --install` into `destdir`: refuse anything installed outside the prefix, then
 /// move the prefix to `stage`. Returns false when the install rules installed nothing.
-pub fn take_prefix(destdir: &Path, stage: &Path) -> Result<bool> {
+pub(crate) fn take_prefix(destdir: &Path, stage: &Path) -> Result<bool> {
     let prefix = destdir.join(PREFIX.trim_start_matches('/'));
     let mut outside = Vec::new();
     find_outside(destdir, &prefix, &mut outside)?;
@@ -119,7 +119,7 @@ fn find_outside(dir: &Path, prefix: &Path, out: &mut Vec<String>) -> Result<()> 
 
 /// Rewrite the fixed prefix in pkg-config and CMake package files to paths relative to the
 /// file itself, so the installed layer works wherever it is (`rollback/current`).
-pub fn relocate(stage: &Path) -> Result<Vec<String>> {
+pub(crate) fn relocate(stage: &Path) -> Result<Vec<String>> {
     let mut rewritten = Vec::new();
     let mut files = Vec::new();
     list_files(stage, stage, &mut files)?;
@@ -161,7 +161,7 @@ pub fn relocate(stage: &Path) -> Result<Vec<String>> {
 /// flag remaps (GCC's AddressSanitizer records each object's source file name as given on the
 /// command line), and a sanitizer build is still the evidence an operator needs. The build
 /// says so and the manifest marks those subjects, so the record stays honest.
-pub fn find_machine_paths(stage: &Path, paths: &[&Path]) -> Result<Vec<(String, String)>> {
+pub(crate) fn find_machine_paths(stage: &Path, paths: &[&Path]) -> Result<Vec<(String, String)>> {
     let mut files = Vec::new();
     list_files(stage, stage, &mut files)?;
     let needles: Vec<String> = paths
@@ -237,7 +237,11 @@ fn replace_all(hay: &[u8], needle: &[u8], with: &[u8]) -> Vec<u8> {
 
 /// For a project without install rules: copy each library file of the closure into
 /// `stage/lib/`, with the links beside it that lead to it (`libx.so -> libx.so.1`).
-pub fn stage_built_libraries(model: &CodeModel, requested: &[String], stage: &Path) -> Result<()> {
+pub(crate) fn stage_built_libraries(
+    model: &CodeModel,
+    requested: &[String],
+    stage: &Path,
+) -> Result<()> {
     let lib = stage.join("lib");
     crate::base::fsx::create_dir_all(&lib)?;
     for t in model.closure(requested)? {
@@ -301,7 +305,7 @@ fn leads_to(dir: &Path, p: &Path, name: &std::ffi::OsStr) -> bool {
 
 /// Regular files under `root` are the artifacts; links are recorded as links and must stay
 /// inside the stage. Anything else (a FIFO, a socket, a device) is refused.
-pub fn collect(root: &Path) -> Result<(Vec<Artifact>, Links)> {
+pub(crate) fn collect(root: &Path) -> Result<(Vec<Artifact>, Links)> {
     let mut files = Vec::new();
     let mut links = Vec::new();
     let mut model = TreeModel::default();
@@ -384,7 +388,7 @@ fn walk(
 /// Check that every library file the requested targets (and their in-project dependencies)
 /// built is covered by an artifact: same file name (installed copies get their run path
 /// rewritten, so their bytes may differ) or same content.
-pub fn cover(
+pub(crate) fn cover(
     model: &CodeModel,
     requested: &[String],
     cmake_dir: &Path,

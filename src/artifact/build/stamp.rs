@@ -57,7 +57,7 @@ const FILE: &str = "pinforge-stamp.json";
 
 /// What identifies a file's content without reading it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Meta {
+pub(crate) struct Meta {
     len: u64,
     mtime_ns: i128,
     ctime_ns: i128,

@@ -14,7 +14,7 @@ use std::process::Command;
 /// Unpack the entries of `wheel` under `prefix/` into `root`, refusing anything that is not a
 /// plain relative file or folder. Entries outside the prefix (`*.dist-info`, `__init__.py`)
 /// are skipped. Returns the number of files written.
-pub fn unpack_wheel(wheel: &Path, prefix: &str, root: &Path) -> Result<usize> {
+pub(crate) fn unpack_wheel(wheel: &Path, prefix: &str, root: &Path) -> Result<usize> {
     let file = fsx::open_regular(wheel, "wheel", false)?;
     let mut zip = zip::ZipArchive::new(file)
         .map_err(|e| Error::input(wheel.display(), format!("not a wheel (zip): {e}")))?;
@@ -78,7 +78,7 @@ pub fn unpack_wheel(wheel: &Path, prefix: &str, root: &Path) -> Result<usize> {
 /// Give the unpacked tree a toolkit's layout: `lib64 -> lib`, unversioned `.so` links for
 /// versioned libraries, `nvvm/lib64 -> lib`, and the link-time `lib/stubs/libcuda.so`.
 /// Returns the number of functions the stub exports.
-pub fn assemble(root: &Path, note: Note) -> Result<usize> {
+pub(crate) fn assemble(root: &Path, note: Note) -> Result<usize> {
     let lib = root.join("lib");
     fsx::create_dir_all(&lib)?;
     link_if_absent(Path::new("lib"), &root.join("lib64"))?;
@@ -150,7 +150,7 @@ fn unversioned_links(dir: &Path) -> Result<()> {
 
 /// The driver API functions `cuda.h` declares, after the preprocessor has mapped names such as
 /// `cuCtxCreate` to the versioned symbols (`cuCtxCreate_v4`) that code actually links against.
-pub fn driver_symbols(header: &Path) -> Result<BTreeSet<String>> {
+pub(crate) fn driver_symbols(header: &Path) -> Result<BTreeSet<String>> {
     let include = fsx::parent_of(header);
     let mut cmd = Command::new("cc");
     cmd.args(["-E", "-P", "-x", "c", "-I"])
@@ -162,7 +162,7 @@ pub fn driver_symbols(header: &Path) -> Result<BTreeSet<String>> {
 }
 
 /// Function names `cu…` declared as `CUresult … cuName(` in preprocessed C text.
-pub fn declared_cu_functions(text: &str) -> BTreeSet<String> {
+pub(crate) fn declared_cu_functions(text: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     // Declarations may span lines; a flat token stream is enough: `CUresult` then (after
     // attributes) an identifier followed by `(`.

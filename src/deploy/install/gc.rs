@@ -6,7 +6,7 @@ use super::*;
 
 /// Result of `gc`.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct GcOutcome {
+pub(crate) struct GcOutcome {
     /// Nothing was removed: this is what `gc` would remove.
     pub dry_run: bool,
     /// Store entries removed (or that would be).
@@ -38,7 +38,7 @@ impl Root {
     /// Remove store entries and generations nothing references. Deletes only when the
     /// committed state and every generation read and validate; otherwise refuses (exit 2).
     /// With `dry_run`, reports what would go and removes nothing.
-    pub fn gc(&self, dry_run: bool) -> Result<GcOutcome> {
+    pub(crate) fn gc(&self, dry_run: bool) -> Result<GcOutcome> {
         if safe::kind(&self.path.join("state"))? == Kind::Missing && self.is_fresh()? {
             return Ok(GcOutcome::default_for(dry_run));
         }

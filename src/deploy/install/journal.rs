@@ -7,7 +7,7 @@ use super::*;
 /// A transaction's kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum Op {
+pub(crate) enum Op {
     /// `install`.
     Install,
     /// `rollback`.
@@ -32,7 +32,7 @@ impl fmt::Display for Op {
 /// Where a transaction was when the journal was last written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum Phase {
+pub(crate) enum Phase {
     /// Before the commit point.
     Staging,
     /// The commit (the rename) may have happened.
@@ -51,7 +51,7 @@ impl fmt::Display for Phase {
 /// The journal: written before the commit point, removed after the receipt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Journal {
+pub(crate) struct Journal {
     /// Transaction id (also the receipt's sequence number).
     pub txid: u64,
     /// install | rollback.
@@ -78,7 +78,7 @@ pub(super) fn staging_name(txid: u64) -> String {
 }
 
 /// Parse and validate a journal: every field must be one the protocol can have written.
-pub fn parse_journal(bytes: &[u8]) -> Result<Journal> {
+pub(crate) fn parse_journal(bytes: &[u8]) -> Result<Journal> {
     let j: Journal = serde_json::from_slice(bytes)
         .map_err(|e| Error::input("journal.json", format!("journal unreadable: {e}")))?;
     let bad = |why: String| {

@@ -5,7 +5,7 @@
 use super::*;
 
 /// An install root.
-pub struct Root {
+pub(crate) struct Root {
     pub(super) path: PathBuf,
 }
 
@@ -20,7 +20,7 @@ pub(super) fn damaged(subject: impl fmt::Display, why: impl fmt::Display) -> Err
 impl Root {
     /// Open the install root for a command that may create it (install), probing that the
     /// filesystem has what the commit protocol needs.
-    pub fn open(path: &Path) -> Result<Root> {
+    pub(crate) fn open(path: &Path) -> Result<Root> {
         let path = fsx::absolute(path)?;
         fsx::create_dir_all(&path)?;
         let root = Root { path };
@@ -43,7 +43,7 @@ impl Root {
 
     /// Open an existing install root without creating anything: `status`, `verify
     /// --installed`, `gc` and `rollback` on a mistyped path must not leave a root there.
-    pub fn open_existing(path: &Path) -> Result<Root> {
+    pub(crate) fn open_existing(path: &Path) -> Result<Root> {
         let path = fsx::absolute(path)?;
         match std::fs::metadata(&path) {
             Ok(m) if m.is_dir() => {}
@@ -70,11 +70,6 @@ impl Root {
             }
         }
         Ok(root)
-    }
-
-    /// The root folder.
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     /// Refuse filesystems without symlinks or atomic rename over an existing link;
@@ -248,7 +243,7 @@ impl Root {
     }
 
     /// Read an entry's record, believed only when its listing hashes to the entry's name.
-    pub fn read_entry(&self, digest: &Sha256) -> Result<EntryInfo> {
+    pub(crate) fn read_entry(&self, digest: &Sha256) -> Result<EntryInfo> {
         let p = self.entry_dir(digest).join(ENTRY_RECORD);
         if safe::kind(&self.entry_dir(digest))? != Kind::Dir {
             return Err(damaged(

@@ -46,23 +46,23 @@ mod store;
 mod txn;
 mod verify;
 
-pub use gc::GcOutcome;
+pub(crate) use gc::GcOutcome;
 use journal::staging_name;
-pub use journal::{parse_journal, Journal, Op, Phase};
-pub use layout::Root;
+pub(crate) use journal::{Journal, Op, Phase};
+pub(crate) use layout::Root;
 use layout::{damaged, parse_gen_number};
-pub use record::{
+pub(crate) use record::{
     identity, parse_entry_record, parse_receipt, parse_receipt_name, parse_state, EntryInfo,
     FileRec, GenSlot, GenState, Receipt, Verification,
 };
 use record::{
     validate_listing, ENTRY_MANIFEST, ENTRY_RECORD, EXEC_MODE, FILE_MODE, RECORD_LIMIT, TMP_PREFIX,
 };
-pub use status::{History, HistoryRow, Status, StatusSlot, VerificationState};
-pub use store::StageMode;
+pub(crate) use status::{History, Status, VerificationState};
+pub(crate) use store::StageMode;
 use store::{Existing, Plan};
 use txn::{Change, Txn};
-pub use txn::{InstallStep, RollbackStep, Step};
+pub use txn::{InstallStep, RollbackStep};
 use verify::{check_entry, check_result, mismatch_error, Resolved};
 
 use crate::base::digest::Sha256;
@@ -90,7 +90,7 @@ use std::time::Instant;
     schemars::JsonSchema,
 )]
 #[serde(rename_all = "lowercase")]
-pub enum Layer {
+pub(crate) enum Layer {
     /// The build in service.
     Live,
     /// The same build without the patches: the negative-result comparator.
@@ -101,10 +101,10 @@ pub enum Layer {
 
 impl Layer {
     /// All layers, in display order.
-    pub const ALL: [Layer; 3] = [Layer::Live, Layer::Control, Layer::Original];
+    pub(crate) const ALL: [Layer; 3] = [Layer::Live, Layer::Control, Layer::Original];
 
     /// The layer's name.
-    pub fn as_str(&self) -> &'static str {
+    pub(crate) fn as_str(&self) -> &'static str {
         match self {
             Layer::Live => "live",
             Layer::Control => "control",
@@ -113,7 +113,7 @@ impl Layer {
     }
 
     /// Parse a layer name.
-    pub fn parse(s: &str) -> Result<Layer> {
+    pub(crate) fn parse(s: &str) -> Result<Layer> {
         match s {
             "live" => Ok(Layer::Live),
             "control" => Ok(Layer::Control),
@@ -135,7 +135,7 @@ impl fmt::Display for Layer {
 impl Root {
     /// Install the outputs of `manifest` into `layer`. The manifest is not trusted: its
     /// artifact root and every path and link in it are checked before anything is read.
-    pub fn install(
+    pub(crate) fn install(
         &self,
         manifest_path: &Path,
         layer: Layer,
@@ -227,19 +227,10 @@ impl Root {
         Ok(InstallOutcome::new(receipt, r, recovered, None, entry.dir))
     }
 
-    /// Point `current` at another layer (`to`), or with `None` restore the previous live entry
-    /// (pop the rollback stack).
-    pub fn rollback(&self, to: Option<Layer>) -> Result<RollbackOutcome> {
-        self.rollback_to(match to {
-            Some(l) => RollbackTo::Layer(l),
-            None => RollbackTo::PreviousLive,
-        })
-    }
-
     /// [`Root::rollback`], or back (or forward) to a whole earlier generation: its layers,
     /// `current` and rollback stack become the state of a new generation, every entry it
     /// names re-hashed first. Rolling forward again is the same command with a later number.
-    pub fn rollback_to(&self, to: RollbackTo) -> Result<RollbackOutcome> {
+    pub(crate) fn rollback_to(&self, to: RollbackTo) -> Result<RollbackOutcome> {
         let t_total = Instant::now();
         if safe::kind(&self.path.join("state"))? == Kind::Missing && self.is_fresh()? {
             return Err(Error::input(self.path.display(), "nothing is installed")
@@ -356,7 +347,7 @@ impl Root {
 
 /// Result of `install`.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct InstallOutcome {
+pub(crate) struct InstallOutcome {
     /// Receipt path.
     pub receipt: PathBuf,
     /// Receipt of a recovered earlier transaction, if any.
@@ -381,7 +372,7 @@ pub struct InstallOutcome {
 
 /// Result of `rollback`.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct RollbackOutcome {
+pub(crate) struct RollbackOutcome {
     /// Receipt path.
     pub receipt: PathBuf,
     /// Receipt of a recovered earlier transaction, if any.
@@ -442,7 +433,7 @@ impl RollbackOutcome {
 
 /// Where a rollback goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RollbackTo {
+pub(crate) enum RollbackTo {
     /// Live returns to the previous live build (the default).
     PreviousLive,
     /// `current` shows another layer.

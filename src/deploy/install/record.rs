@@ -19,7 +19,7 @@ pub(super) const TMP_PREFIX: &str = ".pinforge-tmp-";
 
 /// One file of a store entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct FileRec {
+pub(crate) struct FileRec {
     /// Content digest.
     pub sha256: Sha256,
     /// Size in bytes.
@@ -42,7 +42,7 @@ impl FileRec {
 /// believed when the digest of its listing equals the entry's name (see [`identity`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct EntryInfo {
+pub(crate) struct EntryInfo {
     /// Output digest (the entry's name): [`identity`] of `files` and `links`.
     pub digest: Sha256,
     /// Recipe name.
@@ -59,7 +59,10 @@ pub struct EntryInfo {
 
 /// An entry's identity: SHA-256 over the sorted `path sha256 size mode` and `path -> target`
 /// lines. Paths and targets hold no newline (checked), so the text is unambiguous.
-pub fn identity(files: &BTreeMap<String, FileRec>, links: &BTreeMap<String, String>) -> Sha256 {
+pub(crate) fn identity(
+    files: &BTreeMap<String, FileRec>,
+    links: &BTreeMap<String, String>,
+) -> Sha256 {
     let mut text = String::new();
     for (p, f) in files {
         text.push_str(&format!("{p} {} {} {:o}\n", f.sha256, f.size, f.mode()));
@@ -89,7 +92,7 @@ pub(super) fn validate_listing(
 }
 
 /// Parse and validate an entry record (`entry.json`) read from the store.
-pub fn parse_entry_record(bytes: &[u8]) -> Result<EntryInfo> {
+pub(crate) fn parse_entry_record(bytes: &[u8]) -> Result<EntryInfo> {
     let info: EntryInfo = serde_json::from_slice(bytes)
         .map_err(|e| Error::input(ENTRY_RECORD, format!("store entry record unreadable: {e}")))?;
     validate_listing(&info.files, &info.links)?;
@@ -111,7 +114,7 @@ pub fn parse_entry_record(bytes: &[u8]) -> Result<EntryInfo> {
 /// One layer's entry in a generation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[schemars(rename = "Slot")]
-pub struct GenSlot {
+pub(crate) struct GenSlot {
     /// Output digest.
     pub digest: Sha256,
     /// Recipe name.
@@ -122,7 +125,7 @@ pub struct GenSlot {
 
 /// A generation: the whole visible state.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct GenState {
+pub(crate) struct GenState {
     /// Generation number.
     pub gen: u64,
     /// Layers.
@@ -151,7 +154,7 @@ impl GenState {
 
 /// Parse and validate `gens/<gen>/state.json`: its number must be the folder's, and
 /// `current` must name a layer it holds.
-pub fn parse_state(bytes: &[u8], gen: u64) -> Result<GenState> {
+pub(crate) fn parse_state(bytes: &[u8], gen: u64) -> Result<GenState> {
     let gs: GenState = serde_json::from_slice(bytes)
         .map_err(|e| Error::input("state.json", format!("generation state unreadable: {e}")))?;
     if gs.gen != gen {
@@ -173,7 +176,7 @@ pub fn parse_state(bytes: &[u8], gen: u64) -> Result<GenState> {
 
 /// Verification of an entry through a path.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Verification {
+pub(crate) struct Verification {
     /// Everything matched.
     pub ok: bool,
     /// Path checked through (e.g. `rollback/current`).
@@ -186,7 +189,7 @@ pub struct Verification {
 
 /// A receipt: what a transaction did.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Receipt {
+pub(crate) struct Receipt {
     /// Sequence number.
     pub seq: u64,
     /// install | rollback.
@@ -222,14 +225,14 @@ pub struct Receipt {
 }
 
 /// Parse a receipt read back from `receipts/`.
-pub fn parse_receipt(bytes: &[u8]) -> Result<Receipt> {
+pub(crate) fn parse_receipt(bytes: &[u8]) -> Result<Receipt> {
     serde_json::from_slice(bytes)
         .map_err(|e| Error::input("receipt", format!("receipt unreadable: {e}")))
 }
 
 /// A receipt's file name, `<seq:06>-<op>.json`, parsed strictly: anything else in
 /// `receipts/` is a stray and is ignored (it can neither move nor wrap the sequence).
-pub fn parse_receipt_name(name: &str) -> Option<(u64, Op)> {
+pub(crate) fn parse_receipt_name(name: &str) -> Option<(u64, Op)> {
     let stem = name.strip_suffix(".json")?;
     let (digits, op) = stem.split_once('-')?;
     let op = match op {

@@ -6,7 +6,7 @@ use super::*;
 
 /// What `status` reports.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct Status {
+pub(crate) struct Status {
     /// Install root.
     pub root: PathBuf,
     /// `{layer, digest, recipe, variant}` of current, or null.
@@ -26,7 +26,7 @@ pub struct Status {
 /// What `status` knows of an entry's bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum VerificationState {
+pub(crate) enum VerificationState {
     /// Re-hashed (now, or in the last recorded verification) and equal to its record.
     Ok,
     /// Re-hashed and different from its record.
@@ -37,7 +37,7 @@ pub enum VerificationState {
 
 impl VerificationState {
     /// The JSON spelling.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             VerificationState::Ok => "ok",
             VerificationState::Mismatch => "mismatch",
@@ -62,7 +62,7 @@ impl std::fmt::Display for VerificationState {
 
 /// A layer in `status`.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct StatusSlot {
+pub(crate) struct StatusSlot {
     /// Layer name.
     pub layer: String,
     /// Output digest.
@@ -80,7 +80,7 @@ pub struct StatusSlot {
 
 /// One transaction in [`Root::history`].
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct HistoryRow {
+pub(crate) struct HistoryRow {
     /// The receipt's sequence number.
     pub seq: u64,
     /// The receipt file, relative to the root.
@@ -98,7 +98,7 @@ pub struct HistoryRow {
 
 /// Result of `history`.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct History {
+pub(crate) struct History {
     /// The root.
     pub root: PathBuf,
     /// The generation `state` shows now.
@@ -111,7 +111,7 @@ impl Root {
     /// The state as it is now (read-only: no lock, no recovery, nothing created; an
     /// unfinished transaction is reported, not resolved). With `verify`, every layer's entry
     /// is re-hashed now instead of showing the last verification a receipt recorded.
-    pub fn status(&self, verify: bool) -> Result<Status> {
+    pub(crate) fn status(&self, verify: bool) -> Result<Status> {
         let gen = self.committed_gen()?;
         let gs = self.read_gen(gen)?;
         let transaction = self.read_journal()?;
@@ -160,7 +160,7 @@ impl Root {
     /// what each install and rollback did, kept forever), with the generation it committed
     /// and, while that generation is still on disk (gc removes old ones), the whole state it
     /// showed. A receipt that cannot be read is a row that says so, never a silent gap.
-    pub fn history(&self) -> Result<History> {
+    pub(crate) fn history(&self) -> Result<History> {
         let committed = self.committed_gen()?;
         let mut names: Vec<(u64, String)> = self
             .names("receipts")?
@@ -244,7 +244,7 @@ impl Root {
     /// The store entry an installed layer (or `current`) shows, for a consumer that reads it
     /// (smoke, diff): resolved once like [`Root::verify_installed`], and handed out only when
     /// it re-hashes to its name, so a damaged or redirected entry is never used.
-    pub fn layer_entry(&self, layer: Option<Layer>) -> Result<PathBuf> {
+    pub(crate) fn layer_entry(&self, layer: Option<Layer>) -> Result<PathBuf> {
         let name = layer.map(|l| l.as_str()).unwrap_or("current");
         let nothing = || match layer {
             None => Error::input(self.path.display(), "nothing is installed")
@@ -272,7 +272,7 @@ impl Root {
 
     /// Re-hash an installed layer (or `current`): its link chain is resolved once and that
     /// one entry is verified, so a concurrent swap cannot mix two entries into one answer.
-    pub fn verify_installed(&self, layer: Option<Layer>) -> Result<Verification> {
+    pub(crate) fn verify_installed(&self, layer: Option<Layer>) -> Result<Verification> {
         let name = layer.map(|l| l.as_str()).unwrap_or("current");
         self.verify_name(name, None)?.ok_or_else(|| match layer {
             None => Error::input(self.path.display(), "nothing is installed")

@@ -8,7 +8,7 @@ use crate::artifact::manifest::Statement;
 /// How staging placed the files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum StageMode {
+pub(crate) enum StageMode {
     /// Hard links into the build folder (no data copied): only files whose mode already is
     /// the sealed one, because sealing must never change a file pinforge did not create.
     Link,

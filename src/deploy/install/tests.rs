@@ -1,6 +1,7 @@
 //! Unit tests of the install root: layer names, the strict parsers of every record read back
 //! from the root (with property tests over arbitrary and damaged bytes), and the fs probe.
 
+use super::journal::parse_journal;
 use super::layout::parse_gen;
 use super::*;
 use proptest::prelude::*;

@@ -10,7 +10,7 @@ use std::marker::PhantomData;
 /// test hooks SIGKILL the process right after step `N` of `op` when the crash hook (see `base::hooks`) is set to
 /// `op:N`. The protocol steps every transaction shares are named here, so [`Txn`] can run
 /// them for either operation.
-pub trait Step: Copy + fmt::Debug + PartialEq + 'static {
+pub(crate) trait Step: Copy + fmt::Debug + PartialEq + 'static {
     /// The operation these are the steps of.
     const OP: Op;
     /// The journal is written (phase staging).

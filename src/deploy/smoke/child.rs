@@ -11,7 +11,7 @@ use std::time::Instant;
 
 /// The child's result line.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct ChildResult {
+pub(crate) struct ChildResult {
     /// Set when the decode could not run.
     pub error: Option<String>,
     /// Reference tokens.
@@ -37,7 +37,7 @@ pub struct ChildResult {
 
 /// One backend device as the engine sees it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct EngineDevice {
+pub(crate) struct EngineDevice {
     /// `cpu`, `gpu` or `accel`.
     pub kind: String,
     /// The backend's name for it (`CPU`, `CUDA0`).
@@ -47,7 +47,7 @@ pub struct EngineDevice {
 }
 
 /// Parse `pf_devices`' lines (`kind\tname\tdescription`); malformed lines are skipped.
-pub fn parse_devices(text: &str) -> Vec<EngineDevice> {
+pub(crate) fn parse_devices(text: &str) -> Vec<EngineDevice> {
     text.lines()
         .filter_map(|l| {
             let mut it = l.splitn(3, '\t');
@@ -60,11 +60,8 @@ pub fn parse_devices(text: &str) -> Vec<EngineDevice> {
         .collect()
 }
 
-/// The shim's ABI version this driver speaks (bound in [`crate::sys::shim`]).
-pub use crate::sys::shim::SHIM_ABI;
-
 /// The prompt every smoke decodes.
-pub const PROMPT: &str = "the cat is in the hat and it is on the mat";
+pub(crate) const PROMPT: &str = "the cat is in the hat and it is on the mat";
 
 /// One decode session on a loaded model.
 struct Session<'a> {
@@ -125,7 +122,7 @@ fn argmax(v: &[f32]) -> i32 {
 }
 
 /// Run the child and return its result (errors become `error`).
-pub fn run(shim_path: &Path, model: &Path, n_tokens: usize, gpu_layers: i32) -> ChildResult {
+pub(crate) fn run(shim_path: &Path, model: &Path, n_tokens: usize, gpu_layers: i32) -> ChildResult {
     match run_inner(shim_path, model, n_tokens, gpu_layers) {
         Ok(r) => r,
         Err(e) => ChildResult {

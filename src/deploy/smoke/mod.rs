@@ -8,17 +8,14 @@
 //! ([`shim`]), the decode run in a child ([`run()`], [`child`]), a crash read ([`sanitizer`]) and made comparable
 //! across runs ([`signature`], what flip and ablate compare).
 
-pub mod child;
+pub(crate) mod child;
 mod run;
 mod sanitizer;
 mod shim;
-pub mod signature;
+pub(crate) mod signature;
 mod target;
 
-pub use crate::base::proc_wait::signal_name;
-pub use run::{run, SmokeOptions, SmokeReport, Verdict, LOGIT_TOLERANCE};
-pub use sanitizer::{
-    asan_signature, engine_env, engine_env_symbolized, without_shadow_legend, ASAN_EXIT,
-};
-pub use shim::{shim_for, SHIM_SOURCE};
-pub use target::{target_from_installed, target_from_manifest, SmokeTarget};
+pub(crate) use run::{run, SmokeOptions, SmokeReport, Verdict};
+pub(crate) use sanitizer::{asan_signature, engine_env_symbolized, without_shadow_legend};
+pub(crate) use shim::shim_for;
+pub(crate) use target::{target_from_installed, target_from_manifest, SmokeTarget};

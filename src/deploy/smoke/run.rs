@@ -15,7 +15,7 @@ use std::time::Duration;
 /// What the smoke found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// The restored decode equals the reference.
     Ok,
     /// The restored decode diverged.
@@ -28,7 +28,7 @@ pub enum Verdict {
 
 /// The `smoke --json` contract (and more).
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct SmokeReport {
+pub(crate) struct SmokeReport {
     /// ok | mismatch | crash | error.
     pub verdict: Verdict,
     /// Model architecture.
@@ -75,7 +75,7 @@ pub struct SmokeReport {
 }
 
 /// Options for [`run`].
-pub struct SmokeOptions {
+pub(crate) struct SmokeOptions {
     /// Model file (None: generate the tiny model for `arch`).
     pub model: Option<PathBuf>,
     /// Architecture of the generated model.
@@ -95,10 +95,10 @@ pub struct SmokeOptions {
 
 /// The logit tolerance: restored and reference decodes run the same kernels on the same KV
 /// bytes, so anything above float noise is a divergence.
-pub const LOGIT_TOLERANCE: f32 = 1e-3;
+pub(crate) const LOGIT_TOLERANCE: f32 = 1e-3;
 
 /// Run a smoke decode against `target`.
-pub fn run(target: &SmokeTarget, opts: &SmokeOptions) -> Result<SmokeReport> {
+pub(crate) fn run(target: &SmokeTarget, opts: &SmokeOptions) -> Result<SmokeReport> {
     if opts.tokens < 2 || opts.tokens > 64 {
         return Err(Error::input(
             format!("--tokens {}", opts.tokens),

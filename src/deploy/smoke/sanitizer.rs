@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 /// The environment an engine process of `target` needs: an instrumented libllama needs the
 /// ASan runtime loaded first; leaks of the Rust driver are not the engine's bug, and a
 /// distinct exit code marks a sanitizer stop. (Shared by smoke and the validate engine.)
-pub fn engine_env(cmd: &mut Command, target: &SmokeTarget) {
+pub(crate) fn engine_env(cmd: &mut Command, target: &SmokeTarget) {
     if let Some(so) = &target.sanitizer {
         cmd.env("LD_PRELOAD", so).env(
             "ASAN_OPTIONS",
@@ -35,7 +35,7 @@ fn cuda_asan_option(target: &SmokeTarget) -> &'static str {
 /// seconds per report on an instrumented libllama; a harness that has already seen the
 /// names of a crash's frames can map an unsymbolized report's `(module+offset)` frames back
 /// to them. Every frame also carries `<module+offset>` either way, for that mapping.
-pub fn engine_env_symbolized(cmd: &mut Command, target: &SmokeTarget, symbolize: bool) {
+pub(crate) fn engine_env_symbolized(cmd: &mut Command, target: &SmokeTarget, symbolize: bool) {
     if let Some(so) = &target.sanitizer {
         cmd.env("LD_PRELOAD", so).env(
             "ASAN_OPTIONS",
@@ -49,7 +49,7 @@ pub fn engine_env_symbolized(cmd: &mut Command, target: &SmokeTarget, symbolize:
 }
 
 /// The exit code the sanitizer is told to use, so its stops are told apart from errors.
-pub const ASAN_EXIT: i32 = 86;
+pub(crate) const ASAN_EXIT: i32 = 86;
 
 /// The ASan runtime a library needs (`libasan.so.8`): its `DT_NEEDED` entry (the bytes
 /// already checked against the record). A file `elf` does not read (not ELF64 little-endian)
@@ -130,7 +130,7 @@ fn clang_version(bytes: &[u8]) -> Option<String> {
 
 /// `heap-buffer-overflow in llama_kv_cache::apply_ubatch (allocated in ...)` from an ASan
 /// report, plus its SUMMARY line and first frames.
-pub fn asan_signature(stderr: &str) -> Option<String> {
+pub(crate) fn asan_signature(stderr: &str) -> Option<String> {
     let err_line = stderr
         .lines()
         .find(|l| l.contains("ERROR: AddressSanitizer:"))?;
@@ -189,7 +189,7 @@ pub fn asan_signature(stderr: &str) -> Option<String> {
 
 /// ASan ends its report with a map of shadow bytes and their legend; the lines worth showing
 /// as "last lines of stderr" are the ones before it (and the ABORTING line after it).
-pub fn without_shadow_legend(stderr: &str) -> String {
+pub(crate) fn without_shadow_legend(stderr: &str) -> String {
     let mut out = Vec::new();
     let mut skipping = false;
     for line in stderr.lines() {

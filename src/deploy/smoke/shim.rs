@@ -8,7 +8,7 @@ use crate::base::fsx;
 use std::path::{Path, PathBuf};
 
 /// The shim's source, compiled per build under test.
-pub const SHIM_SOURCE: &str = include_str!("shim.c");
+pub(crate) const SHIM_SOURCE: &str = include_str!("shim.c");
 
 /// The target triple pinforge was built for (the shim is built for the same).
 const TARGET: &str = env!("PINFORGE_TARGET");
@@ -16,7 +16,7 @@ const TARGET: &str = env!("PINFORGE_TARGET");
 /// source, the recomputed digests of libllama and of every header the shim may include, the
 /// compiler, and the build's folder (the shim's rpath points there, so a shim built for one
 /// folder must not be reused for another holding the same bytes).
-pub fn shim_for(target: &SmokeTarget, cache: &Path) -> Result<PathBuf> {
+pub(crate) fn shim_for(target: &SmokeTarget, cache: &Path) -> Result<PathBuf> {
     let mut b = cc::Build::new();
     b.cargo_metadata(false)
         .cargo_warnings(false)

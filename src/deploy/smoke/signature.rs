@@ -5,7 +5,7 @@
 /// The comparable part of a crash signature: its first line (the ASan kind and the top frame's
 /// function, or the signal), without the allocation site and with any hex address blanked, so
 /// that two runs of the same defect compare equal whatever their addresses.
-pub fn normalize_signature(sig: &str) -> String {
+pub(crate) fn normalize_signature(sig: &str) -> String {
     let first = sig.lines().next().unwrap_or("").trim();
     let first = first.split(" (allocated in").next().unwrap_or(first).trim();
     let mut out = String::with_capacity(first.len());
@@ -28,7 +28,7 @@ pub fn normalize_signature(sig: &str) -> String {
 /// function). A signal, a hang or an exit without a result names no frame: two unrelated
 /// failures of that kind read the same, so they can neither falsify a hypothesis nor show that
 /// "the" failure disappeared.
-pub fn has_frame(sig: &str) -> bool {
+pub(crate) fn has_frame(sig: &str) -> bool {
     let first = normalize_signature(sig);
     if ["killed by signal", "hang:", "exited with"]
         .iter()

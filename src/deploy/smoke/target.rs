@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 /// [`target_from_manifest`] and [`target_from_installed`], which recompute every digest below
 /// from the files themselves and refuse a file that differs from the record.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct SmokeTarget {
+pub(crate) struct SmokeTarget {
     /// Human name: `recipe/variant`.
     pub name: String,
     /// Folder holding `lib/libllama.so*` and `include/llama.h` (the staged prefix, or an
@@ -44,7 +44,7 @@ pub struct SmokeTarget {
 
 /// Smoke a build described by a manifest: its artifact root is reached through real folders
 /// only, and every file smoke compiles against or loads is checked against the manifest.
-pub fn target_from_manifest(path: &Path) -> Result<SmokeTarget> {
+pub(crate) fn target_from_manifest(path: &Path) -> Result<SmokeTarget> {
     let st = Statement::read(path)?;
     let root = st.checked_artifact_root(path)?;
     let mut recorded = BTreeMap::new();
@@ -88,7 +88,7 @@ const MAX_ENTRY_MANIFEST: u64 = 16 << 20;
 const MAX_HEADER: u64 = 16 << 20;
 
 /// Smoke an installed layer (`None`: what `current` shows), through its store entry.
-pub fn target_from_installed(
+pub(crate) fn target_from_installed(
     root: &Root,
     layer: Option<crate::deploy::install::Layer>,
 ) -> Result<SmokeTarget> {

@@ -7,7 +7,7 @@ use git2::{Index, MergeFileOptions, Repository};
 use similar::{Algorithm, DiffOp};
 
 /// A file's lines, newline kept.
-pub fn lines(bytes: &[u8]) -> Vec<&[u8]> {
+pub(crate) fn lines(bytes: &[u8]) -> Vec<&[u8]> {
     bytes.split_inclusive(|&b| b == b'\n').collect()
 }
 
@@ -75,7 +75,7 @@ fn function_around(old: &[&[u8]], at: usize, len: usize) -> (usize, usize) {
 
 /// What upstream changed between `old` and `new` (one file) inside the functions the hunks
 /// of `f` land in; None when nothing there changed.
-pub fn region_changes(f: &FilePatch, old: &[u8], new: &[u8]) -> Option<String> {
+pub(crate) fn region_changes(f: &FilePatch, old: &[u8], new: &[u8]) -> Option<String> {
     if old == new {
         return None;
     }
@@ -144,7 +144,7 @@ pub fn region_changes(f: &FilePatch, old: &[u8], new: &[u8]) -> Option<String> {
 /// A hunk whose lines upstream changed: the three versions, and whether upstream's version
 /// looks like the same fix in other words (the lines the patch removes are gone upstream too,
 /// or every line the patch adds is already there).
-pub struct Versions {
+pub(crate) struct Versions {
     /// Upstream's version looks like the fix.
     pub superseded: bool,
     /// base / upstream / patch, for a person to compare.
@@ -153,7 +153,7 @@ pub struct Versions {
 
 /// For each hunk of `f` that no longer matches `ours` (the new base) where `base` had it: the
 /// three versions. Empty when every hunk still matches where it was.
-pub fn hunk_versions(f: &FilePatch, base: &[u8], ours: &[u8]) -> Vec<Versions> {
+pub(crate) fn hunk_versions(f: &FilePatch, base: &[u8], ours: &[u8]) -> Vec<Versions> {
     let bl = lines(base);
     let nl = lines(ours);
     let ops = similar::capture_diff_slices(Algorithm::Myers, &bl, &nl);
@@ -226,7 +226,7 @@ fn versions(
 
 /// The conflicts of a cherry-pick index, each shown as a diff3 region (base, upstream, patch)
 /// with three lines of context and the line it starts at.
-pub fn render_conflicts(repo: &Repository, index: &Index) -> String {
+pub(crate) fn render_conflicts(repo: &Repository, index: &Index) -> String {
     let mut out = String::new();
     let Ok(conflicts) = index.conflicts() else {
         return "the three-way merge conflicts (details unavailable)".into();

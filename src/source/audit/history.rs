@@ -15,7 +15,7 @@ struct LogCommit {
 }
 
 /// The log between two pins, read once for every patch of the bundle.
-pub struct Log {
+pub(crate) struct Log {
     commits: Vec<LogCommit>,
     /// Commit → the revert that undid it (from `This reverts commit X`).
     reverted_by: BTreeMap<Oid, Oid>,
@@ -29,7 +29,7 @@ pub struct Log {
 
 impl Log {
     /// Read `tip`'s history, stopping at `base` when it is known (and an ancestor).
-    pub fn read(repo: &Repository, base: Option<Oid>, tip: Oid) -> Result<Log, git2::Error> {
+    pub(crate) fn read(repo: &Repository, base: Option<Oid>, tip: Oid) -> Result<Log, git2::Error> {
         let mut walk = repo.revwalk()?;
         walk.push(tip)?;
         let range = match base {
@@ -78,13 +78,8 @@ impl Log {
     }
 
     /// Number of commits in the range.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.commits.len()
-    }
-
-    /// Whether the range is empty.
-    pub fn is_empty(&self) -> bool {
-        self.commits.is_empty()
     }
 
     fn revert_of(&self, c: &LogCommit) -> Option<Oid> {
@@ -109,7 +104,7 @@ fn short(o: Oid) -> String {
 
 /// `owner/repo` (lowercase, `.git` removed) of a git URL whose form names one: `https://host/o/r`,
 /// `ssh://host/o/r`, `git@host:o/r`, `file:///…/o/r`. A bare local path names none.
-pub fn repo_slug(url: &str) -> Option<String> {
+pub(crate) fn repo_slug(url: &str) -> Option<String> {
     let rest = match url.split_once("://") {
         Some((_, r)) => r.split_once('/').map(|(_, p)| p)?,
         None => {
@@ -133,7 +128,7 @@ pub fn repo_slug(url: &str) -> Option<String> {
 }
 
 /// `owner/repo` of an issue or PR URL (`https://github.com/o/r/pull/1`).
-pub fn ref_slug(url: &str) -> Option<String> {
+pub(crate) fn ref_slug(url: &str) -> Option<String> {
     let parts: Vec<&str> = url.split('/').collect();
     let at = parts
         .iter()
@@ -148,7 +143,7 @@ pub fn ref_slug(url: &str) -> Option<String> {
 /// Whether `text` names `#n` as a whole number (`(#19928)`, `#19928,`, not `#199280`), or the
 /// GitHub URL of issue/PR `n`. A `#n` glued to a name (`ggml#1234`, `org/repo#1234`) is another
 /// repository's number, and so is a URL naming another `owner/repo` than `slug` (when known).
-pub fn mentions(text: &str, n: u64, slug: Option<&str>) -> bool {
+pub(crate) fn mentions(text: &str, n: u64, slug: Option<&str>) -> bool {
     let needle = format!("#{n}");
     let foreign = |c: char| c.is_ascii_alphanumeric() || matches!(c, '/' | '-' | '_' | '.');
     let mut from = 0usize;
@@ -186,7 +181,7 @@ pub fn mentions(text: &str, n: u64, slug: Option<&str>) -> bool {
 /// `pin_url` is the new pin's git URL: a PR or issue whose URL names another `owner/repo` than
 /// it (both known) is another repository's number, so a log reference to it is at most weak
 /// and never decides `merged` (`ggml-org/ggml#1234` is not llama.cpp's `#1234`).
-pub fn evidence(
+pub(crate) fn evidence(
     repo: &Repository,
     log: &Log,
     tip: Oid,

@@ -399,7 +399,7 @@ fn applied_from(ev: &[Evidence]) -> Option<String> {
 }
 
 /// The patch's header with `Last-Update` set to `today`, over `diff`.
-pub fn refreshed(p: &PatchFile, diff: &[u8], today: &str) -> Vec<u8> {
+pub(crate) fn refreshed(p: &PatchFile, diff: &[u8], today: &str) -> Vec<u8> {
     let at = p
         .header
         .diff_offset

@@ -19,12 +19,11 @@
 //! that a later patch is judged against what it would really apply on.
 
 mod content;
-pub mod history;
+pub(crate) mod history;
 mod judge;
 mod onto;
 
-pub use judge::refreshed;
-pub use onto::{moved_recipe, parse_onto, Onto};
+pub(crate) use onto::{moved_recipe, parse_onto, Onto};
 
 use crate::base::digest::GitOid;
 use crate::base::error::{Error, GitContext, IoContext, Result};
@@ -38,7 +37,7 @@ use serde::Serialize;
 /// The verdict for one patch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Upstream has the change: the patch leaves the series.
     Merged,
     /// Upstream changed exactly these lines, differently: a person confirms the fix is there.
@@ -54,7 +53,7 @@ pub enum Verdict {
 
 impl Verdict {
     /// The word shown and written in JSON.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Verdict::Merged => "merged",
             Verdict::Superseded => "superseded",
@@ -68,7 +67,7 @@ impl Verdict {
 /// How much a piece of evidence weighs. Ordered strongest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
-pub enum Strength {
+pub(crate) enum Strength {
     /// Decides on its own.
     Strong,
     /// Supports a verdict, does not decide it.
@@ -82,7 +81,7 @@ pub enum Strength {
 /// What a piece of evidence is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
-pub enum EvidenceKind {
+pub(crate) enum EvidenceKind {
     /// The patch's `Upstream-Commit` is (or is not) an ancestor of the new pin.
     UpstreamCommitAncestor,
     /// A commit of the new pin's history is a cherry-pick of the patch's upstream commit.
@@ -117,7 +116,7 @@ pub enum EvidenceKind {
 
 /// One piece of evidence.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-pub struct Evidence {
+pub(crate) struct Evidence {
     /// What it is.
     pub kind: EvidenceKind,
     /// What was found, for a person.
@@ -128,7 +127,11 @@ pub struct Evidence {
 
 impl Evidence {
     /// Evidence of `kind`.
-    pub fn new(kind: EvidenceKind, detail: impl Into<String>, strength: Strength) -> Evidence {
+    pub(crate) fn new(
+        kind: EvidenceKind,
+        detail: impl Into<String>,
+        strength: Strength,
+    ) -> Evidence {
         Evidence {
             kind,
             detail: detail.into(),
@@ -139,7 +142,7 @@ impl Evidence {
 
 /// What the rebase does with a patch.
 #[derive(Debug, Clone)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Carried: the patch file as it is to be written (the original bytes when nothing moved).
     Carried {
         /// The file's bytes.
@@ -156,7 +159,7 @@ pub enum Outcome {
 
 /// The audit of one patch.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct PatchAudit {
+pub(crate) struct PatchAudit {
     /// Patch file name.
     pub file: String,
     /// The verdict.
@@ -170,7 +173,7 @@ pub struct PatchAudit {
 
 /// The audit of a bundle.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct Audit {
+pub(crate) struct Audit {
     /// The new pin as given.
     pub onto: String,
     /// The old pin (the recipe's).
@@ -189,13 +192,13 @@ pub struct Audit {
 
 impl Audit {
     /// Whether every patch carries cleanly (exit 0); anything else needs a decision.
-    pub fn all_carry(&self) -> bool {
+    pub(crate) fn all_carry(&self) -> bool {
         self.patches.iter().all(|p| p.verdict == Verdict::Carries)
     }
 }
 
 /// The JSON word of a unit enum value (`strong`, `reverse-applies`), for human output.
-pub fn word<T: Serialize>(v: &T) -> String {
+pub(crate) fn word<T: Serialize>(v: &T) -> String {
     serde_json::to_value(v)
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
@@ -211,10 +214,15 @@ fn pin_label(p: &ResolvedPin) -> String {
 }
 
 /// Everything the audit materialized, kept for the rebase.
-pub struct Session {
+pub(crate) struct Session {
     /// The report.
     pub audit: Audit,
-    /// The scratch tree: the new base with every carried patch committed.
+    /// The scratch tree: the new base with every carried patch committed. Held, not read:
+    /// the folder lives as long as the session that the rebase works from.
+    #[allow(
+        dead_code,
+        reason = "held for its lifetime: dropping it removes the scratch tree"
+    )]
     pub scratch: tempfile::TempDir,
     /// The new pristine tree.
     pub new_tree: Tree,
@@ -223,7 +231,7 @@ pub struct Session {
 /// Audit `bundle` (the recipe's) against `onto`. Patches named in `dropping` (the operator's
 /// decision in a rebase) are judged but not carried onto the scratch tree, so that the patches
 /// after them are judged against what the rebased series will really be.
-pub fn run(
+pub(crate) fn run(
     ws: &Workspace,
     recipe: &Recipe,
     bundle: &Bundle,
@@ -319,7 +327,7 @@ pub fn run(
 }
 
 /// Today's date (UTC, `YYYY-MM-DD`) for `Last-Update` ([`crate::base::time::today`]).
-pub fn today() -> String {
+pub(crate) fn today() -> String {
     crate::base::time::today()
 }
 

@@ -8,7 +8,7 @@ use std::path::Path;
 
 /// A pin named on the command line, with where its digest came from.
 #[derive(Debug, Clone)]
-pub struct Onto {
+pub(crate) struct Onto {
     /// As written.
     pub spec: String,
     /// The pin source.
@@ -20,7 +20,7 @@ pub struct Onto {
 /// Parse `crate:NAME@VERSION`, `git:URL@REV`, `tarball:PATH` or `dir:PATH`. A crate's SHA-256
 /// is taken from the registry index the way cargo takes it; a tarball's or folder's is computed
 /// now (trust on first use, recorded in the rebased recipe).
-pub fn parse_onto(spec: &str) -> Result<Onto> {
+pub(crate) fn parse_onto(spec: &str) -> Result<Onto> {
     let bad = |why: &str| {
         Error::input(format!("--onto {spec}"), why.to_string()).with_hint(
             "write crate:NAME@VERSION, git:URL@REV (a full commit id or a tag), tarball:PATH or dir:PATH",
@@ -37,7 +37,7 @@ pub fn parse_onto(spec: &str) -> Result<Onto> {
 
 /// The recipe with its pin moved to `onto`: subfolder and build settings carry over; the build
 /// number and commit string are facts about a pin and are derived from the new one.
-pub fn moved_recipe(recipe: &Recipe, onto: &PinSource) -> Recipe {
+pub(crate) fn moved_recipe(recipe: &Recipe, onto: &PinSource) -> Recipe {
     let mut r = recipe.clone();
     r.pin.source = onto.clone();
     r.pin.build_number = None;

@@ -23,14 +23,14 @@ mod place;
 use place::{check_results, plan};
 
 /// The trailer that records, in the vendor commit, a hunk that applied at another line.
-pub const OFFSET_TRAILER: &str = "Pinforge-Hunk-Offset";
+pub(crate) const OFFSET_TRAILER: &str = "Pinforge-Hunk-Offset";
 
 /// A hunk that applied `offset` lines away from where its header put it (the patch is due a
 /// refresh). Written as `FILE#N ±K` in trailers and in the manifest.
 #[derive(
     Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
 )]
-pub struct HunkOffset {
+pub(crate) struct HunkOffset {
     /// The file (path after the patch), as shown.
     pub file: String,
     /// 1-based hunk number within that file's section.
@@ -47,7 +47,7 @@ impl fmt::Display for HunkOffset {
 
 /// A patch applied as a commit.
 #[derive(Debug, Clone)]
-pub struct Applied {
+pub(crate) struct Applied {
     /// Which patch.
     pub id: super::PatchId,
     /// The commit it became.
@@ -58,7 +58,7 @@ pub struct Applied {
 
 impl HunkOffset {
     /// The note a command prints for this moved hunk of `patch`.
-    pub fn note(&self, patch: &str) -> String {
+    pub(crate) fn note(&self, patch: &str) -> String {
         format!(
             "patch {patch} hunk {} of {} applied at offset {:+}: the patch is due a refresh",
             self.hunk, self.file, self.offset
@@ -68,7 +68,7 @@ impl HunkOffset {
 
 impl Applied {
     /// One note per moved hunk, for the command layer to print.
-    pub fn notes(&self) -> Vec<String> {
+    pub(crate) fn notes(&self) -> Vec<String> {
         self.offsets
             .iter()
             .map(|o| o.note(self.id.as_str()))
@@ -77,21 +77,22 @@ impl Applied {
 }
 
 /// `git apply --check`: where the hunks of `p` would go on the work tree at `workdir`, without
-/// writing anything (for callers that only ask "does it still apply, and did it move?").
-pub fn check(workdir: &Path, p: &PatchFile) -> Result<Vec<HunkOffset>> {
+/// writing anything (the tests ask "does it still apply, and did it move?").
+#[cfg(test)]
+fn check(workdir: &Path, p: &PatchFile) -> Result<Vec<HunkOffset>> {
     parse_diff(p)?;
     plan(workdir, p).map(|plan| plan.offsets)
 }
 
-/// `check` and the diff with its `@@` numbers rewritten to where the hunks go on `workdir`
+/// The diff with its `@@` numbers rewritten to where the hunks go on `workdir`
 /// (what a refreshed patch carries).
-pub fn placed_diff(workdir: &Path, p: &PatchFile) -> Result<(Vec<u8>, Vec<HunkOffset>)> {
+pub(crate) fn placed_diff(workdir: &Path, p: &PatchFile) -> Result<(Vec<u8>, Vec<HunkOffset>)> {
     parse_diff(p)?;
     plan(workdir, p).map(|plan| (plan.diff, plan.offsets))
 }
 
 /// `p` undone: the same header over the reversed diff (`git apply -R`).
-pub fn reversed(p: &PatchFile) -> PatchFile {
+pub(crate) fn reversed(p: &PatchFile) -> PatchFile {
     let at = p.header.diff_offset.unwrap_or(p.bytes.len());
     let (head, diff) = p.bytes.split_at(at.min(p.bytes.len()));
     let bytes = [head, &super::diff::reverse(diff)].concat();
@@ -100,7 +101,7 @@ pub fn reversed(p: &PatchFile) -> PatchFile {
 
 /// Whether `p` is already in the tree at `workdir`: its reverse applies cleanly there
 /// (`git apply -R --check`), and the patch changes something.
-pub fn already_applied(workdir: &Path, p: &PatchFile) -> bool {
+pub(crate) fn already_applied(workdir: &Path, p: &PatchFile) -> bool {
     let changes = read_sections(p)
         .map(|files| {
             files
@@ -113,7 +114,7 @@ pub fn already_applied(workdir: &Path, p: &PatchFile) -> bool {
 }
 
 /// Apply `patches` in order on top of HEAD of `repo`, committing each.
-pub fn apply_series(repo: &Repository, patches: &[&PatchFile]) -> Result<Vec<Applied>> {
+pub(crate) fn apply_series(repo: &Repository, patches: &[&PatchFile]) -> Result<Vec<Applied>> {
     let mut out = Vec::with_capacity(patches.len());
     for (order, p) in patches.iter().enumerate() {
         let (commit, offsets) = apply_one(repo, p, order + 1)?;
@@ -129,7 +130,7 @@ pub fn apply_series(repo: &Repository, patches: &[&PatchFile]) -> Result<Vec<App
 /// Apply a bundle's series onto an existing checkout (like `git am` of the whole series): the
 /// repository must have a HEAD and no uncommitted changes, so that every patch becomes exactly
 /// one commit and nothing of the user's is mixed in.
-pub fn apply_to_checkout(repo_path: &Path, patches: &[&PatchFile]) -> Result<Vec<Applied>> {
+pub(crate) fn apply_to_checkout(repo_path: &Path, patches: &[&PatchFile]) -> Result<Vec<Applied>> {
     let repo = Repository::open(repo_path).map_err(|e| {
         Error::input(
             repo_path.display(),
@@ -157,7 +158,7 @@ pub(super) fn subject(p: &PatchFile) -> String {
 }
 
 /// Parse the diff part of a patch, refusing unsafe paths and modes.
-pub fn parse_diff(p: &PatchFile) -> Result<Diff<'static>> {
+pub(crate) fn parse_diff(p: &PatchFile) -> Result<Diff<'static>> {
     let offset = p.header.diff_offset.ok_or_else(|| {
         Error::input(subject(p), "no diff found after the header")
             .with_hint("append the output of `git diff`")

@@ -16,7 +16,7 @@ const SEPARATOR: &[u8] =
     b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n";
 
 /// The bibliography as plain text, one block per patch in series order.
-pub fn bibliography_text(rows: &[BibRow]) -> String {
+pub(crate) fn bibliography_text(rows: &[BibRow]) -> String {
     let mut s = format!(
         "pinforge patch bundle: {} patch(es) in series order\n",
         rows.len()
@@ -45,7 +45,7 @@ pub fn bibliography_text(rows: &[BibRow]) -> String {
 /// The commit message for applying the whole bundle as one commit (a vendor import, a
 /// downstream packaging repository): a subject, the bibliography, and one trailer per patch
 /// with its digest, so the attribution survives in git history too.
-pub fn commit_message(rows: &[BibRow]) -> String {
+pub(crate) fn commit_message(rows: &[BibRow]) -> String {
     let mut s = format!(
         "Apply {} attributed patch(es) from the pinforge bundle\n\n",
         rows.len()
@@ -59,7 +59,7 @@ pub fn commit_message(rows: &[BibRow]) -> String {
 }
 
 /// One mbox of the patches, in order, with the bibliography in the first message's notes.
-pub fn mbox(patches: &[&PatchFile], rows: &[BibRow]) -> Result<Vec<u8>> {
+pub(crate) fn mbox(patches: &[&PatchFile], rows: &[BibRow]) -> Result<Vec<u8>> {
     let mut out = Vec::new();
     for (i, p) in patches.iter().enumerate() {
         check_no_inner_separator(p)?;

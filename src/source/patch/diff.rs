@@ -7,7 +7,7 @@ use std::ops::Range;
 
 /// One line of a hunk.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Line {
+pub(crate) struct Line {
     /// `b' '` context, `b'-'` removed, `b'+'` added.
     pub origin: u8,
     /// The line's bytes with its newline (none when `\ No newline at end of file` follows).
@@ -16,7 +16,7 @@ pub struct Line {
 
 /// One hunk.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Hunk {
+pub(crate) struct Hunk {
     /// Old range start and length as written.
     pub old_start: usize,
     /// Old range length.
@@ -41,7 +41,7 @@ pub struct Hunk {
 
 impl Hunk {
     /// The lines the tree must hold: context and removed lines.
-    pub fn preimage(&self) -> Vec<&[u8]> {
+    pub(crate) fn preimage(&self) -> Vec<&[u8]> {
         self.lines
             .iter()
             .filter(|l| l.origin != b'+')
@@ -49,7 +49,7 @@ impl Hunk {
             .collect()
     }
     /// The lines that replace them: context and added lines.
-    pub fn postimage(&self) -> Vec<&[u8]> {
+    pub(crate) fn postimage(&self) -> Vec<&[u8]> {
         self.lines
             .iter()
             .filter(|l| l.origin != b'-')
@@ -60,7 +60,7 @@ impl Hunk {
 
 /// One file section of a diff.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FilePatch {
+pub(crate) struct FilePatch {
     /// Path before (without the `a/` prefix); None for a creation.
     pub old_path: Option<Vec<u8>>,
     /// Path after (without the `b/` prefix); None for a deletion.
@@ -81,7 +81,7 @@ pub struct FilePatch {
 
 impl FilePatch {
     /// The path to name in messages and trailers (after, else before), lossy for display.
-    pub fn display(&self) -> String {
+    pub(crate) fn display(&self) -> String {
         let p = self.new_path.as_ref().or(self.old_path.as_ref());
         p.map(|p| String::from_utf8_lossy(p).into_owned())
             .unwrap_or_else(|| "(unnamed)".into())
@@ -90,7 +90,7 @@ impl FilePatch {
 
 /// Why a diff could not be read, at a 1-based line of the diff buffer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DiffError {
+pub(crate) struct DiffError {
     /// Line in the diff buffer.
     pub line: usize,
     /// What is wrong.
@@ -105,7 +105,7 @@ fn err(line: usize, message: impl Into<String>) -> DiffError {
 }
 
 /// Parse every file section of `diff`.
-pub fn parse(diff: &[u8]) -> Result<Vec<FilePatch>, DiffError> {
+pub(crate) fn parse(diff: &[u8]) -> Result<Vec<FilePatch>, DiffError> {
     let mut spans = Vec::new();
     let mut at = 0usize;
     for l in diff.split_inclusive(|&b| b == b'\n') {
@@ -451,7 +451,7 @@ fn no_newline(hunk: &mut Hunk, j: usize) -> Result<(), DiffError> {
 /// The same diff undone (`git apply -R`'s reading): old and new swapped in every header, `-`
 /// and `+` swapped in every hunk. Used to ask "is this patch already in the tree?": the reverse
 /// of an applied patch applies cleanly. Works on bytes; lines it does not know pass through.
-pub fn reverse(diff: &[u8]) -> Vec<u8> {
+pub(crate) fn reverse(diff: &[u8]) -> Vec<u8> {
     let lines: Vec<&[u8]> = diff.split_inclusive(|&b| b == b'\n').collect();
     let mut out = Vec::with_capacity(diff.len());
     let mut i = 0usize;

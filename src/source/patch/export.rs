@@ -32,7 +32,7 @@ const FIELDS: &[&str] = &[
 /// Where an exported file's bytes come from (serialized in lower case, as before it was typed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum ExportedFrom {
+pub(crate) enum ExportedFrom {
     /// The note on the commit: the original file, byte for byte.
     Note,
     /// Rebuilt from the commit's message, trailers and diff.
@@ -50,7 +50,7 @@ impl std::fmt::Display for ExportedFrom {
 
 /// One exported patch.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct Exported {
+pub(crate) struct Exported {
     /// File name written.
     pub file: String,
     /// The commit it came from.
@@ -70,7 +70,7 @@ pub struct Exported {
 }
 
 /// Export the commits of `repo` above `base` (default: the pristine tag), oldest first.
-pub fn export(repo_path: &Path, base: Option<&str>) -> Result<Vec<Exported>> {
+pub(crate) fn export(repo_path: &Path, base: Option<&str>) -> Result<Vec<Exported>> {
     let subject = repo_path.display().to_string();
     let repo = Repository::open(repo_path)
         .map_err(|e| Error::input(&subject, format!("not a git repository: {}", e.message())))?;

@@ -7,7 +7,7 @@ use std::fmt;
 
 /// One `Name: value` field with its (possibly folded) value and the line it starts on.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Field {
+pub(crate) struct Field {
     /// Field name as written.
     pub name: String,
     /// Value with continuation lines trimmed and joined by `\n` (the DEP-3 reading of a folded
@@ -22,7 +22,7 @@ pub struct Field {
 
 /// A header line that cannot be read: not UTF-8, or an encoded word that does not decode.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
+pub(crate) struct Problem {
     /// 1-based line.
     pub line: usize,
     /// What is wrong.
@@ -31,7 +31,7 @@ pub struct Problem {
 
 /// The header block and where the diff starts.
 #[derive(Debug, Clone, Default)]
-pub struct Header {
+pub(crate) struct Header {
     /// Fields in file order.
     pub fields: Vec<Field>,
     /// Free text after the fields up to the `---` separator or the diff: the mail body,
@@ -57,7 +57,7 @@ impl Header {
     /// Parse the header of a patch file's bytes. Fields run from the top until the first
     /// blank line or the `---` separator; free text (the mail body) may follow until the
     /// diff starts. Every offset is a byte offset into `bytes`: nothing is decoded lossily.
-    pub fn parse(bytes: &[u8]) -> Header {
+    pub(crate) fn parse(bytes: &[u8]) -> Header {
         let mut header = Header::default();
         let mut in_fields = true;
         let mut in_body = true;
@@ -170,14 +170,14 @@ impl Header {
     }
 
     /// The first field named `name` (case-insensitive, as RFC 822).
-    pub fn get(&self, name: &str) -> Option<&Field> {
+    pub(crate) fn get(&self, name: &str) -> Option<&Field> {
         self.fields
             .iter()
             .find(|f| f.name.eq_ignore_ascii_case(name))
     }
 
     /// All fields named `name`.
-    pub fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Field> + 'a {
+    pub(crate) fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Field> + 'a {
         self.fields
             .iter()
             .filter(move |f| f.name.eq_ignore_ascii_case(name))
@@ -193,7 +193,7 @@ fn is_diff_start(line: &[u8]) -> bool {
 /// `Upstream-Status` values (DEP-3 / Yocto).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(tag = "kind", content = "detail")]
-pub enum UpstreamStatus {
+pub(crate) enum UpstreamStatus {
     /// Not yet submitted or still under discussion upstream.
     Pending,
     /// Submitted upstream; the bracket says where.
@@ -210,7 +210,7 @@ pub enum UpstreamStatus {
 
 impl UpstreamStatus {
     /// Parse `Word [detail]`.
-    pub fn parse(value: &str) -> Result<UpstreamStatus, String> {
+    pub(crate) fn parse(value: &str) -> Result<UpstreamStatus, String> {
         let value = value.trim();
         let (word, rest) = match value.find(|c: char| c.is_whitespace() || c == '[') {
             Some(i) => (&value[..i], value[i..].trim()),
@@ -256,7 +256,7 @@ impl UpstreamStatus {
     }
 
     /// The status word.
-    pub fn word(&self) -> &'static str {
+    pub(crate) fn word(&self) -> &'static str {
         match self {
             UpstreamStatus::Pending => "Pending",
             UpstreamStatus::Submitted(_) => "Submitted",

@@ -8,7 +8,7 @@ use serde::Serialize;
 /// How serious a finding is: errors make `patch lint` exit 2 and block builds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum Severity {
+pub(crate) enum Severity {
     /// Blocks the patch.
     Error,
     /// Worth fixing; does not block.
@@ -17,7 +17,7 @@ pub enum Severity {
 
 /// One lint finding.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-pub struct Finding {
+pub(crate) struct Finding {
     /// 1-based line the finding points at.
     pub line: usize,
     /// Error or warning.
@@ -32,7 +32,7 @@ pub struct Finding {
 
 /// A reference to an upstream issue or pull request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-pub struct IssueRef {
+pub(crate) struct IssueRef {
     /// The number.
     pub number: u64,
     /// The full URL.
@@ -41,7 +41,7 @@ pub struct IssueRef {
 
 /// The validated attribution of one patch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-pub struct Attribution {
+pub(crate) struct Attribution {
     /// One-line summary (Subject without `[PATCH]`, or the first line of Description).
     pub summary: String,
     /// The long description, if any.
@@ -75,7 +75,7 @@ pub struct Attribution {
 
 impl Attribution {
     /// Every handle named, authors first, without duplicates.
-    pub fn handles(&self) -> Vec<String> {
+    pub(crate) fn handles(&self) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
         for h in self.authors.iter().chain(&self.reporters) {
             if !out.contains(h) {
@@ -86,7 +86,7 @@ impl Attribution {
     }
 
     /// The URL that best cites this patch: Origin, else PR, else issue.
-    pub fn url(&self) -> Option<String> {
+    pub(crate) fn url(&self) -> Option<String> {
         self.origin
             .clone()
             .or_else(|| self.prs.first().map(|p| p.url.clone()))
@@ -94,7 +94,7 @@ impl Attribution {
     }
 
     /// Git trailers carrying the attribution into the commit message.
-    pub fn trailers(&self) -> Vec<(String, String)> {
+    pub(crate) fn trailers(&self) -> Vec<(String, String)> {
         let mut t = vec![("Upstream-Status".to_string(), self.status.to_string())];
         t.extend(
             self.issues
@@ -202,7 +202,7 @@ impl Lint {
 }
 
 /// Check a parsed header; returns the attribution when there is no error, and all findings.
-pub fn analyze(header: &Header) -> (Option<Attribution>, Vec<Finding>) {
+pub(crate) fn analyze(header: &Header) -> (Option<Attribution>, Vec<Finding>) {
     let mut lint = Lint {
         findings: Vec::new(),
     };

@@ -5,7 +5,7 @@
 
 /// Unfold a header value the way mailinfo does: every continuation line has its first
 /// whitespace character replaced by one space, is right-trimmed, and is appended as is.
-pub fn unfold(first: &str, continuations: &[&str]) -> String {
+pub(crate) fn unfold(first: &str, continuations: &[&str]) -> String {
     let mut out = first.trim_end().to_string();
     for c in continuations {
         let mut chars = c.chars();
@@ -18,7 +18,7 @@ pub fn unfold(first: &str, continuations: &[&str]) -> String {
 
 /// Decode RFC 2047 encoded words in `value`. Linear white space between two adjacent encoded
 /// words is dropped (RFC 2047 §6.2, and git's `decode_header`); anything else is kept.
-pub fn decode_words(value: &str) -> Result<String, String> {
+pub(crate) fn decode_words(value: &str) -> Result<String, String> {
     let mut out = String::with_capacity(value.len());
     let mut rest = value;
     let mut after_word = false;
@@ -169,7 +169,7 @@ fn cleanup_space(s: &str) -> String {
 
 /// git am's Subject cleanup (mailinfo's `cleanup_subject` then `cleanup_space`): leading
 /// `Re:`, whitespace, colons and every leading `[...]` group (`[PATCH 2/3]`, `[RFC]`) go.
-pub fn cleanup_subject(subject: &str) -> String {
+pub(crate) fn cleanup_subject(subject: &str) -> String {
     let mut s = subject;
     loop {
         let lower = s.get(..3).map(str::to_ascii_lowercase);
@@ -192,7 +192,7 @@ pub fn cleanup_subject(subject: &str) -> String {
 /// Split a decoded `From:` value into (name, email) as mailinfo's `handle_from` does, with
 /// git's ident "crud" trimmed from the name (git ≥ 2.33 no longer counts `.` as crud, so
 /// `Jr.` keeps its dot). None when there is no `@`.
-pub fn split_from(from: &str) -> Option<(String, String)> {
+pub(crate) fn split_from(from: &str) -> Option<(String, String)> {
     let f = unquote_pairs(from);
     let at = f.find('@')?;
     let bytes = f.as_bytes();
@@ -254,7 +254,7 @@ fn unquote_pairs(s: &str) -> String {
 /// git's `strbuf_stripspace` without comment handling: trailing whitespace goes from every
 /// line, runs of empty lines collapse to one, leading and trailing empty lines go, and the
 /// text ends with a newline (empty text stays empty).
-pub fn stripspace(text: &str) -> String {
+pub(crate) fn stripspace(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut pending_blank = false;
     for line in text.lines() {

@@ -1,13 +1,13 @@
 //! The patch bundle: attributed patch files, their `series` order, lint, the bibliography, and
 //! application onto a vendor tree (one commit per patch, attribution as trailers).
 
-pub mod apply;
-pub mod bundle;
-pub mod diff;
-pub mod export;
-pub mod header;
-pub mod lint;
-pub mod mail;
+pub(crate) mod apply;
+pub(crate) mod bundle;
+pub(crate) mod diff;
+pub(crate) mod export;
+pub(crate) mod header;
+pub(crate) mod lint;
+pub(crate) mod mail;
 
 use crate::base::digest::Sha256;
 use crate::base::error::{Error, Result};
@@ -22,11 +22,11 @@ use std::path::{Path, PathBuf};
 /// A patch's identity: its file name inside the bundle (`0001-slug.patch`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
 #[serde(transparent)]
-pub struct PatchId(String);
+pub(crate) struct PatchId(String);
 
 impl PatchId {
     /// Validate a series entry or file name: a plain file name, no directories.
-    pub fn new(name: &str) -> std::result::Result<PatchId, String> {
+    pub(crate) fn new(name: &str) -> std::result::Result<PatchId, String> {
         if name.is_empty()
             || name.contains('/')
             || name.contains('\\')
@@ -41,7 +41,7 @@ impl PatchId {
         Ok(PatchId(name.to_string()))
     }
     /// The file name.
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -54,7 +54,7 @@ impl fmt::Display for PatchId {
 
 /// One patch file, read and parsed.
 #[derive(Debug, Clone)]
-pub struct PatchFile {
+pub(crate) struct PatchFile {
     /// File name in the bundle.
     pub id: PatchId,
     /// Where it was read from (for messages); `embedded:` for the built-in bundle.
@@ -73,7 +73,7 @@ pub struct PatchFile {
 
 impl PatchFile {
     /// Parse a patch from bytes.
-    pub fn from_bytes(id: PatchId, origin: PathBuf, bytes: Vec<u8>) -> PatchFile {
+    pub(crate) fn from_bytes(id: PatchId, origin: PathBuf, bytes: Vec<u8>) -> PatchFile {
         let header = Header::parse(&bytes);
         let (attribution, findings) = lint::analyze(&header);
         PatchFile {
@@ -88,7 +88,7 @@ impl PatchFile {
     }
 
     /// Read and parse a patch file.
-    pub fn read(path: &Path) -> Result<PatchFile> {
+    pub(crate) fn read(path: &Path) -> Result<PatchFile> {
         let name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -102,7 +102,7 @@ impl PatchFile {
     }
 
     /// The attribution, or an input error quoting the first lint error.
-    pub fn require_attribution(&self) -> Result<&Attribution> {
+    pub(crate) fn require_attribution(&self) -> Result<&Attribution> {
         self.attribution.as_ref().ok_or_else(|| {
             let first = self.findings.iter().find(|f| f.severity == Severity::Error);
             let (line, msg) = first
@@ -122,7 +122,7 @@ impl PatchFile {
 
 /// A series entry with the line it was read from.
 #[derive(Debug, Clone)]
-pub struct SeriesEntry {
+pub(crate) struct SeriesEntry {
     /// Patch file name.
     pub id: PatchId,
     /// 1-based line in `series`.
@@ -149,7 +149,7 @@ const EMBEDDED_SERIES: &str = include_str!("../../../patches/series");
 
 /// A bundle of patches with their order.
 #[derive(Debug, Clone)]
-pub struct Bundle {
+pub(crate) struct Bundle {
     /// The folder, or `embedded:patches` for the built-in bundle.
     pub dir: PathBuf,
     /// Path of the series file (for `file:line` messages).
@@ -163,7 +163,7 @@ pub struct Bundle {
 impl Bundle {
     /// Load a bundle folder: every `*.patch` in it and its `series` file. A missing series
     /// means "all patches in file-name order" (quilt's convention for a fresh folder).
-    pub fn load(dir: &Path) -> Result<Bundle> {
+    pub(crate) fn load(dir: &Path) -> Result<Bundle> {
         if !dir.is_dir() {
             return Err(Error::input(dir.display(), "patch folder not found")
                 .with_hint("create it, or point the recipe's `patches-dir` at your bundle"));
@@ -201,7 +201,7 @@ impl Bundle {
     }
 
     /// The bundle compiled into the binary.
-    pub fn embedded() -> Result<Bundle> {
+    pub(crate) fn embedded() -> Result<Bundle> {
         let dir = PathBuf::from("embedded:patches");
         let series_path = dir.join("series");
         let mut files = BTreeMap::new();
@@ -223,7 +223,7 @@ impl Bundle {
 
     /// The patches named by `selection` (None: the whole series), in order, each checked to
     /// exist and to carry a valid attribution.
-    pub fn select(&self, selection: Option<&[String]>) -> Result<Vec<&PatchFile>> {
+    pub(crate) fn select(&self, selection: Option<&[String]>) -> Result<Vec<&PatchFile>> {
         let wanted: Vec<(PatchId, String)> = match selection {
             None => self
                 .series
@@ -261,7 +261,7 @@ impl Bundle {
     }
 
     /// Lint the whole bundle: every patch's header plus series consistency.
-    pub fn lint(&self) -> Vec<(PathBuf, Finding)> {
+    pub(crate) fn lint(&self) -> Vec<(PathBuf, Finding)> {
         let mut out = Vec::new();
         for e in &self.series {
             if !self.files.contains_key(&e.id) {
@@ -296,7 +296,7 @@ impl Bundle {
     }
 
     /// The bibliography: one row per patch in series order.
-    pub fn bibliography(&self) -> Vec<BibRow> {
+    pub(crate) fn bibliography(&self) -> Vec<BibRow> {
         self.series
             .iter()
             .filter_map(|e| self.files.get(&e.id))
@@ -339,7 +339,7 @@ fn parse_series(path: &Path, text: &str) -> Result<Vec<SeriesEntry>> {
 
 /// One bibliography row (the `patch list --json` contract).
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct BibRow {
+pub(crate) struct BibRow {
     /// Patch file name.
     pub file: String,
     /// Upstream-Status as written (`Backport [ref]`).

@@ -22,7 +22,7 @@
 mod commit;
 mod text;
 
-pub use text::with_applied_upstream;
+pub(crate) use text::with_applied_upstream;
 
 use crate::base::digest::Sha256;
 use crate::base::error::{Error, IoContext, Result};
@@ -39,13 +39,13 @@ use std::path::Path;
 use text::moved_recipe_text;
 
 /// The ledger file's name inside the bundle folder.
-pub const LEDGER: &str = "ledger.toml";
+pub(crate) const LEDGER: &str = "ledger.toml";
 /// Where dropped patches are kept, inside the bundle folder.
-pub const DROPPED_DIR: &str = "dropped";
+pub(crate) const DROPPED_DIR: &str = "dropped";
 
 /// The operator's decisions for patches the audit cannot decide alone.
 #[derive(Debug, Clone, Default)]
-pub struct Decisions {
+pub(crate) struct Decisions {
     /// Leave the series (confirms `superseded`; drops a `carries-review` or `conflicts` one).
     pub drop: BTreeSet<String>,
     /// Carry a `carries-review` patch after review.
@@ -55,7 +55,7 @@ pub struct Decisions {
 /// What a rebase does with one patch (serialized in lower case, as before it was typed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Action {
+pub(crate) enum Action {
     /// Carried byte for byte.
     Carried,
     /// Carried, its diff rewritten against the new upstream.
@@ -68,7 +68,7 @@ pub enum Action {
 
 impl Action {
     /// The word reports print (the serialized spelling).
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Action::Carried => "carried",
             Action::Refreshed => "refreshed",
@@ -86,7 +86,7 @@ impl std::fmt::Display for Action {
 
 /// What happened to one patch.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct Moved {
+pub(crate) struct Moved {
     /// Patch file name.
     pub file: String,
     /// The audit's verdict.
@@ -102,7 +102,7 @@ pub struct Moved {
 
 /// The result of a completed rebase.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct Report {
+pub(crate) struct Report {
     /// The old pin.
     pub from: String,
     /// The new pin as given.
@@ -119,7 +119,7 @@ pub struct Report {
 
 /// A rebase that stopped before writing anything: what needs a decision, and how to give it.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct Stop {
+pub(crate) struct Stop {
     /// One line: what stopped and that nothing was written.
     pub message: String,
     /// Every blocked patch with its evidence.
@@ -134,7 +134,7 @@ pub struct Stop {
 
 /// How a rebase ended.
 #[derive(Debug, Clone)]
-pub enum Rebased {
+pub(crate) enum Rebased {
     /// Everything written.
     Done(Report),
     /// Nothing written.
@@ -175,7 +175,7 @@ struct LedgerDoc {
 /// Rebase `recipe` (loaded from `recipe_path`) onto `onto`: check the decisions, audit, decide
 /// every patch, stage the new bundle and recipe, and commit them (nothing is written when a
 /// patch still needs a decision).
-pub fn rebase(
+pub(crate) fn rebase(
     ws: &Workspace,
     recipe_path: &Path,
     recipe: &Recipe,

@@ -9,7 +9,7 @@ use std::path::Path;
 
 /// The patch with its `Applied-Upstream` field set to `value` (replaced, or added after the
 /// last header field).
-pub fn with_applied_upstream(p: &PatchFile, value: &str) -> Vec<u8> {
+pub(crate) fn with_applied_upstream(p: &PatchFile, value: &str) -> Vec<u8> {
     let end = p
         .header
         .diff_offset

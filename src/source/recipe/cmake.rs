@@ -8,7 +8,7 @@ use toml::Spanned;
 
 /// The variable name of a CMake cache key as a recipe writes it: `CMAKE_BUILD_TYPE:STRING`
 /// names `CMAKE_BUILD_TYPE` (the `:TYPE` suffix of `-DVAR:TYPE=value`).
-pub fn cmake_key_name(key: &str) -> &str {
+pub(crate) fn cmake_key_name(key: &str) -> &str {
     key.split_once(':').map(|(n, _)| n).unwrap_or(key)
 }
 

@@ -7,7 +7,7 @@ mod cmake;
 mod raw;
 mod resolve;
 
-pub use cmake::cmake_key_name;
+pub(crate) use cmake::cmake_key_name;
 
 use crate::base::digest::Sha256;
 use crate::base::error::{Error, Result};
@@ -23,12 +23,12 @@ use std::path::{Path, PathBuf};
 /// A variant's name (`patched`, `unpatched-asan`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct VariantName(String);
+pub(crate) struct VariantName(String);
 
 impl VariantName {
     /// Validate: letters, digits, `-`, `_`, `.`, starting with a letter or digit; used in
     /// directory names.
-    pub fn new(s: &str) -> std::result::Result<VariantName, String> {
+    pub(crate) fn new(s: &str) -> std::result::Result<VariantName, String> {
         if is_identifier(s) {
             Ok(VariantName(s.to_string()))
         } else {
@@ -38,7 +38,7 @@ impl VariantName {
         }
     }
     /// The name.
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -55,7 +55,7 @@ impl fmt::Display for VariantName {
 /// Where the upstream source comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum PinSource {
+pub(crate) enum PinSource {
     /// A crate from the package registry, fetched with cargo.
     Crate {
         /// Crate name.
@@ -92,7 +92,7 @@ pub enum PinSource {
 
 /// The pinned upstream.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-pub struct Pin {
+pub(crate) struct Pin {
     /// The source.
     pub source: PinSource,
     /// Folder inside the source that is the upstream tree (`llama.cpp` in the sys crate).
@@ -105,7 +105,7 @@ pub struct Pin {
 
 /// A toolchain: compilers and the versions they must have.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Toolchain {
+pub(crate) struct Toolchain {
     /// Name in the recipe.
     pub name: String,
     /// What it is.
@@ -130,7 +130,7 @@ pub struct Toolchain {
 /// Which patches a variant applies.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum PatchSelection {
+pub(crate) enum PatchSelection {
     /// The whole `series`, in order.
     Series,
     /// These files, in this order (empty: unpatched).
@@ -139,7 +139,7 @@ pub enum PatchSelection {
 
 /// A fully resolved variant.
 #[derive(Debug, Clone, Serialize)]
-pub struct Variant {
+pub(crate) struct Variant {
     /// Name.
     pub name: VariantName,
     /// What it is for.
@@ -160,11 +160,9 @@ pub struct Variant {
 
 /// A loaded, validated recipe.
 #[derive(Debug, Clone)]
-pub struct Recipe {
+pub(crate) struct Recipe {
     /// Recipe name (file stem unless `name` says otherwise).
     pub name: String,
-    /// What it is for.
-    pub description: Option<String>,
     /// Where it was read from (`embedded:recipes/mrope-cpu.toml` for the built-in one).
     pub path: PathBuf,
     /// Whether it is the copy compiled into the binary.
@@ -182,13 +180,13 @@ pub struct Recipe {
 }
 
 /// The built-in default recipe.
-pub const EMBEDDED_DEFAULT: &str = include_str!("../../../recipes/mrope-cpu.toml");
+pub(crate) const EMBEDDED_DEFAULT: &str = include_str!("../../../recipes/mrope-cpu.toml");
 /// Its path as shown in messages and manifests.
-pub const EMBEDDED_DEFAULT_PATH: &str = "embedded:recipes/mrope-cpu.toml";
+pub(crate) const EMBEDDED_DEFAULT_PATH: &str = "embedded:recipes/mrope-cpu.toml";
 
 impl Recipe {
     /// Load a recipe file.
-    pub fn load(path: &Path) -> Result<Recipe> {
+    pub(crate) fn load(path: &Path) -> Result<Recipe> {
         let bytes = fsx::read(path).map_err(|e| match e {
             Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
                 Error::input(path.display(), "recipe not found")
@@ -201,7 +199,11 @@ impl Recipe {
     }
 
     /// Parse recipe bytes (UTF-8 TOML); `path` names them in errors.
-    pub fn parse_bytes(bytes: &[u8], path: &Path, base_dir: Option<&Path>) -> Result<Recipe> {
+    pub(crate) fn parse_bytes(
+        bytes: &[u8],
+        path: &Path,
+        base_dir: Option<&Path>,
+    ) -> Result<Recipe> {
         let text = std::str::from_utf8(bytes).map_err(|e| {
             let (line, col) = line_col(
                 &String::from_utf8_lossy(&bytes[..e.valid_up_to()]),
@@ -217,7 +219,7 @@ impl Recipe {
 
     /// The recipe at `path`, or the embedded default when none is named (what every command
     /// taking an optional RECIPE means).
-    pub fn load_or_default(path: Option<&Path>) -> Result<Recipe> {
+    pub(crate) fn load_or_default(path: Option<&Path>) -> Result<Recipe> {
         match path {
             Some(p) => Recipe::load(p),
             None => Recipe::embedded_default(),
@@ -225,12 +227,12 @@ impl Recipe {
     }
 
     /// The recipe compiled into the binary.
-    pub fn embedded_default() -> Result<Recipe> {
+    pub(crate) fn embedded_default() -> Result<Recipe> {
         Recipe::parse(EMBEDDED_DEFAULT, Path::new(EMBEDDED_DEFAULT_PATH), None)
     }
 
     /// Parse recipe text. `base_dir` resolves relative paths; None means embedded.
-    pub fn parse(text: &str, path: &Path, base_dir: Option<&Path>) -> Result<Recipe> {
+    pub(crate) fn parse(text: &str, path: &Path, base_dir: Option<&Path>) -> Result<Recipe> {
         let at = |span: Option<Range<usize>>| location(path, text, span);
         let raw: RawRecipe = toml::from_str(text).map_err(|e| {
             let msg = e.message().to_string();
@@ -272,7 +274,6 @@ impl Recipe {
 
         Ok(Recipe {
             name,
-            description: raw.description.clone(),
             path: path.to_path_buf(),
             embedded: base_dir.is_none(),
             sha256: Sha256::of_bytes(text.as_bytes()),
@@ -284,7 +285,7 @@ impl Recipe {
     }
 
     /// A variant by name, with the list of names when it does not exist.
-    pub fn variant(&self, name: &str) -> Result<&Variant> {
+    pub(crate) fn variant(&self, name: &str) -> Result<&Variant> {
         VariantName::new(name)
             .ok()
             .and_then(|n| self.variants.get(&n))
@@ -305,7 +306,7 @@ impl Recipe {
     }
 
     /// The lock file that records the resolved pin (git pins), next to the recipe.
-    pub fn lock_path(&self) -> Option<PathBuf> {
+    pub(crate) fn lock_path(&self) -> Option<PathBuf> {
         if self.embedded {
             return None;
         }
@@ -325,7 +326,7 @@ fn location(path: &Path, text: &str, span: Option<Range<usize>>) -> String {
 }
 
 /// 1-based line and column (in characters) of a byte offset.
-pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+pub(crate) fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let offset = offset.min(text.len());
     let before = &text[..offset];
     let line = before.matches('\n').count() + 1;

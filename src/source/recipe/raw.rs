@@ -10,6 +10,11 @@ use toml::Spanned;
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub(super) struct RawRecipe {
     pub(super) name: Option<Spanned<String>>,
+    // A recipe's description is for its readers: accepted (the schema documents it), not used.
+    #[allow(
+        dead_code,
+        reason = "accepted for readers of the recipe; no command uses it"
+    )]
     pub(super) description: Option<String>,
     pub(super) default_variant: Spanned<String>,
     pub(super) patches_dir: Option<String>,

@@ -13,7 +13,7 @@
 
 use crate::base::error::{Error, GitContext, IoContext, Result};
 use crate::base::fsx;
-pub use crate::base::tree::{is_git, TreeModel};
+pub(crate) use crate::base::tree::{is_git, TreeModel};
 use git2::Repository;
 use std::collections::BTreeSet;
 use std::ffi::{OsStr, OsString};
@@ -23,7 +23,7 @@ use std::path::{Component, Path, PathBuf};
 
 /// `.git` entries left out of a materialized tree.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct GitSkips {
+pub(crate) struct GitSkips {
     /// Entries skipped (each file, folder or link at or below a `.git` component).
     pub entries: u64,
     /// The `.git` paths themselves, relative to the tree root (`.git`, `sub/.git`).
@@ -46,7 +46,7 @@ impl GitSkips {
 
 /// What writing a tree produced.
 #[derive(Debug, Clone, Default)]
-pub struct Written {
+pub(crate) struct Written {
     /// Regular files written.
     pub files: u64,
     /// `.git` entries left out.
@@ -54,7 +54,7 @@ pub struct Written {
 }
 
 /// `path` as Normal components only (`.` dropped); None for `..`, absolute or empty paths.
-pub fn safe_rel(path: &Path) -> Option<PathBuf> {
+pub(crate) fn safe_rel(path: &Path) -> Option<PathBuf> {
     let mut out = PathBuf::new();
     for c in path.components() {
         match c {
@@ -85,7 +85,11 @@ fn finish(model: &TreeModel, dest: &Path, refuse: impl Fn(&Path, &str) -> Error)
 /// entry path is checked before anything is written; hard links, devices and FIFOs are
 /// refused; `.git` entries are skipped and counted; symlinks are created last and only when
 /// they resolve inside the tree.
-pub fn extract_archive(archive: &Path, dest: &Path, subdir: Option<&str>) -> Result<Written> {
+pub(crate) fn extract_archive(
+    archive: &Path,
+    dest: &Path,
+    subdir: Option<&str>,
+) -> Result<Written> {
     let mut tar = tar::Archive::new(open_archive(archive)?);
     let mut model = TreeModel::default();
     let mut out = Written::default();
@@ -266,7 +270,7 @@ fn create_file(path: &Path, exec: bool) -> Result<std::fs::File> {
 /// `base/sub` when every component of `sub` is a real folder: the folder pin's digest covers
 /// `base` and records a link as its text, so a `subdir` through a link would copy content the
 /// digest never saw.
-pub fn real_subdir(base: &Path, sub: Option<&str>) -> Result<PathBuf> {
+pub(crate) fn real_subdir(base: &Path, sub: Option<&str>) -> Result<PathBuf> {
     let mut at = base.to_path_buf();
     for c in Path::new(sub.unwrap_or("")).components() {
         at.push(c);
@@ -284,7 +288,7 @@ pub fn real_subdir(base: &Path, sub: Option<&str>) -> Result<PathBuf> {
 /// Copy a pinned folder into `dest`: links are copied as links (never followed) and only when
 /// they resolve inside the copy; devices, FIFOs and sockets are refused before anything opens
 /// them; `.git` entries are skipped and counted.
-pub fn copy_dir(src: &Path, dest: &Path) -> Result<Written> {
+pub(crate) fn copy_dir(src: &Path, dest: &Path) -> Result<Written> {
     let mut model = TreeModel::default();
     let mut out = Written::default();
     copy_walk(src, dest, Path::new(""), &mut model, &mut out)?;
@@ -377,7 +381,7 @@ fn count_git(path: &Path, rel: &Path, meta: &std::fs::Metadata, out: &mut Writte
 
 /// Write the tree of `commit` (or its `subdir`) into `dest`; symlink blobs are checked like an
 /// archive's links.
-pub fn export_commit(
+pub(crate) fn export_commit(
     repo_path: &Path,
     commit: git2::Oid,
     subdir: Option<&str>,

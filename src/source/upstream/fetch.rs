@@ -150,7 +150,7 @@ pub(super) fn prepare(ws: &Workspace, recipe: &Recipe) -> Result<Prepared> {
 
 /// The digest a `tarball` (`sha256`) or `dir` (`tree-sha256`) pin of `path` needs. A FIFO or
 /// a device is refused before it is opened for reading (`/dev/zero` never ends).
-pub fn pin_digest(path: &Path) -> Result<(&'static str, Sha256)> {
+pub(crate) fn pin_digest(path: &Path) -> Result<(&'static str, Sha256)> {
     if path.is_dir() {
         Ok(("tree-sha256", tree_digest(path)?))
     } else if std::fs::metadata(path).is_ok() {
@@ -164,7 +164,7 @@ pub fn pin_digest(path: &Path) -> Result<(&'static str, Sha256)> {
 }
 
 /// Re-hash a file against its pinned digest.
-pub fn verify_file(path: &Path, want: Sha256, what: &str) -> Result<()> {
+pub(crate) fn verify_file(path: &Path, want: Sha256, what: &str) -> Result<()> {
     let file = open_regular(path, what, true)?;
     let (actual, _) = Sha256::of_reader(file, path)?;
     if actual != want {
@@ -404,7 +404,7 @@ fn resolve_fetched(
 
 /// The bare cache repository that holds what was fetched of the git repository at `url`
 /// (the whole history for a local repository, one commit for a remote one).
-pub fn git_cache_repo(ws: &Workspace, url: &str) -> PathBuf {
+pub(crate) fn git_cache_repo(ws: &Workspace, url: &str) -> PathBuf {
     ws.git_cache().join(format!(
         "{}.git",
         Sha256::of_bytes(url.as_bytes()).short(16)
@@ -414,7 +414,7 @@ pub fn git_cache_repo(ws: &Workspace, url: &str) -> PathBuf {
 /// The registry index's checksum of crate `name` `version`, taken the way cargo takes it: cargo
 /// resolves a throw-away manifest that depends on exactly that version and writes the index's
 /// `cksum` into the lock file as `checksum`.
-pub fn registry_cksum(name: &str, version: &str) -> Result<Sha256> {
+pub(crate) fn registry_cksum(name: &str, version: &str) -> Result<Sha256> {
     let dir = throwaway_manifest(name, version)?;
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);

@@ -7,18 +7,6 @@ use crate::base::fsx;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
-/// Write the lock file of a git pin (the rebase moves it with the recipe's pin).
-pub fn write_git_lock(path: &Path, url: &str, tag: Option<&str>, commit: GitOid) -> Result<()> {
-    write_lock(
-        path,
-        &GitLock {
-            url: url.to_string(),
-            tag: tag.map(str::to_string),
-            commit: commit.to_string(),
-        },
-    )
-}
-
 /// The lock file's content: the resolved full commit of a git pin.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -52,7 +40,12 @@ pub(super) fn read_lock(path: &Path) -> std::result::Result<Option<GitLock>, (St
 
 /// The text [`write_git_lock`] writes: the rebase stages it beside the lock before its commit
 /// point, so that only a rename is left once the bundle is swapped in.
-pub fn git_lock_text(path: &Path, url: &str, tag: Option<&str>, commit: GitOid) -> Result<String> {
+pub(crate) fn git_lock_text(
+    path: &Path,
+    url: &str,
+    tag: Option<&str>,
+    commit: GitOid,
+) -> Result<String> {
     lock_text(
         path,
         &GitLock {

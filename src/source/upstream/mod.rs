@@ -17,9 +17,8 @@ use std::path::{Path, PathBuf};
 mod extract;
 mod fetch;
 mod lock;
-pub use extract::{is_git, GitSkips, TreeModel, Written};
-pub use fetch::{git_cache_repo, pin_digest, registry_cksum, verify_file};
-pub use lock::{git_lock_text, write_git_lock};
+pub(crate) use fetch::{git_cache_repo, pin_digest, registry_cksum};
+pub(crate) use lock::git_lock_text;
 // Their home is base::git (a plain git check); kept here for the callers outside source/.
 use crate::base::git::{check_clean, PRISTINE_TAG};
 
@@ -27,7 +26,7 @@ const STATE_FILE: &str = "pinforge-tree.json";
 
 /// The pin after resolution and verification (what the manifest records).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct ResolvedPin {
+pub(crate) struct ResolvedPin {
     /// crate | git | tarball | dir.
     pub kind: String,
     /// `crate:NAME@VERSION`, the git URL, or the local path.
@@ -61,7 +60,7 @@ fn is_zero(n: &u64) -> bool {
 
 impl ResolvedPin {
     /// The note to show when the source carried `.git` entries that were left out.
-    pub fn skipped_git_note(&self) -> Option<String> {
+    pub(crate) fn skipped_git_note(&self) -> Option<String> {
         (self.skipped_git_entries > 0).then(|| {
             format!(
                 "skipped {} .git entr{} of the upstream source (never extracted): {}",
@@ -87,7 +86,7 @@ impl ResolvedPin {
 
 /// A materialized tree: a git repository and the commit its work tree must be at.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Tree {
+pub(crate) struct Tree {
     /// The repository (work tree root = upstream tree root).
     pub path: PathBuf,
     /// Pristine upstream commit.
@@ -105,7 +104,7 @@ pub struct Tree {
 
 /// One applied patch as recorded in a tree's state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct AppliedRecord {
+pub(crate) struct AppliedRecord {
     /// Patch file name.
     pub file: String,
     /// SHA-256 of the patch file.
@@ -118,7 +117,7 @@ pub struct AppliedRecord {
 }
 
 /// Resolve, verify and materialize the pristine tree of `recipe`'s pin.
-pub fn pristine(ws: &Workspace, recipe: &Recipe) -> Result<Tree> {
+pub(crate) fn pristine(ws: &Workspace, recipe: &Recipe) -> Result<Tree> {
     let pin = &recipe.pin;
     let key = Sha256::of_bytes(
         serde_json::to_string(pin)
@@ -175,7 +174,7 @@ pub fn pristine(ws: &Workspace, recipe: &Recipe) -> Result<Tree> {
 }
 
 /// The pristine tree plus `patches`, applied as commits. An empty list is the pristine tree.
-pub fn patched(ws: &Workspace, base: &Tree, patches: &[&PatchFile]) -> Result<Tree> {
+pub(crate) fn patched(ws: &Workspace, base: &Tree, patches: &[&PatchFile]) -> Result<Tree> {
     if patches.is_empty() {
         return Ok(base.clone());
     }

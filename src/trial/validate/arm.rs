@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 /// Where an arm's build comes from.
 #[derive(Debug, Clone)]
-pub enum ArmSource {
+pub(crate) enum ArmSource {
     /// A layer of an install root.
     Installed {
         /// The install root.
@@ -26,7 +26,7 @@ pub enum ArmSource {
 
 /// An arm as recorded in the settings and the evidence.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct ArmRecord {
+pub(crate) struct ArmRecord {
     /// Layer name or manifest variant (made unique).
     pub name: String,
     /// `installed:LAYER` or `manifest`.

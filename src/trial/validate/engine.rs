@@ -24,14 +24,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod symbols;
-pub use symbols::Symbols;
+pub(crate) use symbols::Symbols;
 
 /// The context a row runs in (prompt plus budget must fit).
-pub const N_CTX: usize = 256;
+pub(crate) const N_CTX: usize = 256;
 
 /// A row request.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Request {
+pub(crate) struct Request {
     /// Row id.
     pub row: u64,
     /// Prompt text.
@@ -42,7 +42,7 @@ pub struct Request {
 
 /// The engine's answer.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Response {
+pub(crate) struct Response {
     /// Row id answered.
     pub row: u64,
     /// The row could not run (the engine is still alive).
@@ -73,7 +73,7 @@ pub struct Response {
 
 /// The engine's first line.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Ready {
+pub(crate) struct Ready {
     /// Loading failed (the engine exits after saying so).
     pub error: Option<String>,
     /// Vocabulary size.
@@ -281,7 +281,7 @@ impl Slot<'_> {
 
 /// Options of the engine process.
 #[derive(Debug, Clone)]
-pub struct EngineArgs {
+pub(crate) struct EngineArgs {
     /// The compiled shim.
     pub shim: PathBuf,
     /// The model.
@@ -302,7 +302,7 @@ fn say(out: &mut std::io::StdoutLock<'_>, v: &dyn erased::Line) -> bool {
 }
 
 /// Serve rows on stdin/stdout until stdin closes. Returns the process exit code.
-pub fn serve(a: &EngineArgs) -> i32 {
+pub(crate) fn serve(a: &EngineArgs) -> i32 {
     let mut out = std::io::stdout().lock();
     let fail = |out: &mut std::io::StdoutLock<'_>, e: String| {
         say(
@@ -386,7 +386,7 @@ pub fn serve(a: &EngineArgs) -> i32 {
 
 mod erased {
     /// Something that serializes to one JSON line.
-    pub trait Line {
+    pub(crate) trait Line {
         fn line(&self) -> String;
     }
     impl<T: serde::Serialize> Line for T {
@@ -402,7 +402,7 @@ mod erased {
 
 /// How a request ended when the engine did not answer it.
 #[derive(Debug, Clone)]
-pub struct Death {
+pub(crate) struct Death {
     /// Crash signature: sanitizer report, signal, exit status, or hang.
     pub signature: String,
     /// Last lines of the engine's stderr.
@@ -415,7 +415,7 @@ pub struct Death {
 
 /// Everything a spawn needs (cloneable per worker).
 #[derive(Debug, Clone)]
-pub struct Spawn {
+pub(crate) struct Spawn {
     /// The verified build.
     pub target: SmokeTarget,
     /// The engine's arguments.
@@ -426,7 +426,7 @@ pub struct Spawn {
 
 /// Why an engine did not become ready.
 #[derive(Debug)]
-pub enum StartFailure {
+pub(crate) enum StartFailure {
     /// It answered with an error (or garbage) instead of its ready line: a harness failure.
     Refused(String),
     /// It died (or hung) before its ready line.
@@ -435,7 +435,7 @@ pub enum StartFailure {
 
 impl StartFailure {
     /// The one-line reason.
-    pub fn message(&self) -> String {
+    pub(crate) fn message(&self) -> String {
         match self {
             StartFailure::Refused(m) => m.clone(),
             StartFailure::Died(d) => format!("the engine died while loading: {}", d.signature),
@@ -447,14 +447,14 @@ impl Death {
     /// Whether this death is the engine crashing (a sanitizer report or a signal), as opposed
     /// to a hang or a plain exit: a crash while loading is evidence about the build, not a
     /// harness failure.
-    pub fn is_crash(&self) -> bool {
+    pub(crate) fn is_crash(&self) -> bool {
         smoke::asan_signature(&self.stderr).is_some()
             || self.signature.starts_with("killed by signal")
     }
 }
 
 /// A running engine process.
-pub struct Engine {
+pub(crate) struct Engine {
     child: Child,
     stdin: Option<ChildStdin>,
     lines: Receiver<String>,
@@ -472,7 +472,10 @@ const STDERR_KEEP: usize = 256 << 10;
 impl Engine {
     /// Spawn and wait for the engine to say it is ready. `Err(Death)` when it dies or hangs
     /// while loading; `Ok(Err(msg))` when it refused to load.
-    pub fn start(s: &Spawn, symbolize: bool) -> Result<std::result::Result<Engine, StartFailure>> {
+    pub(crate) fn start(
+        s: &Spawn,
+        symbolize: bool,
+    ) -> Result<std::result::Result<Engine, StartFailure>> {
         let exe =
             std::env::current_exe().map_err(|e| Error::io("locate", Path::new("pinforge"), e))?;
         let mut cmd = Command::new(exe);
@@ -570,7 +573,7 @@ impl Engine {
     }
 
     /// Run one row: the answer, or how the engine died on it.
-    pub fn request(&mut self, req: &Request) -> std::result::Result<Response, Death> {
+    pub(crate) fn request(&mut self, req: &Request) -> std::result::Result<Response, Death> {
         self.rows_run += 1;
         let line = serde_json::to_string(req).unwrap_or_default();
         let wrote = match self.stdin.as_mut() {

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 /// Where the evidence manifest is.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct EvidenceRef {
+pub(crate) struct EvidenceRef {
     /// Path of evidence.json.
     pub manifest: PathBuf,
     /// Its sha256.
@@ -24,7 +24,7 @@ pub struct EvidenceRef {
 
 /// The evidence manifest.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct EvidenceManifest {
+pub(crate) struct EvidenceManifest {
     /// `pinforge.validate-evidence/v1`.
     pub schema: String,
     /// Run id.
@@ -40,7 +40,7 @@ pub struct EvidenceManifest {
 }
 
 /// Evidence schema id.
-pub const EVIDENCE_SCHEMA: &str = "pinforge.validate-evidence/v1";
+pub(crate) const EVIDENCE_SCHEMA: &str = "pinforge.validate-evidence/v1";
 
 /// The run folder files an evidence manifest may name (never a path taken from the file).
 const RUN_FILES: &[&str] = &[
@@ -82,7 +82,7 @@ pub(super) fn write(run: &RunDir, jobs: u32) -> Result<EvidenceRef> {
 
 /// What `verify` found in a run's evidence.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct EvidenceCheck {
+pub(crate) struct EvidenceCheck {
     /// Everything matched.
     pub ok: bool,
     /// Run id.
@@ -97,7 +97,7 @@ pub struct EvidenceCheck {
 
 /// One difference.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct EvidenceMismatch {
+pub(crate) struct EvidenceMismatch {
     /// The file.
     pub path: String,
     /// What it is.
@@ -109,7 +109,7 @@ pub struct EvidenceMismatch {
 }
 
 /// Whether `path` is a validate evidence manifest (or a run folder holding one).
-pub fn is_evidence(path: &Path) -> bool {
+pub(crate) fn is_evidence(path: &Path) -> bool {
     let p = if path.is_dir() {
         path.join("evidence.json")
     } else {
@@ -166,7 +166,7 @@ impl EvidenceCheck {
 
 /// Re-check a run's evidence manifest: every run file it names re-hashed, the model and both
 /// arms' manifests re-hashed where they still are, and the summary recomputed from the rows.
-pub fn verify_evidence(path: &Path) -> Result<EvidenceCheck> {
+pub(crate) fn verify_evidence(path: &Path) -> Result<EvidenceCheck> {
     let ev_path = if path.is_dir() {
         path.join("evidence.json")
     } else {

@@ -17,7 +17,7 @@ const ANNOTATIONS: &[&str] = &["$schema", "$id", "title", "description", "$comme
 
 /// Convert the schema in `text` (read from `file`) to a GBNF grammar whose start rule is
 /// `root`.
-pub fn schema_to_gbnf(text: &str, file: &Path) -> Result<String> {
+pub(crate) fn schema_to_gbnf(text: &str, file: &Path) -> Result<String> {
     let schema: Value = serde_json::from_str(text).map_err(|e| {
         Error::input(
             format!("{}:{}:{}", file.display(), e.line(), e.column()),

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 /// Rows per second of one arm in this invocation.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct Throughput {
+pub(crate) struct Throughput {
     /// Rows run now.
     pub rows: u64,
     /// Seconds from the arm's start to its last row.

@@ -18,22 +18,19 @@
 //! evidence manifest and its re-check), with [`rows`] and [`summary`] for the row file and
 //! what is derived from it.
 
-pub mod arm;
-pub mod engine;
-pub mod evidence;
-pub mod grammar;
+pub(crate) mod arm;
+pub(crate) mod engine;
+pub(crate) mod evidence;
+pub(crate) mod grammar;
 mod harness;
-pub mod rows;
-pub mod run_dir;
-pub mod summary;
+pub(crate) mod rows;
+pub(crate) mod run_dir;
+pub(crate) mod summary;
 
-pub use arm::{ArmRecord, ArmSource};
-pub use evidence::{
-    is_evidence, verify_evidence, EvidenceCheck, EvidenceManifest, EvidenceMismatch, EvidenceRef,
-    EVIDENCE_SCHEMA,
-};
-pub use harness::Throughput;
-pub use run_dir::{check_run_id, Settings};
+pub(crate) use arm::ArmSource;
+pub(crate) use evidence::{is_evidence, verify_evidence, EvidenceCheck, EvidenceRef};
+pub(crate) use harness::Throughput;
+pub(crate) use run_dir::check_run_id;
 
 use crate::base::error::{Error, Result};
 use crate::base::fsx;
@@ -49,7 +46,7 @@ use summary::{ArmId, Derived};
 
 /// What to run.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub(crate) struct Options {
     /// Baseline, then candidate.
     pub arms: [ArmSource; 2],
     /// Rows per arm.
@@ -80,7 +77,7 @@ pub struct Options {
 
 /// What one `validate` call did.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct Report {
+pub(crate) struct Report {
     /// Run id.
     pub run: String,
     /// Run folder.
@@ -100,7 +97,7 @@ pub struct Report {
 
 /// Run (or resume) a validation: resolve the inputs and both arms, prepare the run folder,
 /// run the rows, and summarize them into `summary.json` and the evidence manifest.
-pub fn run(opts: &Options, reporter: &dyn Reporter) -> Result<Report> {
+pub(crate) fn run(opts: &Options, reporter: &dyn Reporter) -> Result<Report> {
     check_options(opts)?;
     // Inputs first (exit 2 before anything is written), then the builds.
     let inputs = Inputs::load(opts)?;

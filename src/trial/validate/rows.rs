@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
     schemars::JsonSchema,
 )]
 #[serde(rename_all = "kebab-case")]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Completed, and the restored continuation equals the uninterrupted one.
     Ok,
     /// The engine process died (signal, sanitizer report, exit) or hung.
@@ -44,7 +44,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// All outcomes in report order.
-    pub const ALL: [Outcome; 5] = [
+    pub(crate) const ALL: [Outcome; 5] = [
         Outcome::Ok,
         Outcome::Crash,
         Outcome::TokenBudget,
@@ -54,7 +54,7 @@ impl Outcome {
 
     /// The outcome's place in [`Outcome::ALL`], for tables of counts indexed by outcome
     /// (total: every outcome has its own slot).
-    pub fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         match self {
             Outcome::Ok => 0,
             Outcome::Crash => 1,
@@ -65,7 +65,7 @@ impl Outcome {
     }
 
     /// The name used in rows, counts and the progress bar.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Outcome::Ok => "ok",
             Outcome::Crash => "crash",
@@ -79,7 +79,7 @@ impl Outcome {
 /// One recorded row.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Row {
+pub(crate) struct Row {
     /// Row id (0-based; the same id is the same prompt on both arms).
     pub row: u64,
     /// Arm name (`control`, `live`, or a manifest's variant).
@@ -105,7 +105,7 @@ pub struct Row {
 /// The facts behind an outcome.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Evidence {
+pub(crate) struct Evidence {
     /// Whether the slot's saved state was restored before this row.
     #[serde(default)]
     pub restored: bool,
@@ -149,7 +149,7 @@ pub struct Evidence {
 
 /// What the engine answered for a row (or that it died), the input to [`classify`].
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Observed {
+pub(crate) struct Observed {
     /// The engine died or hung on this row: its signature.
     pub crash: Option<String>,
     /// The engine or harness reported a failure.
@@ -170,7 +170,7 @@ pub struct Observed {
 /// tokens that differ from the reference `mismatch` (an engine defect outranks budget); under
 /// a grammar, a used-up budget without end-of-generation `token-budget`; else `ok`. Without a
 /// grammar, reaching the budget is a normal end of a generation.
-pub fn classify(o: &Observed) -> (Outcome, Option<u64>) {
+pub(crate) fn classify(o: &Observed) -> (Outcome, Option<u64>) {
     if o.crash.is_some() {
         return (Outcome::Crash, None);
     }
@@ -195,14 +195,14 @@ pub fn classify(o: &Observed) -> (Outcome, Option<u64>) {
 }
 
 /// The append-only row file.
-pub struct RowFile {
+pub(crate) struct RowFile {
     path: PathBuf,
     file: std::fs::File,
 }
 
 /// The rows already on disk (resume).
 #[derive(Debug, Default)]
-pub struct Recorded {
+pub(crate) struct Recorded {
     /// Every whole row, in file order.
     pub rows: Vec<Row>,
     /// Bytes of a torn last line that were cut off.
@@ -211,7 +211,7 @@ pub struct Recorded {
 
 impl Recorded {
     /// The (arm, row) pairs done.
-    pub fn done(&self) -> BTreeSet<(String, u64)> {
+    pub(crate) fn done(&self) -> BTreeSet<(String, u64)> {
         self.rows.iter().map(|r| (r.arm.clone(), r.row)).collect()
     }
 }
@@ -221,7 +221,7 @@ const MAX_LINE: usize = 1 << 20;
 
 /// Parse a row file's bytes: whole lines must be rows (exactly once per arm and row); an
 /// unterminated last line is torn and reported by its length, to be cut off.
-pub fn parse_rows(bytes: &[u8], path: &Path) -> Result<Recorded> {
+pub(crate) fn parse_rows(bytes: &[u8], path: &Path) -> Result<Recorded> {
     let mut out = Recorded::default();
     let mut seen = BTreeSet::new();
     let whole_len = match bytes.iter().rposition(|&b| b == b'\n') {
@@ -267,7 +267,7 @@ pub fn parse_rows(bytes: &[u8], path: &Path) -> Result<Recorded> {
 impl RowFile {
     /// Open (create) the row file for appending, after cutting off a torn last line; returns
     /// what was already recorded.
-    pub fn open(path: &Path) -> Result<(RowFile, Recorded)> {
+    pub(crate) fn open(path: &Path) -> Result<(RowFile, Recorded)> {
         use std::os::unix::fs::OpenOptionsExt;
         let mut file = std::fs::OpenOptions::new()
             .read(true)
@@ -301,7 +301,7 @@ impl RowFile {
     }
 
     /// Append one row as one whole line, then sync it.
-    pub fn append(&mut self, row: &Row) -> Result<()> {
+    pub(crate) fn append(&mut self, row: &Row) -> Result<()> {
         let mut line =
             serde_json::to_vec(row).map_err(|e| Error::Internal(format!("row JSON: {e}")))?;
         line.push(b'\n');
@@ -326,7 +326,7 @@ impl RowFile {
 /// A prompt of the run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Prompt {
+pub(crate) struct Prompt {
     /// The prompt text.
     pub prompt: String,
 }
@@ -339,10 +339,10 @@ const WORDS: &[&str] = &[
 
 /// The shared head of every generated prompt: the cached prefix a prompt cache keeps between
 /// rows (a server's system prompt).
-pub const SYSTEM: &str = "the cat is in the hat and it is on the mat";
+pub(crate) const SYSTEM: &str = "the cat is in the hat and it is on the mat";
 
 /// Row `i`'s prompt for `seed`: the shared head plus 3–24 words from a per-row xorshift.
-pub fn generated_prompt(seed: u64, i: u64) -> String {
+pub(crate) fn generated_prompt(seed: u64, i: u64) -> String {
     let mut x = seed
         .wrapping_mul(0x9E37_79B9_7F4A_7C15)
         .wrapping_add(i.wrapping_mul(0xBF58_476D_1CE4_E5B9))
@@ -363,10 +363,10 @@ pub fn generated_prompt(seed: u64, i: u64) -> String {
 }
 
 /// The largest prompt accepted from a file (the tiny context holds 256 tokens anyway).
-pub const MAX_PROMPT_BYTES: usize = 4096;
+pub(crate) const MAX_PROMPT_BYTES: usize = 4096;
 
 /// Read `--prompts FILE.jsonl`: one `{"prompt": "..."}` per line, blank lines refused.
-pub fn read_prompts(path: &Path) -> Result<Vec<String>> {
+pub(crate) fn read_prompts(path: &Path) -> Result<Vec<String>> {
     let text = crate::base::fsx::read_to_string(path).map_err(|e| match e {
         Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
             Error::input(path.display(), "prompt file not found")
@@ -396,7 +396,7 @@ pub fn read_prompts(path: &Path) -> Result<Vec<String>> {
 }
 
 /// The prompt set as stored in the run folder (canonical JSON Lines), and its digest.
-pub fn prompt_set_bytes(prompts: &[String]) -> (Vec<u8>, Sha256) {
+pub(crate) fn prompt_set_bytes(prompts: &[String]) -> (Vec<u8>, Sha256) {
     let mut out = Vec::new();
     for p in prompts {
         let line = serde_json::to_string(&Prompt { prompt: p.clone() })

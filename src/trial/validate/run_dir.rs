@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 /// Everything that decides a run's rows (a resume must match it).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Baseline, candidate.
     pub arms: Vec<ArmRecord>,
     /// Rows per arm.
@@ -42,7 +42,7 @@ pub struct Settings {
 }
 
 /// Check a run id from the command line: one plain path component.
-pub fn check_run_id(id: &str) -> Result<()> {
+pub(crate) fn check_run_id(id: &str) -> Result<()> {
     let ok = !id.is_empty()
         && id.len() <= 100
         && id != "."

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 /// One arm as the summary names it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct ArmId {
+pub(crate) struct ArmId {
     /// Layer name or manifest variant.
     pub name: String,
     /// Store entry digest or manifest sha256.
@@ -18,7 +18,7 @@ pub struct ArmId {
 
 /// One arm's figures.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct ArmSummary {
+pub(crate) struct ArmSummary {
     /// Layer name or manifest variant.
     pub name: String,
     /// Store entry digest or manifest sha256.
@@ -37,7 +37,7 @@ pub struct ArmSummary {
 
 /// A crash signature's occurrences.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Signature {
+pub(crate) struct Signature {
     /// First line of the signature.
     pub signature: String,
     /// Crash rows with it.
@@ -48,7 +48,7 @@ pub struct Signature {
 
 /// A row that failed on both arms (prompt-specific rather than build-specific).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct CommonFailure {
+pub(crate) struct CommonFailure {
     /// Row id.
     pub row: u64,
     /// Outcome per arm name.
@@ -57,7 +57,7 @@ pub struct CommonFailure {
 
 /// Latency percentiles (ms) of one arm's compared rows.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Latency {
+pub(crate) struct Latency {
     /// Median.
     pub p50: f64,
     /// 90th percentile.
@@ -68,7 +68,7 @@ pub struct Latency {
 
 /// A harness failure, listed apart.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct ErrorRow {
+pub(crate) struct ErrorRow {
     /// Arm name.
     pub arm: String,
     /// Row id.
@@ -80,7 +80,7 @@ pub struct ErrorRow {
 /// Timing per arm, from the rows (wall as the harness saw it, the engine's own time, and the
 /// bare decode loop inside it).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Timing {
+pub(crate) struct Timing {
     /// Mean wall ms per row.
     pub mean_wall_ms: f64,
     /// Mean engine ms per row (restore, restored decode, reference decode, save).
@@ -94,7 +94,7 @@ pub struct Timing {
 
 /// The derived part of the summary (recomputed by `verify`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Derived {
+pub(crate) struct Derived {
     /// Per arm, baseline first, candidate second.
     pub arms: Vec<ArmSummary>,
     /// Rows that failed on both arms.
@@ -110,7 +110,7 @@ pub struct Derived {
 }
 
 /// Nearest-rank percentile of sorted values.
-pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -123,7 +123,7 @@ fn round3(x: f64) -> f64 {
 }
 
 /// Summarize `rows` for `arms` (baseline, candidate).
-pub fn derive(arms: &[ArmId], rows: &[Row]) -> Derived {
+pub(crate) fn derive(arms: &[ArmId], rows: &[Row]) -> Derived {
     let mut out = Derived {
         arms: Vec::new(),
         common_failures: Vec::new(),
@@ -258,7 +258,7 @@ fn verdict_of(candidate: Option<&ArmSummary>) -> String {
 }
 
 /// Whether the candidate passed: rows compared, no crash, no mismatch.
-pub fn candidate_passed(d: &Derived) -> bool {
+pub(crate) fn candidate_passed(d: &Derived) -> bool {
     d.arms.last().is_some_and(|c| {
         c.counts["crash"] == 0 && c.counts["mismatch"] == 0 && c.rows > c.counts["error"]
     })

@@ -6,7 +6,7 @@
 /// not and get their names back from here. A frame not seen before is shown as
 /// `module+offset` and the next engine symbolizes again.
 #[derive(Debug, Clone)]
-pub struct Symbols {
+pub(crate) struct Symbols {
     names: std::collections::BTreeMap<String, String>,
     /// Whether the next engine should symbolize.
     pub need: bool,
@@ -24,7 +24,7 @@ impl Default for Symbols {
 impl Symbols {
     /// Learn from a symbolized report, or name an unsymbolized one's frames; the text to read
     /// a signature from.
-    pub fn process(&mut self, stderr: &str, symbolized: bool) -> String {
+    pub(crate) fn process(&mut self, stderr: &str, symbolized: bool) -> String {
         let mut out = String::with_capacity(stderr.len());
         for line in stderr.lines() {
             out.push_str(
