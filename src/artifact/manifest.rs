@@ -749,7 +749,6 @@ mod tests {
         let d = tempfile::tempdir().expect("tempdir");
         let fifo = d.path().join("f");
         let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("cstr");
-        // SAFETY: a valid NUL-terminated path.
         assert_eq!(crate::sys::mkfifo(c.as_c_str(), 0o644), 0);
         for (p, follow) in [
             (fifo.as_path(), true),

@@ -245,7 +245,6 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let fifo = dir.path().join("r.toml");
         let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("cstr");
-        // SAFETY: mkfifo with a valid NUL-terminated path.
         assert_eq!(crate::sys::mkfifo(c.as_c_str(), 0o600), 0, "mkfifo");
         let e = read(&fifo).expect_err("a FIFO is refused");
         assert_eq!(e.exit_code(), 2, "{e}");

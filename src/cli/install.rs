@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 /// Arguments of `install`.
 #[derive(Debug, clap::Args)]
-pub struct InstallCmd {
+pub struct InstallArgs {
     /// A manifest, or a recipe (with --variant) whose build is in the workspace
     /// [default: the embedded recipe]
     pub target: Option<PathBuf>,
@@ -39,7 +39,7 @@ pub struct InstallCmd {
 }
 
 /// Run `install`: the gate (with `--smoke`), then the install, then the rendering.
-pub(super) fn run(ctx: &super::Ctx, a: InstallCmd) -> Result<i32> {
+pub(super) fn run(ctx: &super::Ctx, a: InstallArgs) -> Result<i32> {
     let ws_root = ctx.ws_root.as_path();
     let root = a.root.resolve(ws_root);
     let layer = Layer::parse(&a.layer)?;

@@ -153,7 +153,7 @@ pub enum Command {
     #[command(
         after_help = "Examples:\n  pinforge install build/mrope-cpu/patched/manifest.json --layer live --smoke\n  pinforge install recipes/mrope-cpu.toml --variant unpatched --layer control"
     )]
-    Install(install::InstallCmd),
+    Install(install::InstallArgs),
     /// Compare two builds' manifests: parameters, pin, patches, tools, and every artifact
     /// and link, same or different. Exit 0 when identical, 1 when anything differs.
     #[command(
@@ -223,7 +223,7 @@ build/mrope-cpu/patched/manifest.json"
     #[command(
         after_help = "Examples:\n  pinforge smoke build/mrope-cpu/unpatched-asan/manifest.json --arch qwen2vl\n  pinforge smoke --installed live --arch qwen2 --json"
     )]
-    Smoke(smoke::SmokeCmd),
+    Smoke(smoke::SmokeArgs),
     /// Run a command in a variant's build folder as the build saw it: in the build's private
     /// mount namespace, with the source tree, variant folder and CMake build folder mounted at
     /// the fixed path, from the fixed build folder (as `nix develop` does). Exit with the
@@ -338,28 +338,27 @@ fn run(cli: Cli) -> Result<i32> {
             (false, _) => Verbosity::Verbose,
         },
     };
-    let ws = &ctx;
     match cli.command {
-        Command::Build(a) => build::run(ws, a),
-        Command::Verify(a) => verify::run(ws, a),
-        Command::Install(a) => install::run(ws, a),
+        Command::Build(a) => build::run(&ctx, a),
+        Command::Verify(a) => verify::run(&ctx, a),
+        Command::Install(a) => install::run(&ctx, a),
         Command::Diff(a) => diff::run(a),
-        Command::Flip(a) => flip::run(ws, a),
-        Command::Ablate(a) => ablate::run(ws, a),
-        Command::Rollback(a) => rollback::run(ws, a),
-        Command::Status(a) => status::run(ws, a),
-        Command::Gc(a) => gc::run(ws, a),
-        Command::History(a) => history::run(ws, a),
-        Command::Audit(a) => audit::run(ws, a),
-        Command::Rebase(a) => rebase::run(ws, a),
-        Command::Patch(c) => patch::run(ws, c),
+        Command::Flip(a) => flip::run(&ctx, a),
+        Command::Ablate(a) => ablate::run(&ctx, a),
+        Command::Rollback(a) => rollback::run(&ctx, a),
+        Command::Status(a) => status::run(&ctx, a),
+        Command::Gc(a) => gc::run(&ctx, a),
+        Command::History(a) => history::run(&ctx, a),
+        Command::Audit(a) => audit::run(&ctx, a),
+        Command::Rebase(a) => rebase::run(&ctx, a),
+        Command::Patch(c) => patch::run(&ctx, c),
         Command::Model(c) => model::run(c),
         Command::Vendor(c) => vendor::run(c),
-        Command::Toolkit(a) => toolkit::run(ws, a),
-        Command::Smoke(a) => smoke::run(ws, a),
-        Command::Exec(a) => exec::run(ws, a),
+        Command::Toolkit(a) => toolkit::run(&ctx, a),
+        Command::Smoke(a) => smoke::run(&ctx, a),
+        Command::Exec(a) => exec::run(&ctx, a),
         Command::SmokeChild(a) => smoke::run_child(a),
-        Command::Validate(a) => validate::run(ws, a),
+        Command::Validate(a) => validate::run(&ctx, a),
         Command::ValidateEngine(a) => Ok(validate::run_engine(a)),
         Command::Schemas(a) => schema::run(a),
         Command::Completions(a) => generate::completions(a),

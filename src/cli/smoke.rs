@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 /// Arguments of `smoke`.
 #[derive(Debug, clap::Args)]
-pub struct SmokeCmd {
+pub struct SmokeArgs {
     /// A manifest written by `pinforge build`
     #[arg(required_unless_present = "installed")]
     pub manifest: Option<PathBuf>,
@@ -56,23 +56,10 @@ pub struct SmokeChildArgs {
 }
 
 /// Run `smoke`.
-pub(super) fn run(ctx: &super::Ctx, a: SmokeCmd) -> Result<i32> {
+pub(super) fn run(ctx: &super::Ctx, a: SmokeArgs) -> Result<i32> {
     let ws_root = ctx.ws_root.as_path();
     let root = a.root.resolve(ws_root);
-    cmd_smoke(
-        ws_root,
-        SmokeArgs {
-            manifest: a.manifest,
-            installed: a.installed,
-            root,
-            model: a.model,
-            arch: a.arch,
-            tokens: a.tokens,
-            json: a.out.json,
-            crash_test: a.crash_test,
-            require_gpu: a.require_gpu,
-        },
-    )
+    cmd_smoke(ws_root, &root, a)
 }
 
 /// Run the smoke child: one decode in this process, its report as JSON on stdout.
@@ -83,18 +70,6 @@ pub(super) fn run_child(a: SmokeChildArgs) -> Result<i32> {
     let s = serde_json::to_string(&r).map_err(|e| Error::Internal(e.to_string()))?;
     outln!("{s}");
     Ok(if failed { exit::INPUT } else { exit::OK })
-}
-
-struct SmokeArgs {
-    manifest: Option<PathBuf>,
-    installed: Option<String>,
-    root: PathBuf,
-    model: Option<PathBuf>,
-    arch: Option<String>,
-    tokens: usize,
-    json: bool,
-    crash_test: bool,
-    require_gpu: bool,
 }
 
 pub(super) fn smoke_options(
@@ -128,14 +103,14 @@ pub(super) fn smoke_options(
     })
 }
 
-fn cmd_smoke(ws_root: &std::path::Path, a: SmokeArgs) -> Result<i32> {
+fn cmd_smoke(ws_root: &std::path::Path, root: &std::path::Path, a: SmokeArgs) -> Result<i32> {
     let opts = SmokeOptions {
         require_gpu: a.require_gpu,
         ..smoke_options(ws_root, a.model, a.arch, a.tokens, a.crash_test)?
     };
     let target = match (&a.installed, &a.manifest) {
         (Some(layer), _) => {
-            let root = Root::open_existing(&a.root)?;
+            let root = Root::open_existing(root)?;
             let layer = installed_layer(layer)?;
             smoke::target_from_installed(&root, layer)?
         }
@@ -143,7 +118,7 @@ fn cmd_smoke(ws_root: &std::path::Path, a: SmokeArgs) -> Result<i32> {
         (None, None) => return Err(Error::input("smoke", "give a MANIFEST or --installed")),
     };
     let report = smoke::run(&target, &opts)?;
-    if a.json {
+    if a.out.json {
         print_json(super::schema::id::SMOKE, &report)?;
     } else {
         render_smoke(&report);

@@ -446,9 +446,22 @@ fn build_paths_explain(a: &manifest::Statement, b: &manifest::Statement, name: &
             .and_then(|x| x.annotations.get(key).cloned())
     };
     let marked = |st: &manifest::Statement, other: &manifest::Statement| {
-        ann(st, "embeds_machine_path") == Some(serde_json::Value::Bool(true))
-            || (ann(st, "nvcc_path_hashed_names").is_some()
-                && ann(st, "hashed_source_path") != ann(other, "hashed_source_path"))
+        ann(
+            st,
+            crate::artifact::manifest::annotation::EMBEDS_MACHINE_PATH,
+        ) == Some(serde_json::Value::Bool(true))
+            || (ann(
+                st,
+                crate::artifact::manifest::annotation::NVCC_PATH_HASHED_NAMES,
+            )
+            .is_some()
+                && ann(
+                    st,
+                    crate::artifact::manifest::annotation::HASHED_SOURCE_PATH,
+                ) != ann(
+                    other,
+                    crate::artifact::manifest::annotation::HASHED_SOURCE_PATH,
+                ))
     };
     marked(a, b) || marked(b, a)
 }

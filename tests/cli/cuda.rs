@@ -451,8 +451,10 @@ fn verify_recomputes_a_claimed_normalized_digest() {
 /// and check that its nvcc runs. `PINFORGE_TEST_CUDA=1 cargo test --test cli cuda::real`.
 #[test]
 fn real_cuda_13_1_toolkit_provisions_from_its_lock() {
-    if std::env::var_os("PINFORGE_TEST_CUDA").is_none() {
-        eprintln!("skipped: set PINFORGE_TEST_CUDA=1 to provision the real toolkit");
+    if !crate::opted_in(
+        "PINFORGE_TEST_CUDA",
+        "provision the real CUDA 13.1.1 toolkit",
+    ) {
         return;
     }
     let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cuda-cache");
@@ -484,8 +486,7 @@ fn real_cuda_13_1_toolkit_provisions_from_its_lock() {
 /// on 2 cores); `PINFORGE_TEST_CUDA_CACHE=DIR` reuses a warm compile cache folder.
 #[test]
 fn real_cuda_13_1_variant_builds_verifies_smokes_and_reuses_ggml_cuda() {
-    if std::env::var_os("PINFORGE_TEST_CUDA").is_none() {
-        eprintln!("skipped: set PINFORGE_TEST_CUDA=1 to build the real CUDA variant");
+    if !crate::opted_in("PINFORGE_TEST_CUDA", "build the real CUDA variant") {
         return;
     }
     let ws = crate::llama_ws();

@@ -145,10 +145,6 @@ pub(crate) fn skip(why: &str) {
 /// An opt-in test (a long download or build that only its variable asks for): true when
 /// `var` is set; otherwise says `ignored at run time: set VAR=1 to WHAT` and returns false,
 /// also under `PINFORGE_REQUIRE_TOOLS` (not opting in is a choice, not a missing tool).
-#[allow(
-    dead_code,
-    reason = "for tests/cli/cuda.rs's opt-in tests, which still check the variable themselves"
-)]
 pub(crate) fn opted_in(var: &str, what: &str) -> bool {
     if std::env::var_os(var).is_some() {
         return true;

@@ -606,7 +606,6 @@ mod tests {
         let fifo = dir.path().join("lib/x");
         std::fs::create_dir(dir.path().join("lib")).expect("mkdir");
         let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("cstr");
-        // SAFETY: a valid NUL-terminated path.
         assert_eq!(crate::sys::mkfifo(c.as_c_str(), 0o644), 0);
         assert!(stage::collect(dir.path()).is_err());
     }

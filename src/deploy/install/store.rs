@@ -145,7 +145,7 @@ fn subject_files(manifest_path: &Path, statement: &Statement, root: &Path) -> Re
             .ok_or_else(|| Error::input(subject(&s.name), "manifest subject without sha256"))?;
         let size = s
             .annotations
-            .get("size")
+            .get(crate::artifact::manifest::annotation::SIZE)
             .and_then(|v| v.as_u64())
             .ok_or_else(|| Error::input(subject(&s.name), "manifest subject without size"))?;
         if files.contains_key(&s.name) {
@@ -175,7 +175,10 @@ fn subject_links(manifest_path: &Path, statement: &Statement) -> Result<BTreeMap
     let subject = |name: &str| subject(manifest_path, name);
     let mut links = BTreeMap::new();
     for b in &statement.predicate.run_details.byproducts {
-        let Some(t) = b.annotations.get("link_target") else {
+        let Some(t) = b
+            .annotations
+            .get(crate::artifact::manifest::annotation::LINK_TARGET)
+        else {
             continue;
         };
         let t = t

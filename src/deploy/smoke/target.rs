@@ -59,7 +59,10 @@ pub(crate) fn target_from_manifest(path: &Path) -> Result<SmokeTarget> {
     }
     let mut links = BTreeMap::new();
     for b in &st.predicate.run_details.byproducts {
-        if let Some(t) = b.annotations.get("link_target") {
+        if let Some(t) = b
+            .annotations
+            .get(crate::artifact::manifest::annotation::LINK_TARGET)
+        {
             let t = t.as_str().ok_or_else(|| {
                 Error::input(
                     path.display(),

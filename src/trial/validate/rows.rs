@@ -533,7 +533,6 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let fifo = dir.path().join("fifo");
         let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("c");
-        // SAFETY: a NUL-terminated path.
         assert_eq!(crate::sys::mkfifo(c.as_c_str(), 0o644), 0);
         assert!(RowFile::open(&fifo).is_err());
         let link = dir.path().join("link");

@@ -283,7 +283,6 @@ fn the_model_resolves_like_the_kernel() {
 
 fn mkfifo(p: &Path) {
     let c = std::ffi::CString::new(p.as_os_str().as_bytes()).expect("path");
-    // SAFETY: a valid NUL-terminated path; mkfifo has no other preconditions.
     let rc = crate::sys::mkfifo(c.as_c_str(), 0o644);
     assert_eq!(rc, 0, "mkfifo {}", p.display());
 }
