@@ -37,12 +37,23 @@ pub(super) fn run(ctx: &super::Ctx, a: ExecArgs) -> Result<i32> {
             "no command given (pinforge exec -- CMD...)",
         ));
     };
-    let mut cmd = crate::artifact::build::fixed::exec_command(&vdir, &name, Path::new(program))?;
+    let mut cmd = crate::artifact::build::fixed::exec_command(
+        &vdir,
+        &ws.vendor(),
+        &name,
+        Path::new(program),
+    )?;
     cmd.args(args);
     let line = crate::base::process::display(&cmd);
-    let status = cmd
-        .status()
+    let mut child = cmd
+        .spawn()
         .map_err(|e| crate::base::process::spawn_error(&line, e, ""))?;
+    // Ctrl-C is the command's to handle (an interactive shell ignores it): pinforge waits
+    // rather than die and leave the command orphaned on the terminal.
+    crate::sys::signal::ignore_terminal_interrupts();
+    let status = child
+        .wait()
+        .map_err(|e| Error::io("wait for", Path::new(program), e))?;
     use std::os::unix::process::ExitStatusExt;
     Ok(status
         .code()

@@ -4,6 +4,7 @@
 pub(crate) mod cuda;
 pub(crate) mod mount_ns;
 pub(crate) mod shim;
+pub(crate) mod signal;
 
 /// Make a FIFO at `path` (tests of the code that must refuse one without opening it): 0, or -1
 /// as `mkfifo(3)` returns, through rustix's safe `mknodat` so that the tests hold no `unsafe`.

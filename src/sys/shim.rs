@@ -42,9 +42,11 @@ type TokenFn = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
 type PieceFn = unsafe extern "C" fn(*mut c_void, c_int, *mut c_char, c_int) -> c_int;
 
 /// The loaded shim: the library and its `pf_*` functions (valid while `_lib` is loaded, which
-/// is as long as this value lives).
+/// is as long as this value lives). Not `Sync`: `pf_system_info` and `pf_devices` return
+/// static buffers that each call rewrites, so two threads must never call them at once.
 pub(crate) struct Shim {
     _lib: libloading::Library,
+    _not_sync: std::marker::PhantomData<std::cell::Cell<()>>,
     load: LoadFn,
     n_vocab: HIntFn,
     tokenize: TokenizeFn,
@@ -130,6 +132,7 @@ impl Shim {
             is_eog: sym!(b"pf_is_eog", TokenFn),
             piece: sym!(b"pf_token_piece", PieceFn),
             _lib: lib,
+            _not_sync: std::marker::PhantomData,
         })
     }
 
@@ -216,12 +219,17 @@ impl<'a> Model<'a> {
         unsafe { (self.shim.tokenize)(self.h.as_ptr(), text.as_ptr(), out.as_mut_ptr(), max) }
     }
 
-    /// Decode `tokens` of sequence 0 at positions from `pos0`; llama_decode's return code.
+    /// Decode `tokens` of sequence 0 at positions from `pos0`; llama_decode's return code, or
+    /// -1 (nothing decoded) when a token is outside the vocabulary: older llama.cpp trees do
+    /// not check the ids themselves and would read past the embedding table.
     pub(crate) fn decode(&self, tokens: &[i32], pos0: usize) -> c_int {
         let (Ok(n), Ok(pos0)) = (c_int::try_from(tokens.len()), c_int::try_from(pos0)) else {
             return -1;
         };
-        // SAFETY: live handle; tokens holds n ints (llama_decode checks the ids itself).
+        if !tokens.iter().all(|&t| self.in_vocab(t)) {
+            return -1;
+        }
+        // SAFETY: live handle; tokens holds n ints, each in the vocabulary.
         unsafe { (self.shim.decode)(self.h.as_ptr(), tokens.as_ptr(), n, pos0) }
     }
 
@@ -286,7 +294,11 @@ impl<'a> Model<'a> {
     pub(crate) fn grammar(&self, gbnf: &CStr) -> Option<Grammar<'_, 'a>> {
         // SAFETY: live handle; gbnf is NUL-terminated.
         let s = unsafe { (self.shim.grammar_init)(self.h.as_ptr(), gbnf.as_ptr()) };
-        NonNull::new(s).map(|s| Grammar { model: self, s })
+        NonNull::new(s).map(|s| Grammar {
+            model: self,
+            s,
+            picks: std::cell::Cell::new(0),
+        })
     }
 
     /// Free the model and its context.
@@ -300,20 +312,46 @@ impl<'a> Model<'a> {
 pub(crate) struct Grammar<'m, 'a> {
     model: &'m Model<'a>,
     s: NonNull<c_void>,
+    /// How many tokens were accepted: a [`Picked`] names the state it was picked in.
+    picks: std::cell::Cell<u64>,
+}
+
+/// A token the grammar allowed in its current state: the only thing [`Grammar::accept`] takes,
+/// because llama.cpp aborts (or throws through the C frames) on a token its grammar rejects.
+pub(crate) struct Picked {
+    token: i32,
+    state: u64,
+    sampler: NonNull<c_void>,
+}
+
+impl Picked {
+    /// The token id.
+    pub(crate) fn token(&self) -> i32 {
+        self.token
+    }
 }
 
 impl Grammar<'_, '_> {
-    /// Greedy pick under the grammar from the last decode's logits; -1 when none is allowed.
-    pub(crate) fn pick(&self) -> c_int {
+    /// Greedy pick under the grammar from the last decode's logits; `None` when no token is
+    /// allowed.
+    pub(crate) fn pick(&self) -> Option<Picked> {
         // SAFETY: live handle and sampler.
-        unsafe { (self.model.shim.grammar_pick)(self.model.h.as_ptr(), self.s.as_ptr()) }
+        let t = unsafe { (self.model.shim.grammar_pick)(self.model.h.as_ptr(), self.s.as_ptr()) };
+        (t >= 0 && self.model.in_vocab(t)).then(|| Picked {
+            token: t,
+            state: self.picks.get(),
+            sampler: self.s,
+        })
     }
 
-    /// Advance the grammar past `t` (a token outside the vocabulary is ignored).
-    pub(crate) fn accept(&self, t: i32) {
-        if self.model.in_vocab(t) {
-            // SAFETY: live sampler; t in the vocabulary.
-            unsafe { (self.model.shim.grammar_accept)(self.s.as_ptr(), t) }
+    /// Advance the grammar past a token it picked in its current state; a token picked by
+    /// another sampler, or before the grammar last advanced, is ignored (it may be one the
+    /// grammar now rejects).
+    pub(crate) fn accept(&self, p: Picked) {
+        if p.sampler == self.s && p.state == self.picks.get() {
+            self.picks.set(p.state + 1);
+            // SAFETY: live sampler; the token is one this sampler allowed in this state.
+            unsafe { (self.model.shim.grammar_accept)(self.s.as_ptr(), p.token) }
         }
     }
 }

@@ -549,3 +549,103 @@ fn exec_of_an_unknown_a_never_built_or_an_unfixed_variant_is_exit_2() {
         stderr(&o)
     );
 }
+
+// The manifest's build_path becomes mount binds: exec refuses one that names folders this
+// workspace and user would not have built at (a manifest copied from another workspace, or
+// edited), so no crafted value can bind another folder of the host into the namespace.
+#[test]
+fn exec_refuses_a_manifest_whose_build_path_is_not_this_workspaces() {
+    let t = Tiny::new();
+    let o = pinforge_cmd(&t.ws)
+        .env_remove("PINFORGE_FIXED_PATH")
+        .args([
+            "build",
+            "recipes/tiny.toml",
+            "--variant",
+            "patched",
+            "--json",
+        ])
+        .output()
+        .expect("build");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let mpath = t.ws.join("build/tiny/patched/manifest.json");
+    let original = std::fs::read_to_string(&mpath).expect("manifest");
+    let m: serde_json::Value = serde_json::from_str(&original).expect("json");
+    let bp = m["predicate"]["runDetails"]["byproducts"]
+        .as_array()
+        .expect("byproducts")
+        .iter()
+        .find(|b| b["name"] == "build_path")
+        .expect("build_path")["annotations"]
+        .clone();
+    if bp["fixed"] != true {
+        crate::skip(&format!(
+            "this machine refuses private mount namespaces, so exec cannot be checked: {bp}"
+        ));
+        return;
+    }
+    let real_source = bp["real_source"].as_str().expect("real_source").to_string();
+    let real_variant = bp["real_variant"]
+        .as_str()
+        .expect("real_variant")
+        .to_string();
+    for (from, to, says) in [
+        (
+            &real_source,
+            "/etc",
+            "is not a vendor tree of this workspace",
+        ),
+        (&real_variant, "/etc", "not this variant's folder"),
+        (
+            &real_source,
+            &format!("{real_source}/../../build"),
+            "is not a vendor tree of this workspace",
+        ),
+    ] {
+        let forged = original.replace(&format!("\"{from}\""), &format!("\"{to}\""));
+        assert_ne!(forged, original, "{from}");
+        std::fs::write(&mpath, &forged).expect("forge");
+        let o = exec(&t, "patched", &["true"]);
+        assert_eq!(code(&o), 2, "{to}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{to}: {}", stderr(&o));
+    }
+    std::fs::write(&mpath, &original).expect("restore");
+    let o = exec(&t, "patched", &["true"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}
+
+// Ctrl-C reaches the whole foreground group: pinforge must outwait the command (an
+// interactive shell ignores SIGINT) rather than die and orphan it on the terminal.
+#[test]
+fn exec_outlives_an_interrupt_and_passes_on_the_commands_exit_code() {
+    let t = Tiny::new();
+    let o = pinforge_cmd(&t.ws)
+        .env_remove("PINFORGE_FIXED_PATH")
+        .args([
+            "build",
+            "recipes/tiny.toml",
+            "--variant",
+            "patched",
+            "--json",
+        ])
+        .output()
+        .expect("build");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let mut child = pinforge_cmd(&t.ws)
+        .env_remove("PINFORGE_FIXED_PATH")
+        .args(["exec", "recipes/tiny.toml", "--variant", "patched", "--"])
+        .args(["sh", "-c", "sleep 2; exit 5"])
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("SIGINT");
+    let status = child.wait().expect("wait");
+    let built_at_fixed = t.ws.join("build/tiny/patched/manifest.json");
+    let m = std::fs::read_to_string(built_at_fixed).expect("manifest");
+    if !m.contains("\"fixed\": true") && !m.contains("\"fixed\":true") {
+        crate::skip("this machine refuses private mount namespaces, so exec cannot be checked");
+        return;
+    }
+    assert_eq!(status.code(), Some(5), "{status:?}");
+}

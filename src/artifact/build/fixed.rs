@@ -288,7 +288,12 @@ impl BuildPaths {
 /// build saw them, from the fixed CMake build folder, so that a build folder can be driven by
 /// hand (`cmake --build .`) and CMake's regeneration writes only inside the namespace. A
 /// variant never built, or built at its real folder, is an input error.
-pub(crate) fn exec_command(vdir: &Path, name: &str, program: &Path) -> Result<Command> {
+pub(crate) fn exec_command(
+    vdir: &Path,
+    vendor: &Path,
+    name: &str,
+    program: &Path,
+) -> Result<Command> {
     let mpath = vdir.join("manifest.json");
     if !mpath.exists() {
         return Err(
@@ -301,7 +306,7 @@ pub(crate) fn exec_command(vdir: &Path, name: &str, program: &Path) -> Result<Co
         );
     }
     let st = crate::artifact::manifest::Statement::read(&mpath)?;
-    let paths = BuildPaths::recorded(&st, &mpath)?;
+    let paths = BuildPaths::recorded(&st, &mpath, vdir, vendor)?;
     if let Some(why) = &paths.unfixed {
         return Err(Error::input(
             name,
@@ -319,8 +324,17 @@ pub(crate) fn exec_command(vdir: &Path, name: &str, program: &Path) -> Result<Co
 }
 
 impl BuildPaths {
-    /// The paths a build recorded in its manifest (the `build_path` byproduct).
-    fn recorded(st: &crate::artifact::manifest::Statement, mpath: &Path) -> Result<BuildPaths> {
+    /// The paths a build recorded in its manifest (the `build_path` byproduct), checked
+    /// against what this machine and workspace derive, because they become mount binds: the
+    /// fixed root is this user's `/tmp/pinforge-<uid>`, the variant folder is `vdir` itself,
+    /// and the source tree a real folder inside the workspace's `vendor/`. A manifest copied
+    /// from another workspace, or crafted, can never bind another folder of the host.
+    fn recorded(
+        st: &crate::artifact::manifest::Statement,
+        mpath: &Path,
+        vdir: &Path,
+        vendor: &Path,
+    ) -> Result<BuildPaths> {
         let ann = st
             .predicate
             .run_details
@@ -357,24 +371,66 @@ impl BuildPaths {
                  cannot find from the manifest",
             ));
         }
-        let root = fsx::parent_of(&src);
+        let (uid, _) = ns::ids();
+        let root = Path::new(PARENT).join(format!("pinforge-{uid}"));
         if src != root.join("src") || variant != root.join("variant") || build != root.join("build")
         {
             return Err(Error::input(
                 mpath.display(),
-                "the manifest's build_path folders are not the fixed path's",
-            ));
+                format!(
+                    "the manifest's build_path folders are not this user's fixed path ({})",
+                    root.display()
+                ),
+            )
+            .with_hint("rebuild the variant here: pinforge build --variant NAME"));
+        }
+        let (real_src, real_variant) = (need("real_source")?, need("real_variant")?);
+        if real_variant != fsx::absolute(vdir)? {
+            return Err(Error::input(
+                mpath.display(),
+                format!(
+                    "the manifest's real_variant is {}, not this variant's folder {} (a manifest \
+                     copied from another workspace?)",
+                    real_variant.display(),
+                    vdir.display()
+                ),
+            )
+            .with_hint("rebuild the variant here: pinforge build --variant NAME"));
+        }
+        if !is_real_folder_inside(&real_src, &fsx::absolute(vendor)?) {
+            return Err(Error::input(
+                mpath.display(),
+                format!(
+                    "the manifest's real_source {} is not a vendor tree of this workspace",
+                    real_src.display()
+                ),
+            )
+            .with_hint("rebuild the variant here: pinforge build --variant NAME"));
         }
         Ok(BuildPaths {
             src,
             variant,
             build,
             root: Some(root),
-            real_src: need("real_source")?,
-            real_variant: need("real_variant")?,
+            real_src,
+            real_variant,
             toolkit: None,
             unfixed: None,
         })
+    }
+}
+
+/// Whether `p` is an absolute path with no `.`/`..` component naming a folder strictly inside
+/// `dir`, once both are resolved through their links (a workspace may sit behind a link; a
+/// link inside it that leads out is refused).
+fn is_real_folder_inside(p: &Path, dir: &Path) -> bool {
+    use std::path::Component;
+    let plain = p.is_absolute()
+        && p.components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+    match (std::fs::canonicalize(p), std::fs::canonicalize(dir)) {
+        (Ok(rp), Ok(rd)) => plain && rp != rd && rp.starts_with(&rd) && rp.is_dir(),
+        _ => false,
     }
 }
 

@@ -137,9 +137,12 @@ impl Slot<'_> {
         let mut tokens = Vec::new();
         let mut eog = false;
         loop {
-            let t = match &smpl {
-                Some(s) => s.pick(),
-                None => self.argmax()?,
+            let (t, picked) = match &smpl {
+                Some(s) => match s.pick() {
+                    Some(p) => (p.token(), Some(p)),
+                    None => return Err("the grammar allows no token here".into()),
+                },
+                None => (self.argmax()?, None),
             };
             if t < 0 {
                 return Err("the grammar allows no token here".into());
@@ -148,8 +151,8 @@ impl Slot<'_> {
                 eog = true;
                 break;
             }
-            if let Some(s) = &smpl {
-                s.accept(t);
+            if let (Some(s), Some(p)) = (&smpl, picked) {
+                s.accept(p);
             }
             tokens.push(t);
             if tokens.len() >= budget as usize {
