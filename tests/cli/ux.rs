@@ -424,12 +424,11 @@ fn exec(t: &Tiny, variant: &str, cmd: &[&str]) -> std::process::Output {
         .expect("run pinforge")
 }
 
-// The operator leftover: `cmake --build` by hand in a build folder at the fixed path failed
-// ("The source directory /tmp/pinforge-0/src does not exist"), and CMake's regeneration left
-// folders in the host's fixed folder. `pinforge exec` runs it in the build's namespace.
-#[test]
-fn exec_runs_cmake_by_hand_in_the_builds_namespace_and_the_host_fixed_folder_stays_empty() {
-    let t = Tiny::new();
+/// Build `patched` of the tiny project at the fixed build path: its `--json` line and its
+/// manifest, or `None` (said
+/// out loud, and a failure under PINFORGE_REQUIRE_TOOLS) where namespaces are refused and exec
+/// cannot be checked.
+fn built_at_the_fixed_path(t: &Tiny) -> Option<(serde_json::Value, serde_json::Value)> {
     let o = pinforge_cmd(&t.ws)
         .env_remove("PINFORGE_FIXED_PATH")
         .args([
@@ -447,20 +446,36 @@ fn exec_runs_cmake_by_hand_in_the_builds_namespace_and_the_host_fixed_folder_sta
         &std::fs::read(j["manifest"].as_str().expect("manifest")).expect("read"),
     )
     .expect("json");
-    let bp = m["predicate"]["runDetails"]["byproducts"]
+    let bp = build_path(&m);
+    if bp["fixed"] != true {
+        crate::skip(&format!(
+            "this machine refuses private mount namespaces, so exec cannot be checked: {bp}"
+        ));
+        return None;
+    }
+    Some((j, m))
+}
+
+/// The annotations of a manifest's `build_path` byproduct.
+fn build_path(m: &serde_json::Value) -> serde_json::Value {
+    m["predicate"]["runDetails"]["byproducts"]
         .as_array()
         .expect("byproducts")
         .iter()
         .find(|b| b["name"] == "build_path")
-        .expect("build_path")
-        .clone();
-    if bp["annotations"]["fixed"] != true {
-        // Said out loud, and a failure under PINFORGE_REQUIRE_TOOLS (CI), never a silent pass.
-        crate::skip(&format!(
-            "this machine refuses private mount namespaces, so exec cannot be checked: {bp}"
-        ));
+        .expect("build_path")["annotations"]
+        .clone()
+}
+
+// The operator leftover: `cmake --build` by hand in a build folder at the fixed path failed
+// ("The source directory /tmp/pinforge-0/src does not exist"), and CMake's regeneration left
+// folders in the host's fixed folder. `pinforge exec` runs it in the build's namespace.
+#[test]
+fn exec_runs_cmake_by_hand_in_the_builds_namespace_and_the_host_fixed_folder_stays_empty() {
+    let t = Tiny::new();
+    let Some((j, m)) = built_at_the_fixed_path(&t) else {
         return;
-    }
+    };
     let cmake = m["predicate"]["buildDefinition"]["internalParameters"]["inputs"]["tool:cmake"]
         .as_str()
         .expect("tool:cmake")
@@ -556,34 +571,12 @@ fn exec_of_an_unknown_a_never_built_or_an_unfixed_variant_is_exit_2() {
 #[test]
 fn exec_refuses_a_manifest_whose_build_path_is_not_this_workspaces() {
     let t = Tiny::new();
-    let o = pinforge_cmd(&t.ws)
-        .env_remove("PINFORGE_FIXED_PATH")
-        .args([
-            "build",
-            "recipes/tiny.toml",
-            "--variant",
-            "patched",
-            "--json",
-        ])
-        .output()
-        .expect("build");
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let Some((_, m)) = built_at_the_fixed_path(&t) else {
+        return;
+    };
     let mpath = t.ws.join("build/tiny/patched/manifest.json");
     let original = std::fs::read_to_string(&mpath).expect("manifest");
-    let m: serde_json::Value = serde_json::from_str(&original).expect("json");
-    let bp = m["predicate"]["runDetails"]["byproducts"]
-        .as_array()
-        .expect("byproducts")
-        .iter()
-        .find(|b| b["name"] == "build_path")
-        .expect("build_path")["annotations"]
-        .clone();
-    if bp["fixed"] != true {
-        crate::skip(&format!(
-            "this machine refuses private mount namespaces, so exec cannot be checked: {bp}"
-        ));
-        return;
-    }
+    let bp = build_path(&m);
     let real_source = bp["real_source"].as_str().expect("real_source").to_string();
     let real_variant = bp["real_variant"]
         .as_str()
@@ -619,18 +612,9 @@ fn exec_refuses_a_manifest_whose_build_path_is_not_this_workspaces() {
 #[test]
 fn exec_outlives_an_interrupt_and_passes_on_the_commands_exit_code() {
     let t = Tiny::new();
-    let o = pinforge_cmd(&t.ws)
-        .env_remove("PINFORGE_FIXED_PATH")
-        .args([
-            "build",
-            "recipes/tiny.toml",
-            "--variant",
-            "patched",
-            "--json",
-        ])
-        .output()
-        .expect("build");
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    if built_at_the_fixed_path(&t).is_none() {
+        return;
+    }
     let mut child = pinforge_cmd(&t.ws)
         .env_remove("PINFORGE_FIXED_PATH")
         .args(["exec", "recipes/tiny.toml", "--variant", "patched", "--"])
@@ -641,11 +625,5 @@ fn exec_outlives_an_interrupt_and_passes_on_the_commands_exit_code() {
     let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("pid");
     rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("SIGINT");
     let status = child.wait().expect("wait");
-    let built_at_fixed = t.ws.join("build/tiny/patched/manifest.json");
-    let m = std::fs::read_to_string(built_at_fixed).expect("manifest");
-    if !m.contains("\"fixed\": true") && !m.contains("\"fixed\":true") {
-        crate::skip("this machine refuses private mount namespaces, so exec cannot be checked");
-        return;
-    }
     assert_eq!(status.code(), Some(5), "{status:?}");
 }
