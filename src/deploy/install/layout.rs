@@ -339,20 +339,12 @@ impl Root {
 
     /// Write a receipt under its own number, never over an existing file.
     pub(super) fn write_receipt(&self, r: &Receipt) -> Result<PathBuf> {
-        use std::io::Write;
-        use std::os::unix::fs::PermissionsExt;
         let dir = self.path.join("receipts");
         let p = dir.join(format!("{:06}-{}.json", r.seq, r.op.as_str()));
         let bytes = serde_json::to_vec_pretty(r).map_err(|e| Error::Internal(e.to_string()))?;
-        let mut tmp = tempfile::Builder::new()
-            .prefix(TMP_PREFIX)
-            .tempfile_in(&dir)
-            .at("create temp file in", &dir)?;
-        tmp.write_all(&bytes).at("write", tmp.path())?;
-        tmp.as_file()
-            .set_permissions(std::fs::Permissions::from_mode(0o644))
-            .at("chmod", tmp.path())?;
-        tmp.as_file().sync_all().at("fsync", tmp.path())?;
+        // fsx's staged write (its temp files carry TMP_PREFIX, which cleanup knows), renamed
+        // without clobbering: a receipt is never replaced.
+        let tmp = fsx::stage_atomic_mode(&p, &bytes, 0o644)?;
         tmp.persist_noclobber(&p).map_err(|e| {
             if e.error.kind() == std::io::ErrorKind::AlreadyExists {
                 Error::input(
