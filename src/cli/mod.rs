@@ -338,6 +338,18 @@ fn run(cli: Cli) -> Result<i32> {
             (false, _) => Verbosity::Verbose,
         },
     };
+    if matches!(
+        cli.command,
+        Command::Build(_)
+            | Command::Audit(_)
+            | Command::Patch(_)
+            | Command::Ablate(_)
+            | Command::Exec(_)
+            | Command::Smoke(_)
+            | Command::Validate(_)
+    ) {
+        rebase::settle_leftover(&ctx)?;
+    }
     match cli.command {
         Command::Build(a) => build::run(&ctx, a),
         Command::Verify(a) => verify::run(&ctx, a),

@@ -3,10 +3,10 @@
 
 use super::{print_json, JsonArg};
 use crate::base::error::{exit, Result};
+use crate::base::text;
 use crate::base::workspace::Workspace;
 use crate::outln;
 use crate::source::rebase::{self, Decisions, Rebased};
-use crate::source::recipe::Recipe;
 use std::path::PathBuf;
 
 /// Arguments of `rebase`.
@@ -30,17 +30,25 @@ pub struct RebaseArgs {
 
 /// Run `rebase`.
 pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<i32> {
+    // Values that become recipe keys and patch header lines (issue #19): refused before use.
+    text::refuse_control("--onto", &a.onto)?;
+    for v in &a.drop {
+        text::refuse_control("--drop", v)?;
+    }
+    for v in &a.keep {
+        text::refuse_control("--keep", v)?;
+    }
     let ws = Workspace::new(&ctx.ws_root)?;
-    let recipe = Recipe::load(&a.recipe)?;
     let onto = crate::source::audit::parse_onto(&a.onto)?;
     let decisions = Decisions {
         drop: a.drop.into_iter().collect(),
         keep: a.keep.into_iter().collect(),
     };
+    // The recipe is read under the workspace lock, inside the rebase, after any leftover
+    // rebase is settled.
     let report = rebase::rebase(
         &ws,
         &a.recipe,
-        &recipe,
         &onto,
         &decisions,
         &crate::source::audit::today(),
@@ -96,6 +104,24 @@ pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<i32> {
         outln!("ledger: {l}");
     }
     Ok(exit::OK)
+}
+
+/// Settle a rebase killed in this workspace before a command that reads a recipe or a bundle
+/// runs (issue #19): the leftover is finished or undone under the workspace lock, and said on
+/// standard error. `rebase` itself does this under its own lock.
+pub(super) fn settle_leftover(ctx: &super::Ctx) -> Result<()> {
+    if let Some(r) = rebase::recover(&ctx.ws_root)? {
+        eprintln!(
+            "note: an interrupted rebase of {} was {}",
+            text::shown(&r.recipe.display().to_string()),
+            if r.finished {
+                "past its commit point and is finished"
+            } else {
+                "undone: the recipe, its lock and the bundle are as they were before it"
+            }
+        );
+    }
+    Ok(())
 }
 
 /// The `rebase --json` document (see `cli::schema`): the report of a completed rebase, or

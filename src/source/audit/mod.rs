@@ -239,9 +239,22 @@ pub(crate) fn run(
     today: &str,
     dropping: &std::collections::BTreeSet<String>,
 ) -> Result<Session> {
-    let patches = bundle.select(None)?;
     // vendor/ is shared with builds: one materialization at a time.
     let _lock = ws.lock()?;
+    run_locked(ws, recipe, bundle, onto, today, dropping)
+}
+
+/// [`run`] for a caller that already holds the workspace lock (a rebase holds it from its
+/// first read to its last write, issue #19; taking it again here would wait on itself).
+pub(crate) fn run_locked(
+    ws: &Workspace,
+    recipe: &Recipe,
+    bundle: &Bundle,
+    onto: &Onto,
+    today: &str,
+    dropping: &std::collections::BTreeSet<String>,
+) -> Result<Session> {
+    let patches = bundle.select(None)?;
     let old_tree = upstream::pristine(ws, recipe)?;
     let old_patched = upstream::patched(ws, &old_tree, &patches)?;
     let new_recipe = moved_recipe(recipe, &onto.source);

@@ -1,209 +1,189 @@
-//! The rebase's commit: the staged bundle folder exchanged with the old one in one step, then
-//! the staged lock and recipe renamed into place, with everything put back when a step fails.
+//! The rebase's commit protocol, a journaled transaction as install's is (issue #19). With
+//! the workspace lock held from the first read:
+//!
+//! | step | what is durable after it |
+//! |---|---|
+//! | 1 | the journal (phase staging) names recipe, lock, bundle and the stage `.rebase-NAME` |
+//! | 2 | the stage holds the new bundle, the new recipe and lock, and a copy of the old lock |
+//! | 3 | the journal (phase commit) records every new digest |
+//! | 4 | the bundle folder is exchanged with the staged one (`renameat2` exchange) |
+//! | 5 | the staged lock is renamed over the lock (git pins) |
+//! | 6 | the staged recipe is renamed over the recipe: the commit point |
+//! | 7 | the stage (holding the old bundle) is removed |
+//! | 8 | the journal is removed: the rebase is over |
+//!
+//! Each step is the crash point `rebase:N` ([`crate::base::hooks::crash_point`]). Whatever
+//! stops the protocol (a failure here, or a kill) is settled from the journal by
+//! [`super::recovery`]: before the commit point everything is undone, after it finished, so
+//! the recipe's pin, its lock and the bundle are always all old or all new.
 
-use super::DROPPED_DIR;
+use super::journal::{self, Journal, Phase, OLD_LOCK, STAGED_BUNDLE, STAGED_LOCK, STAGED_RECIPE};
+use crate::base::digest::Sha256;
 use crate::base::error::{Error, IoContext, Result};
 use crate::base::fsx;
-use std::path::Path;
+use crate::base::hooks;
+use crate::base::workspace::Workspace;
+use std::path::{Path, PathBuf};
 
-/// `bytes` in a synced temp file beside `dest`, with `dest`'s mode when it exists (0644 else).
-pub(super) fn stage_file(dest: &Path, bytes: &[u8]) -> Result<tempfile::TempPath> {
-    fsx::stage_atomic_mode(dest, bytes, fsx::mode_of(dest).unwrap_or(0o644))
+/// What a rebase replaces, decided and held in memory before anything is written.
+pub(super) struct Change {
+    /// The recipe (absolute).
+    pub recipe: PathBuf,
+    /// Its bytes as read under the lock.
+    pub old_recipe: Vec<u8>,
+    /// Its new bytes (parsed as a recipe before this point).
+    pub new_recipe: Vec<u8>,
+    /// The lock file and its new bytes (git pins).
+    pub lock: Option<(PathBuf, Vec<u8>)>,
+    /// The bundle folder (absolute, as the recipe names it).
+    pub bundle: PathBuf,
 }
 
-/// Exchange the staged bundle `new_dir` with `dir`, then rename each staged file onto its
-/// destination in order (the last is the commit point). On any failure after the exchange the
-/// bundle is swapped back and the destinations already replaced get their old bytes back: the
-/// old bundle (then in the stage, deleted with it) must never go while the recipe names it.
-pub(super) fn commit_swap(
-    stage: tempfile::TempDir,
-    dir: &Path,
-    files: Vec<(tempfile::TempPath, std::path::PathBuf)>,
+/// Reach the crash point after `step`.
+fn step(n: u32) {
+    hooks::crash_point("rebase", n);
+}
+
+/// Run the protocol. `fill` writes the new bundle into the folder it is given (inside the
+/// stage, once the journal names it) and checks it.
+pub(super) fn run(
+    ws: &Workspace,
+    change: &Change,
+    fill: impl FnOnce(&Path) -> Result<()>,
 ) -> Result<()> {
-    let new_dir = &stage.path().join("bundle");
-    // Each destination with its old bytes and mode, to put back.
-    type Previous = (std::path::PathBuf, Option<(Vec<u8>, u32)>);
-    let mut previous: Vec<Previous> = Vec::new();
-    for (_, dest) in &files {
-        use std::os::unix::fs::PermissionsExt;
-        let old = match std::fs::symlink_metadata(dest) {
-            Ok(m) if m.is_file() => Some((fsx::read(dest)?, m.permissions().mode() & 0o7777)),
-            _ => None,
-        };
-        previous.push((dest.clone(), old));
-    }
-    exchange(new_dir, dir)?;
-    let mut done = 0;
-    let mut failure = None;
-    for (tmp, dest) in files {
-        match tmp.persist(&dest) {
-            Ok(()) => done += 1,
-            Err(e) => {
-                failure = Some(Error::io("rename into", &dest, e.error));
-                break;
-            }
-        }
-    }
-    let Some(err) = failure else {
-        for (dest, _) in &previous {
-            fsx::sync_dir(&fsx::parent_of(dest))?;
-        }
-        return Ok(());
+    let stage = journal::stage_of(&change.bundle)?;
+    same_filesystem(change, &stage)?;
+    let old_lock = match &change.lock {
+        Some((p, _)) => journal::file_digest(p)?,
+        None => None,
     };
-    for (dest, old) in previous.iter().take(done) {
-        let undone = match old {
-            Some((bytes, mode)) => fsx::write_atomic_mode(dest, bytes, *mode),
-            None => std::fs::remove_file(dest).at("remove", dest),
-        };
-        if let Err(e) = undone {
+    let mut j = Journal {
+        phase: Phase::Staging,
+        recipe: change.recipe.clone(),
+        lock: change.lock.as_ref().map(|(p, _)| p.clone()),
+        bundle: change.bundle.clone(),
+        stage,
+        old_recipe: Sha256::of_bytes(&change.old_recipe),
+        new_recipe: None,
+        old_lock,
+        new_lock: None,
+        old_bundle: journal::bundle_digest(&change.bundle)?,
+        new_bundle: None,
+    };
+    journal::write(ws, &j)?;
+    step(1);
+    if let Err(e) = stage_and_commit(ws, &mut j, change, fill) {
+        // Settled from the journal as a later command would: undone before the commit point.
+        if let Err(again) = super::recovery::settle(ws, &j) {
             return Err(Error::Internal(format!(
-                "{err}; and restoring {} failed: {e}",
-                dest.display()
+                "{e}; and settling the rebase failed: {again} (the journal {} stays for the next command)",
+                journal::path(ws).display()
             )));
         }
-    }
-    if let Err(e) = exchange(new_dir, dir) {
-        // The old bundle is in the stage: keep it on disk for the operator.
-        let kept = stage.keep();
-        return Err(Error::Internal(format!(
-            "{err}; and swapping the old bundle back failed: {e} (the old bundle is at {})",
-            kept.join("bundle").display()
-        )));
-    }
-    Err(err)
-}
-
-/// Copy the regular files of `src` (and of its `dropped/`) into a new folder `dest`.
-pub(super) fn copy_flat(src: &Path, dest: &Path) -> Result<()> {
-    fsx::create_dir_all(dest)?;
-    for sub in [None, Some(DROPPED_DIR)] {
-        let from = sub
-            .map(|s| src.join(s))
-            .unwrap_or_else(|| src.to_path_buf());
-        if !from.is_dir() {
-            continue;
-        }
-        let to = sub
-            .map(|s| dest.join(s))
-            .unwrap_or_else(|| dest.to_path_buf());
-        fsx::create_dir_all(&to)?;
-        for e in std::fs::read_dir(&from).at("read directory", &from)? {
-            let e = e.at("read directory", &from)?;
-            let m = std::fs::symlink_metadata(e.path()).at("inspect", &e.path())?;
-            if m.is_file() {
-                use std::os::unix::fs::PermissionsExt;
-                fsx::write_atomic_mode(
-                    &to.join(e.file_name()),
-                    &fsx::read(&e.path())?,
-                    m.permissions().mode() & 0o7777,
-                )?;
-            } else if !(sub.is_none() && m.is_dir() && e.file_name() == DROPPED_DIR) {
-                // The old folder is replaced as a whole: anything not copied would be lost.
-                return Err(Error::input(
-                    e.path().display(),
-                    "the bundle folder holds something other than regular files and dropped/; \
-                     the rebase replaces the folder as a whole and would lose it",
-                )
-                .with_hint("move it out of the bundle folder (links and subfolders are not part of a bundle)"));
-            }
-        }
+        return Err(e);
     }
     Ok(())
 }
 
-/// Swap two folders in one step and make the swap durable.
-fn exchange(a: &Path, b: &Path) -> Result<()> {
-    fsx::exchange(a, b, "exchange with the staged bundle")?;
-    fsx::sync_dir(&fsx::parent_of(b))
+/// Steps 2 to 8.
+fn stage_and_commit(
+    ws: &Workspace,
+    j: &mut Journal,
+    change: &Change,
+    fill: impl FnOnce(&Path) -> Result<()>,
+) -> Result<()> {
+    // The stage is new: recovery removed any journaled one, and an unjournaled one was refused.
+    std::fs::create_dir(&j.stage).at("create the stage folder", &j.stage)?;
+    let staged = j.stage.join(STAGED_BUNDLE);
+    fill(&staged)?;
+    let new_bundle = journal::bundle_digest(&staged)?;
+    let keep = |dest: &Path| fsx::mode_of(dest).unwrap_or(0o644);
+    fsx::write_atomic_mode(
+        &j.stage.join(STAGED_RECIPE),
+        &change.new_recipe,
+        keep(&change.recipe),
+    )?;
+    let mut new_lock = None;
+    if let Some((lock, bytes)) = &change.lock {
+        fsx::write_atomic_mode(&j.stage.join(STAGED_LOCK), bytes, keep(lock))?;
+        if j.old_lock.is_some() {
+            // The old lock's bytes and mode, to rename back on undo.
+            fsx::write_atomic_mode(&j.stage.join(OLD_LOCK), &fsx::read(lock)?, keep(lock))?;
+        }
+        new_lock = Some(Sha256::of_bytes(bytes));
+    }
+    step(2);
+
+    let next = Journal {
+        phase: Phase::Commit,
+        new_recipe: Some(Sha256::of_bytes(&change.new_recipe)),
+        new_lock,
+        new_bundle: Some(new_bundle),
+        ..j.clone()
+    };
+    journal::write(ws, &next)?;
+    *j = next;
+    step(3);
+
+    fsx::exchange(&staged, &j.bundle, "exchange with the staged bundle")?;
+    fsx::sync_dir(&fsx::parent_of(&j.bundle))?;
+    step(4);
+    if let Some(lock) = &j.lock {
+        rename(&j.stage.join(STAGED_LOCK), lock)?;
+    }
+    step(5);
+    rename(&j.stage.join(STAGED_RECIPE), &j.recipe)?;
+    step(6);
+    remove_stage(&j.stage)?;
+    step(7);
+    journal::remove(ws)?;
+    step(8);
+    Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// Rename `from` over `to` and make it durable.
+pub(super) fn rename(from: &Path, to: &Path) -> Result<()> {
+    std::fs::rename(from, to).at("rename into", to)?;
+    fsx::sync_dir(&fsx::parent_of(to))
+}
 
-    fn tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
-        let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
-            .expect("read")
-            .map(|e| {
-                let p = e.expect("entry").path();
-                let name = p.file_name().expect("name").to_string_lossy().into_owned();
-                (name, std::fs::read(&p).expect("read"))
-            })
-            .collect();
-        out.sort();
-        out
+/// Remove the stage folder (a name derived from the bundle's, never from data) if it is there.
+pub(super) fn remove_stage(stage: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(stage) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io("inspect", stage, e)),
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(stage).at("remove", stage)?,
+        Ok(_) => std::fs::remove_file(stage).at("remove", stage)?,
     }
+    fsx::sync_dir(&fsx::parent_of(stage))
+}
 
-    // review item 1: a failure after the bundle exchange (here the recipe's rename, onto a
-    // directory: deterministic as root too) swaps the old bundle back and restores the lock.
-    #[test]
-    fn a_failed_rename_after_the_exchange_puts_the_old_bundle_and_lock_back() {
-        let root = tempfile::tempdir().expect("tempdir");
-        let dir = root.path().join("patches");
-        std::fs::create_dir(&dir).expect("mkdir");
-        std::fs::write(dir.join("0001-a.patch"), b"old a").expect("write");
-        std::fs::write(dir.join("series"), b"0001-a.patch\n").expect("write");
-        let before = tree(&dir);
-        let stage = tempfile::Builder::new()
-            .prefix(".rebase-")
-            .tempdir_in(root.path())
-            .expect("stage");
-        let new_dir = stage.path().join("bundle");
-        std::fs::create_dir(&new_dir).expect("mkdir");
-        std::fs::write(new_dir.join("series"), b"\n").expect("write");
-        let lock = root.path().join("up.lock");
-        std::fs::write(&lock, b"old lock").expect("write");
-        let recipe = root.path().join("up.toml");
-        std::fs::create_dir(&recipe).expect("mkdir");
-        std::fs::write(recipe.join("x"), b"x").expect("write");
-        let files = vec![
-            (stage_file(&lock, b"new lock").expect("stage"), lock.clone()),
-            (
-                stage_file(&recipe, b"new recipe").expect("stage"),
-                recipe.clone(),
-            ),
-        ];
-        let err = commit_swap(stage, &dir, files).expect_err("the recipe rename fails");
-        assert!(err.to_string().contains("up.toml"), "{err}");
-        assert_eq!(tree(&dir), before, "the old bundle is back, byte for byte");
-        assert_eq!(std::fs::read(&lock).expect("lock"), b"old lock");
-        let left: Vec<_> = std::fs::read_dir(root.path())
-            .expect("read")
-            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with('.'))
-            .collect();
-        assert!(left.is_empty(), "no stage or temp file is left: {left:?}");
+/// The renames of steps 4 to 6 are atomic only inside one filesystem: refuse before the
+/// journal when the recipe, its lock and the bundle are not on one.
+fn same_filesystem(change: &Change, stage: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = |p: &Path| {
+        std::fs::metadata(p)
+            .map(|m| m.dev())
+            .at("inspect", p)
+    };
+    let base = dev(&fsx::parent_of(stage))?;
+    let mut others = vec![fsx::parent_of(&change.recipe)];
+    if let Some((lock, _)) = &change.lock {
+        others.push(fsx::parent_of(lock));
     }
-
-    // review item 1: the lock's rename fails (its path is a directory): the recipe is never
-    // touched and the old bundle is back.
-    #[test]
-    fn a_failed_lock_rename_leaves_the_recipe_and_the_bundle_as_they_were() {
-        let root = tempfile::tempdir().expect("tempdir");
-        let dir = root.path().join("patches");
-        std::fs::create_dir(&dir).expect("mkdir");
-        std::fs::write(dir.join("series"), b"0001-a.patch\n").expect("write");
-        let before = tree(&dir);
-        let stage = tempfile::Builder::new()
-            .prefix(".rebase-")
-            .tempdir_in(root.path())
-            .expect("stage");
-        std::fs::create_dir(stage.path().join("bundle")).expect("mkdir");
-        let lock = root.path().join("up.lock");
-        std::fs::create_dir(&lock).expect("mkdir");
-        std::fs::write(lock.join("x"), b"x").expect("write");
-        let recipe = root.path().join("up.toml");
-        std::fs::write(&recipe, b"old recipe").expect("write");
-        let files = vec![
-            (stage_file(&lock, b"new lock").expect("stage"), lock.clone()),
-            (
-                stage_file(&recipe, b"new recipe").expect("stage"),
-                recipe.clone(),
-            ),
-        ];
-        let err = commit_swap(stage, &dir, files).expect_err("the lock rename fails");
-        assert!(err.to_string().contains("up.lock"), "{err}");
-        assert_eq!(tree(&dir), before);
-        assert_eq!(std::fs::read(&recipe).expect("recipe"), b"old recipe");
+    for o in others {
+        if dev(&o)? != base {
+            return Err(Error::input(
+                change.recipe.display(),
+                format!(
+                    "the recipe's folder and the bundle folder {} are on different filesystems; \
+                     a rebase replaces them together by renames, which cannot cross filesystems",
+                    change.bundle.display()
+                ),
+            )
+            .with_hint("keep recipes/ and the bundle folder on one filesystem"));
+        }
     }
+    Ok(())
 }

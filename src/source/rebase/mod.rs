@@ -5,34 +5,37 @@
 //! a person stops the rebase before a byte is written.
 //!
 //! The ledger, `ledger.toml` in the bundle folder, is append-only: one `[[dropped]]` table per
-//! patch that left the series, appended by each rebase and never rewritten (appending a table
-//! to a TOML file keeps it valid). Each entry names the file and its SHA-256 as it was in the
-//! series, the verdict, `applied-upstream` (from the strongest evidence: the upstream commit, or
-//! the new pin and the content check), the old and the new pin, the date, the evidence (one line
-//! each, strongest first) and `kept-as`: the patch itself is kept under `dropped/` with its
-//! `Applied-Upstream` field filled, so the attribution trail survives the move.
+//! patch that left the series, appended by each rebase and never rewritten; it is parsed and
+//! validated before anything is appended ([`ledger`]). Each entry names the file and its SHA-256
+//! as it was in the series, the verdict, `applied-upstream` (from the strongest evidence: the
+//! upstream commit, or the new pin and the content check), the old and the new pin, the date,
+//! the evidence (one line each, strongest first) and `kept-as`: the patch itself is kept under
+//! `dropped/` with its `Applied-Upstream` field filled (under a name of its own digest when an
+//! older drop holds the plain name), so the attribution trail survives the move.
 //!
-//! Writing: the whole new bundle folder is staged beside the old one, checked (it loads and
-//! every carried patch lints clean), and exchanged with the old folder in one atomic exchange
-//! ([`fsx::exchange`]); then the lock (git pins) and last the recipe, the commit point, are
-//! replaced atomically. The lock and the recipe are staged as temp files before the exchange, so
-//! only renames follow it; a failed one swaps the old bundle back and restores the lock. A
+//! Writing is a journaled transaction ([`commit`] states the protocol): the workspace lock is
+//! held from the first read of the recipe to the last write, the whole new bundle folder is
+//! staged beside the old one and checked, the recipe's new text is made with a TOML editor and
+//! parsed before it is staged, and the exchange and renames that follow are settled from the
+//! journal by the next command when a rebase is killed ([`recovery`]): all old or all new. A
 //! stopped or failed rebase writes nothing.
 
 mod commit;
+mod journal;
+mod ledger;
+mod recovery;
+mod stage;
 mod text;
 
+pub(crate) use recovery::recover;
 pub(crate) use text::with_applied_upstream;
 
-use crate::base::digest::Sha256;
 use crate::base::error::{Error, IoContext, Result};
 use crate::base::fsx;
 use crate::base::workspace::Workspace;
 use crate::source::audit::{self, Outcome, Verdict};
-use crate::source::patch::lint::Severity;
 use crate::source::patch::Bundle;
 use crate::source::recipe::{PinSource, Recipe};
-use commit::{commit_swap, copy_flat, stage_file};
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -141,48 +144,35 @@ pub(crate) enum Rebased {
     Stopped(Stop),
 }
 
-/// One ledger entry (`[[dropped]]`).
-#[derive(Debug, Serialize, schemars::JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-struct LedgerEntry {
-    file: String,
-    // Written as `sha256:HEX` (the digest's display form), as ledgers always have been.
-    #[serde(serialize_with = "as_display")]
-    #[schemars(with = "String")]
-    sha256: Sha256,
-    verdict: String,
-    applied_upstream: String,
-    from: String,
-    onto: String,
-    date: String,
-    kept_as: String,
-    evidence: Vec<String>,
-}
-
-/// Serialize a value through its `Display` form.
-fn as_display<T: std::fmt::Display, S: serde::Serializer>(
-    v: &T,
-    s: S,
-) -> std::result::Result<S::Ok, S::Error> {
-    s.collect_str(v)
-}
-
-#[derive(Serialize, schemars::JsonSchema)]
-struct LedgerDoc {
-    dropped: Vec<LedgerEntry>,
-}
-
-/// Rebase `recipe` (loaded from `recipe_path`) onto `onto`: check the decisions, audit, decide
-/// every patch, stage the new bundle and recipe, and commit them (nothing is written when a
-/// patch still needs a decision).
+/// Rebase the recipe at `recipe_path` onto `onto`, holding the workspace lock from the first
+/// read to the last write: settle a leftover rebase, load the recipe and its bundle, check the
+/// decisions, audit, decide every patch, then stage and commit the new bundle, lock and recipe
+/// as one journaled transaction ([`commit`]). Nothing is written when a patch still needs a
+/// decision.
 pub(crate) fn rebase(
     ws: &Workspace,
     recipe_path: &Path,
-    recipe: &Recipe,
     onto: &audit::Onto,
     decisions: &Decisions,
     today: &str,
 ) -> Result<Rebased> {
+    for name in decisions.drop.iter().chain(&decisions.keep) {
+        crate::base::text::refuse_control("--drop/--keep", name)?;
+    }
+    crate::base::text::refuse_control("--onto", &onto.spec)?;
+    let _lock = ws.lock()?;
+    recovery::recover_locked(ws)?;
+    // One read of the recipe: its bytes are what the journal's digest and the rewrite use.
+    let recipe_path = fsx::absolute(recipe_path)?;
+    let old_bytes = fsx::read(&recipe_path).map_err(|e| match e {
+        Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            Error::input(recipe_path.display(), "recipe not found")
+                .with_hint("give the path of a recipe TOML file, e.g. recipes/mrope-cpu.toml")
+        }
+        other => other,
+    })?;
+    let base_dir = fsx::parent_of(&recipe_path);
+    let recipe = Recipe::parse_bytes(&old_bytes, &recipe_path, Some(&base_dir))?;
     let dir = recipe.patches_dir.clone().ok_or_else(|| {
         Error::input(
             recipe.path.display(),
@@ -190,9 +180,10 @@ pub(crate) fn rebase(
         )
         .with_hint("copy recipes/ and patches/ into a workspace and rebase that recipe")
     })?;
+    refuse_unjournaled_stages(&dir)?;
     let bundle = Bundle::load(&dir)?;
     check_decisions(&bundle, decisions)?;
-    let session = audit::run(ws, recipe, &bundle, onto, today, &decisions.drop)?;
+    let session = audit::run_locked(ws, &recipe, &bundle, onto, today, &decisions.drop)?;
     let report = &session.audit;
     check_no_merged_keep(report, decisions)?;
 
@@ -202,67 +193,100 @@ pub(crate) fn rebase(
         return Ok(Rebased::Stopped(stopped(report, &blocked, &dir)));
     }
 
-    // Stage the new bundle folder beside the old one.
-    let parent = fsx::parent_of(&dir);
-    let stage = tempfile::Builder::new()
-        .prefix(".rebase-")
-        .tempdir_in(&parent)
-        .at("create temp dir in", &parent)?;
-    let new_dir = stage.path().join("bundle");
-    copy_flat(&dir, &new_dir)?;
-    let ledger_entries = stage_patches(&new_dir, &bundle, report, &rows, today)?;
-    let dropped: BTreeSet<&str> = rows
-        .iter()
-        .filter(|r| r.action == Action::Dropped)
-        .map(|r| r.file.as_str())
-        .collect();
-    if bundle.series_path.exists() {
-        stage_series(&bundle.series_path, &new_dir, &dropped)?;
-    }
-    let ledger_path = dir.join(LEDGER);
-    if !ledger_entries.is_empty() {
-        stage_ledger(&ledger_path, &new_dir, ledger_entries)?;
-    }
-    check_staged(&new_dir)?;
-
-    // The new recipe text, validated before anything moves.
-    let old_text = fsx::read_to_string(recipe_path)?;
+    // The new recipe text, parsed as a recipe before anything moves.
+    let old_text = std::str::from_utf8(&old_bytes)
+        .map_err(|_| Error::input(recipe_path.display(), "recipe is not UTF-8 text"))?;
     let new_text = moved_recipe_text(
-        &old_text,
-        recipe_path,
+        old_text,
+        &recipe_path,
         &session.new_tree.pin,
         onto,
         report,
         today,
     )?;
-    let base_dir = fsx::parent_of(&fsx::absolute(recipe_path)?);
-    Recipe::parse(&new_text, recipe_path, Some(&base_dir))?;
-
-    // Everything after the exchange is a rename: the lock and the recipe are staged as temp
-    // files in their own folders first, so a full disk or a bad folder fails before anything moved.
-    let mut staged_files = Vec::new();
-    if let (PinSource::Git { url, tag, .. }, Some(commit), Some(lock)) = (
-        &onto.source,
-        session.new_tree.pin.git_commit,
-        recipe.lock_path(),
-    ) {
-        let text = crate::source::upstream::git_lock_text(&lock, url, tag.as_deref(), commit)?;
-        staged_files.push((stage_file(&lock, text.as_bytes())?, lock));
+    let moved = Recipe::parse(&new_text, &recipe_path, Some(&base_dir))?;
+    if !pins_match(&moved.pin.source, &onto.source, &session.new_tree.pin)
+        || moved.patches_dir != recipe.patches_dir
+    {
+        return Err(Error::Internal(format!(
+            "{}: the rewritten recipe does not pin {}",
+            recipe_path.display(),
+            onto.spec
+        )));
     }
-    staged_files.push((
-        stage_file(recipe_path, new_text.as_bytes())?,
-        recipe_path.to_path_buf(),
-    ));
-    // Commit: the bundle (one exchange), the lock, then the recipe (the commit point).
-    commit_swap(stage, &dir, staged_files)?;
+    let lock = match (&onto.source, session.new_tree.pin.git_commit, recipe.lock_path()) {
+        (PinSource::Git { url, tag, .. }, Some(commit), Some(lock)) => {
+            let text = crate::source::upstream::git_lock_text(&lock, url, tag.as_deref(), commit)?;
+            Some((lock, text.into_bytes()))
+        }
+        _ => None,
+    };
+    let change = commit::Change {
+        recipe: recipe_path.clone(),
+        old_recipe: old_bytes.clone(),
+        new_recipe: new_text.into_bytes(),
+        lock,
+        bundle: dir.clone(),
+    };
+    commit::run(ws, &change, |new_dir| {
+        stage::fill(new_dir, &bundle, report, &rows, today)
+    })?;
+    let dropped = rows.iter().any(|r| r.action == Action::Dropped);
     Ok(Rebased::Done(Report {
         from: report.from.clone(),
         onto: report.onto.clone(),
         recipe: recipe_path.display().to_string(),
-        ledger: (!dropped.is_empty()).then(|| ledger_path.display().to_string()),
+        ledger: dropped.then(|| dir.join(LEDGER).display().to_string()),
         patches: rows,
         audit: session.audit.clone(),
     }))
+}
+
+/// Whether the rewritten recipe's pin is the one named: same kind and digest (a git pin: the
+/// URL, tag and the commit as resolved). Paths are compared through their digests, since the
+/// recipe resolves a relative one against its folder.
+fn pins_match(
+    parsed: &PinSource,
+    onto: &PinSource,
+    pin: &crate::source::upstream::ResolvedPin,
+) -> bool {
+    match (parsed, onto) {
+        (
+            PinSource::Git { url, tag, commit },
+            PinSource::Git {
+                url: u2, tag: t2, ..
+            },
+        ) => url == u2 && tag == t2 && pin.git_commit.is_some_and(|c| c.to_string() == *commit),
+        (PinSource::Crate { .. }, PinSource::Crate { .. }) => parsed == onto,
+        (PinSource::Tarball { sha256: a, .. }, PinSource::Tarball { sha256: b, .. }) => a == b,
+        (
+            PinSource::Dir { tree_sha256: a, .. },
+            PinSource::Dir { tree_sha256: b, .. },
+        ) => a == b,
+        _ => false,
+    }
+}
+
+/// A `.rebase-*` folder beside the bundle that no journal names (the journaled one was settled
+/// under this lock already) is left by a pinforge from before rebases were journaled, or by a
+/// rebase of another workspace sharing the bundle: it may hold the only copy of a bundle, so it
+/// is refused, never removed or guessed at.
+fn refuse_unjournaled_stages(dir: &Path) -> Result<()> {
+    let parent = fsx::parent_of(dir);
+    for e in std::fs::read_dir(&parent).at("read directory", &parent)? {
+        let e = e.at("read directory", &parent)?;
+        if e.file_name().to_string_lossy().starts_with(".rebase-") {
+            return Err(Error::input(
+                e.path().display(),
+                "a stage folder of an interrupted rebase that no journal names",
+            )
+            .with_hint(format!(
+                "it holds a bundle from before or after that rebase: compare its bundle/ with {} and the recipe's pin, keep the one that matches, then remove the folder",
+                dir.display()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Every `--drop`/`--keep` names a patch of the series, and none is both.
@@ -391,114 +415,4 @@ fn stopped(report: &audit::Audit, blocked: &[&audit::PatchAudit], dir: &Path) ->
         stopped: names,
         audit: report.clone(),
     }
-}
-
-/// In the staged bundle `new_dir`: refreshed patches rewritten, dropped ones moved under
-/// `dropped/` with their `Applied-Upstream` filled. Returns the ledger entries to append.
-fn stage_patches(
-    new_dir: &Path,
-    bundle: &Bundle,
-    report: &audit::Audit,
-    rows: &[Moved],
-    today: &str,
-) -> Result<Vec<LedgerEntry>> {
-    let mut ledger_entries = Vec::new();
-    for (row, p) in rows.iter().zip(&report.patches) {
-        let Some(file) = bundle.files.iter().find(|(id, _)| id.as_str() == p.file) else {
-            continue;
-        };
-        let (_, original) = file;
-        match (&p.outcome, row.action) {
-            (Outcome::Carried { bytes }, Action::Refreshed) => {
-                fsx::write_atomic_keep_mode(&new_dir.join(&p.file), bytes)?;
-            }
-            (_, Action::Dropped) => {
-                let applied = row.applied_upstream.clone().unwrap_or_default();
-                let kept = with_applied_upstream(original, &applied);
-                let rel = format!("{DROPPED_DIR}/{}", p.file);
-                fsx::create_dir_all(&new_dir.join(DROPPED_DIR))?;
-                let mode = fsx::mode_of(&new_dir.join(&p.file)).unwrap_or(0o644);
-                fsx::write_atomic_mode(&new_dir.join(&rel), &kept, mode)?;
-                std::fs::remove_file(new_dir.join(&p.file)).at("remove", &new_dir.join(&p.file))?;
-                ledger_entries.push(LedgerEntry {
-                    file: p.file.clone(),
-                    sha256: original.sha256,
-                    verdict: p.verdict.as_str().into(),
-                    applied_upstream: applied,
-                    from: report.from.clone(),
-                    onto: report.onto.clone(),
-                    date: today.into(),
-                    kept_as: rel,
-                    evidence: p
-                        .evidence
-                        .iter()
-                        .map(|e| {
-                            format!(
-                                "{} {}: {}",
-                                audit::word(&e.strength),
-                                audit::word(&e.kind),
-                                e.detail.lines().next().unwrap_or_default()
-                            )
-                        })
-                        .collect(),
-                });
-            }
-            _ => {}
-        }
-    }
-    Ok(ledger_entries)
-}
-
-/// The staged `series` without the dropped patches' lines (comments and order kept).
-fn stage_series(series_path: &Path, new_dir: &Path, dropped: &BTreeSet<&str>) -> Result<()> {
-    let text = fsx::read_to_string(series_path)?;
-    let mut out = String::new();
-    for line in text.lines() {
-        let name = line
-            .split('#')
-            .next()
-            .unwrap_or("")
-            .split_whitespace()
-            .next();
-        if name.is_some_and(|n| dropped.contains(n)) {
-            continue;
-        }
-        out.push_str(line);
-        out.push('\n');
-    }
-    fsx::write_atomic_keep_mode(&new_dir.join("series"), out.as_bytes())
-}
-
-/// The staged ledger: the old one (or its header comment) with the new tables appended.
-fn stage_ledger(ledger_path: &Path, new_dir: &Path, entries: Vec<LedgerEntry>) -> Result<()> {
-    let mut text = if ledger_path.exists() {
-        fsx::read_to_string(ledger_path)?
-    } else {
-        "# pinforge ledger: patches that left the series, append-only (one [[dropped]] table per patch).\n".into()
-    };
-    if !text.ends_with('\n') {
-        text.push('\n');
-    }
-    text.push('\n');
-    text.push_str(
-        &toml::to_string(&LedgerDoc { dropped: entries })
-            .map_err(|e| Error::Internal(e.to_string()))?,
-    );
-    fsx::write_atomic_keep_mode(&new_dir.join(LEDGER), text.as_bytes())
-}
-
-/// The staged bundle must load, and every carried patch lint clean.
-fn check_staged(new_dir: &Path) -> Result<()> {
-    let staged = Bundle::load(new_dir)?;
-    for (path, f) in staged.lint() {
-        if f.severity == Severity::Error {
-            return Err(Error::Internal(format!(
-                "{}:{}: the rebased patch does not lint clean: {}",
-                path.display(),
-                f.line,
-                f.message
-            )));
-        }
-    }
-    Ok(())
 }

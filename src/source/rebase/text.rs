@@ -1,5 +1,6 @@
 //! The texts a rebase rewrites: a dropped patch's `Applied-Upstream` field, and the recipe's
-//! `[pin]` table moved to the new upstream (the rest of the recipe kept line for line).
+//! `[pin]` table moved to the new upstream, edited as a TOML document (`toml_edit`), so the
+//! rest of the recipe, comments and layout included, is kept as written.
 
 use crate::base::error::{Error, Result};
 use crate::source::audit;
@@ -56,7 +57,10 @@ pub(crate) fn with_applied_upstream(p: &PatchFile, value: &str) -> Vec<u8> {
     out
 }
 
-/// The recipe text with its `[pin]` table replaced by the new pin.
+/// The recipe text with its `[pin]` table's keys replaced by the new pin's, edited as a TOML
+/// document (issue #19): the header and its comment (`[pin]  # the upstream tree`), every other
+/// table, key, comment and blank line stay as they were; only the keys of the pin (which
+/// describe the old tree) are replaced. A `pin = { .. }` inline table is edited the same way.
 pub(super) fn moved_recipe_text(
     text: &str,
     path: &Path,
@@ -65,81 +69,108 @@ pub(super) fn moved_recipe_text(
     report: &audit::Audit,
     today: &str,
 ) -> Result<String> {
-    let lines: Vec<&str> = text.lines().collect();
-    let start = lines
-        .iter()
-        .position(|l| l.trim() == "[pin]")
-        .ok_or_else(|| {
-            Error::input(path.display(), "no `[pin]` table to move")
-                .with_hint("write the pin as a `[pin]` table, then run the rebase again")
-        })?;
-    let end = lines
-        .iter()
-        .enumerate()
-        .skip(start + 1)
-        .find(|(_, l)| l.trim_start().starts_with('['))
-        .map(|(i, _)| i)
-        .unwrap_or(lines.len());
-    // Comments just above the next table belong to it, not to the pin.
-    let mut end_pin = end;
-    while end_pin > start + 1 && lines[end_pin - 1].trim_start().starts_with('#') {
-        end_pin -= 1;
+    let mut doc: toml_edit::DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| {
+        Error::input(at_span(path, text, e.span()), e.message().to_string())
+            .with_hint("fix the recipe's TOML, then run the rebase again")
+    })?;
+    let no_pin = || {
+        Error::input(path.display(), "no `[pin]` table to move")
+            .with_hint("write the pin as a `[pin]` table, then run the rebase again")
+    };
+    let table = doc
+        .get_mut("pin")
+        .and_then(|i| i.as_table_like_mut())
+        .ok_or_else(no_pin)?;
+    table.clear();
+    for (k, v) in pin_keys(pin, &onto.source)? {
+        table.insert(k, toml_edit::value(v));
     }
-    let q = |s: &str| toml::Value::String(s.to_string()).to_string();
-    let mut t = String::from("[pin]\n");
-    t.push_str(&format!(
-        "# Moved from {} by `pinforge rebase` on {today}.\n",
-        report.from
-    ));
-    if let Some(from) = &onto.sha256_from {
-        t.push_str(&format!("# {from}\n"));
+    // The note saying where the pin came from sits above its first key (a `[pin]` table only:
+    // an inline table has no room for comments).
+    if let Some(t) = doc.get_mut("pin").and_then(|i| i.as_table_mut()) {
+        let mut note = format!(
+            "# Moved from {} by `pinforge rebase` on {today}.\n",
+            report.from
+        );
+        if let Some(from) = &onto.sha256_from {
+            note.push_str(&format!("# {from}\n"));
+        }
+        if let Some(mut k) = t.key_mut("kind") {
+            k.leaf_decor_mut().set_prefix(note);
+        }
     }
-    match &onto.source {
+    Ok(doc.to_string())
+}
+
+/// The keys of the new `[pin]`, in the order a person writes them.
+fn pin_keys(
+    pin: &crate::source::upstream::ResolvedPin,
+    source: &PinSource,
+) -> Result<Vec<(&'static str, String)>> {
+    let mut keys = Vec::new();
+    match source {
         PinSource::Crate {
             name,
             version,
             sha256,
         } => {
-            t.push_str(&format!(
-                "kind = \"crate\"\ncrate = {}\nversion = {}\nsha256 = \"{sha256}\"\n",
-                q(name),
-                q(version)
-            ));
+            keys.push(("kind", "crate".to_string()));
+            keys.push(("crate", name.clone()));
+            keys.push(("version", version.clone()));
+            keys.push(("sha256", sha256.to_string()));
         }
         PinSource::Git { url, tag, .. } => {
-            t.push_str(&format!("kind = \"git\"\nurl = {}\n", q(url)));
+            keys.push(("kind", "git".to_string()));
+            keys.push(("url", url.clone()));
             if let Some(tag) = tag {
-                t.push_str(&format!("tag = {}\n", q(tag)));
+                keys.push(("tag", tag.clone()));
             }
             let commit = pin
                 .git_commit
                 .ok_or_else(|| Error::Internal("git pin resolved without a commit".into()))?;
-            t.push_str(&format!("commit = \"{commit}\"\n"));
+            keys.push(("commit", commit.to_string()));
         }
         PinSource::Tarball { path, sha256 } => {
-            t.push_str(&format!(
-                "kind = \"tarball\"\npath = {}\nsha256 = \"{sha256}\"\n",
-                q(&path.to_string_lossy())
-            ));
+            keys.push(("kind", "tarball".to_string()));
+            keys.push(("path", path_text(path)?));
+            keys.push(("sha256", sha256.to_string()));
         }
         PinSource::Dir { path, tree_sha256 } => {
-            t.push_str(&format!(
-                "kind = \"dir\"\npath = {}\ntree-sha256 = \"{tree_sha256}\"\n",
-                q(&path.to_string_lossy())
-            ));
+            keys.push(("kind", "dir".to_string()));
+            keys.push(("path", path_text(path)?));
+            keys.push(("tree-sha256", tree_sha256.to_string()));
         }
     }
     if let Some(sub) = &pin.subdir {
-        t.push_str(&format!("subdir = {}\n", q(sub)));
+        keys.push(("subdir", sub.clone()));
     }
-    t.push('\n');
-    let mut out: Vec<String> = lines[..start].iter().map(|s| s.to_string()).collect();
-    out.push(t.trim_end().to_string());
-    out.push(String::new());
-    out.extend(lines[end_pin..].iter().map(|s| s.to_string()));
-    let mut s = out.join("\n");
-    s.push('\n');
-    Ok(s)
+    // Every value becomes a recipe value: the one rule for strings (issue #19).
+    for (k, v) in &keys {
+        crate::base::text::refuse_control(&format!("the new pin's `{k}`"), v)?;
+    }
+    Ok(keys)
+}
+
+/// A pin path as recipe text: TOML strings are UTF-8, so a path that is not is refused (never
+/// written lossily, which would pin another path).
+fn path_text(path: &Path) -> Result<String> {
+    path.to_str().map(str::to_string).ok_or_else(|| {
+        Error::input(path.display(), "the pin path is not UTF-8; a recipe cannot name it")
+            .with_hint("move the upstream to a path that is UTF-8 text")
+    })
+}
+
+/// `file:line:column` for a byte span of `text` (the TOML error's position).
+pub(super) fn at_span(path: &Path, text: &str, span: Option<std::ops::Range<usize>>) -> String {
+    match span {
+        Some(r) => {
+            let before = text.get(..r.start).unwrap_or(text);
+            let line = before.matches('\n').count() + 1;
+            let col = before.len() - before.rfind('\n').map(|i| i + 1).unwrap_or(0) + 1;
+            format!("{}:{line}:{col}", path.display())
+        }
+        None => path.display().to_string(),
+    }
 }
 
 #[cfg(test)]

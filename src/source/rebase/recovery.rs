@@ -1,0 +1,159 @@
+//! Recovery: the next command in the workspace (rebase, audit, build, patch, …) finds a killed
+//! rebase's journal and settles it under the workspace lock: before the commit point (the
+//! recipe's rename) everything is undone, after it the leftovers are removed; a state the
+//! journal does not explain is refused, never guessed. The journal's paths are checked against
+//! what the recipe itself names before any is touched.
+
+use super::commit::{remove_stage, rename};
+use super::journal::{self, Journal, Phase, OLD_LOCK, STAGED_BUNDLE};
+use crate::base::error::{Error, Result};
+use crate::base::fsx;
+use crate::base::workspace::Workspace;
+use crate::source::recipe::Recipe;
+use std::path::{Path, PathBuf};
+
+/// A settled leftover rebase.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Recovered {
+    /// The recipe it was rebasing.
+    pub recipe: PathBuf,
+    /// True: it had passed its commit point and was finished; false: it was undone.
+    pub finished: bool,
+}
+
+/// Settle a leftover rebase in the workspace at `root`, if its journal is there. The lock is
+/// taken only then (a journal exists only while its rebase holds the lock, or after it died),
+/// so commands in a workspace without one pay a `stat`.
+pub(crate) fn recover(root: &Path) -> Result<Option<Recovered>> {
+    if std::fs::symlink_metadata(root.join(journal::JOURNAL)).is_err() {
+        return Ok(None);
+    }
+    let ws = Workspace::new(root)?;
+    let _lock = ws.lock()?;
+    recover_locked(&ws)
+}
+
+/// [`recover`] for a caller that holds the lock.
+pub(super) fn recover_locked(ws: &Workspace) -> Result<Option<Recovered>> {
+    let Some(j) = journal::read(ws)? else {
+        return Ok(None);
+    };
+    check_against_recipe(ws, &j)?;
+    settle(ws, &j).map(Some)
+}
+
+/// The journal's bundle and lock must be the ones the recipe it names derives.
+fn check_against_recipe(ws: &Workspace, j: &Journal) -> Result<()> {
+    let refuse = |why: String| {
+        Error::input(journal::path(ws).display(), format!("the rebase journal is refused: {why}"))
+            .with_hint("pinforge does not guess: compare the recipe, its lock and the bundle folder with version control, then remove the journal")
+    };
+    let bytes = fsx::read(&j.recipe).map_err(|e| refuse(format!("its recipe: {e}")))?;
+    let r = Recipe::parse_bytes(&bytes, &j.recipe, Some(&fsx::parent_of(&j.recipe)))
+        .map_err(|e| refuse(format!("its recipe: {e}")))?;
+    if r.patches_dir.as_deref() != Some(j.bundle.as_path()) {
+        return Err(refuse(format!(
+            "the bundle `{}` is not the folder the recipe names",
+            j.bundle.display()
+        )));
+    }
+    if j.lock.is_some() && j.lock != r.lock_path() {
+        return Err(refuse("the lock is not the recipe's lock".into()));
+    }
+    Ok(())
+}
+
+/// Settle the rebase `j` describes, then remove its journal.
+pub(super) fn settle(ws: &Workspace, j: &Journal) -> Result<Recovered> {
+    let finished = match j.phase {
+        // Nothing outside the stage was touched.
+        Phase::Staging => {
+            remove_stage(&j.stage)?;
+            false
+        }
+        Phase::Commit => {
+            let recipe = journal::file_digest(&j.recipe)?;
+            let bundle = journal::bundle_digest(&j.bundle)?;
+            let lock = match &j.lock {
+                Some(l) => journal::file_digest(l)?,
+                None => None,
+            };
+            let lock_new = j.lock.is_none() || j.new_lock.is_none() || lock == j.new_lock;
+            if recipe == j.new_recipe && Some(bundle) == j.new_bundle && lock_new {
+                // Past the commit point: only the stage (the old bundle) is left to remove.
+                remove_stage(&j.stage)?;
+                true
+            } else if recipe == Some(j.old_recipe) {
+                undo(ws, j, bundle, lock)?;
+                false
+            } else {
+                return Err(unexplained(ws, j, "the recipe is neither the old nor the new one"));
+            }
+        }
+    };
+    journal::remove(ws)?;
+    Ok(Recovered {
+        recipe: j.recipe.clone(),
+        finished,
+    })
+}
+
+/// Before the commit point: the old bundle and lock back, then the stage removed. Each check
+/// reads the current state first, so a crash during undo is settled again the same way.
+fn undo(
+    ws: &Workspace,
+    j: &Journal,
+    bundle: crate::base::digest::Sha256,
+    lock: Option<crate::base::digest::Sha256>,
+) -> Result<()> {
+    let staged = j.stage.join(STAGED_BUNDLE);
+    if bundle != j.old_bundle {
+        let staged_old = staged.is_dir() && journal::bundle_digest(&staged)? == j.old_bundle;
+        if Some(bundle) != j.new_bundle || !staged_old {
+            return Err(unexplained(
+                ws,
+                j,
+                "the bundle folder is neither the old one nor the new one with the old one staged",
+            ));
+        }
+        fsx::exchange(&staged, &j.bundle, "exchange back with the old bundle")?;
+        fsx::sync_dir(&fsx::parent_of(&j.bundle))?;
+    }
+    if let Some(path) = &j.lock {
+        if lock != j.old_lock {
+            if lock.is_none() || lock != j.new_lock {
+                return Err(unexplained(ws, j, "the lock is neither the old nor the new one"));
+            }
+            match j.old_lock {
+                Some(old) => {
+                    let copy = j.stage.join(OLD_LOCK);
+                    if journal::file_digest(&copy)? != Some(old) {
+                        return Err(unexplained(ws, j, "the staged copy of the old lock is not the old lock"));
+                    }
+                    rename(&copy, path)?;
+                }
+                None => {
+                    std::fs::remove_file(path).map_err(|e| Error::io("remove", path, e))?;
+                    fsx::sync_dir(&fsx::parent_of(path))?;
+                }
+            }
+        }
+    }
+    remove_stage(&j.stage)
+}
+
+fn unexplained(ws: &Workspace, j: &Journal, why: &str) -> Error {
+    Error::input(
+        journal::path(ws).display(),
+        format!(
+            "an interrupted rebase of {} left a state its journal does not explain: {why}",
+            j.recipe.display()
+        ),
+    )
+    .with_hint(format!(
+        "pinforge does not guess: compare {} and {} with version control (the stage {} may hold the other bundle), restore one consistent pin, then remove the journal",
+        j.recipe.display(),
+        j.bundle.display(),
+        j.stage.display()
+    ))
+}
