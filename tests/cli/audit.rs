@@ -390,7 +390,7 @@ fn rebase_onto_0_1_137_refreshes_the_moved_patch_keeps_headers_and_stops_without
 // Small real git histories: every history evidence path and both traps.
 
 /// A file with four functions; `v`, `w`, `t` are the values the patches and upstream change.
-fn src(x: &str, top: usize, v: u32, w: u32, t: u32, tail: u32) -> String {
+pub(crate) fn src(x: &str, top: usize, v: u32, w: u32, t: u32, tail: u32) -> String {
     let mut s = String::new();
     for i in 0..top {
         s.push_str(&format!("/* upstream comment {i} */\n"));
@@ -404,7 +404,7 @@ fn src(x: &str, top: usize, v: u32, w: u32, t: u32, tail: u32) -> String {
 const FILES: &[&str] = &["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k"];
 
 /// A patch changing `int v = 1;` to `int v = 2;` in X.c, with an attribution block.
-fn patch(x: &str, n: usize, attribution: &str) -> String {
+pub(crate) fn patch(x: &str, n: usize, attribution: &str) -> String {
     format!(
         "From: Bundle <bundle@example.invalid>\nDate: Mon, 30 Nov 2026 00:00:00 +0000\nSubject: [PATCH] {x}: value 2\nDescription: {x}_value() must start at 2.\n{attribution}Reported-by: someone\nOrigin: https://example.invalid/o/up/issues/{n}\nLast-Update: 2026-11-30\n\n---\ndiff --git a/{x}.c b/{x}.c\n--- a/{x}.c\n+++ b/{x}.c\n@@ -4,6 +4,6 @@ int {x}_head(void) {{\n \n int {x}_value(void) {{\n-    int v = 1;\n+    int v = 2;\n     int w = 0;\n     int u = 0;\n     int t = 0;\n"
     )
@@ -438,7 +438,7 @@ fn base_files() -> Vec<(String, String)> {
     files
 }
 
-fn put(repo: &Repository, files: &[(String, String)], msg: &str) -> git2::Oid {
+pub(crate) fn put(repo: &Repository, files: &[(String, String)], msg: &str) -> git2::Oid {
     let refs: Vec<(&str, &str)> = files
         .iter()
         .map(|(a, b)| (a.as_str(), b.as_str()))

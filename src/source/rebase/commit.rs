@@ -162,11 +162,7 @@ pub(super) fn remove_stage(stage: &Path) -> Result<()> {
 /// journal when the recipe, its lock and the bundle are not on one.
 fn same_filesystem(change: &Change, stage: &Path) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
-    let dev = |p: &Path| {
-        std::fs::metadata(p)
-            .map(|m| m.dev())
-            .at("inspect", p)
-    };
+    let dev = |p: &Path| std::fs::metadata(p).map(|m| m.dev()).at("inspect", p);
     let base = dev(&fsx::parent_of(stage))?;
     let mut others = vec![fsx::parent_of(&change.recipe)];
     if let Some((lock, _)) = &change.lock {

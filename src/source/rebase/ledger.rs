@@ -38,7 +38,10 @@ struct Doc {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-#[allow(dead_code, reason = "read to check each entry's shape; only some fields are used")]
+#[allow(
+    dead_code,
+    reason = "read to check each entry's shape; only some fields are used"
+)]
 struct EntryIn {
     file: String,
     sha256: Sha256,
@@ -136,7 +139,10 @@ fn table(e: &Entry) -> toml_edit::Table {
     t.insert("file", toml_edit::value(e.file.as_str()));
     t.insert("sha256", toml_edit::value(e.sha256.to_string()));
     t.insert("verdict", toml_edit::value(e.verdict.as_str()));
-    t.insert("applied-upstream", toml_edit::value(e.applied_upstream.as_str()));
+    t.insert(
+        "applied-upstream",
+        toml_edit::value(e.applied_upstream.as_str()),
+    );
     t.insert("from", toml_edit::value(e.from.as_str()));
     t.insert("onto", toml_edit::value(e.onto.as_str()));
     t.insert("date", toml_edit::value(e.date.as_str()));
@@ -188,11 +194,17 @@ mod tests {
             + 1;
         let e = appended(p, Some(&wrong_type), &[entry("0002-b.patch")]).expect_err("type");
         assert_eq!(e.exit_code(), 2);
-        assert!(e.to_string().contains(&format!("ledger.toml:{line}:")), "{e}");
+        assert!(
+            e.to_string().contains(&format!("ledger.toml:{line}:")),
+            "{e}"
+        );
         let syntax = format!("{good}[[dropped]\n");
         let e = appended(p, Some(&syntax), &[entry("0002-b.patch")]).expect_err("syntax");
         let line = syntax.lines().count();
-        assert!(e.to_string().contains(&format!("ledger.toml:{line}:")), "{e}");
+        assert!(
+            e.to_string().contains(&format!("ledger.toml:{line}:")),
+            "{e}"
+        );
         let escape = good.replace("dropped/0001-a.patch", "../../etc/passwd");
         let e = appended(p, Some(&escape), &[]).expect_err("kept-as");
         assert!(e.to_string().contains("kept-as"), "{e}");

@@ -201,7 +201,7 @@ pub(crate) fn rebase(
         &recipe_path,
         &session.new_tree.pin,
         onto,
-        report,
+        &report.from,
         today,
     )?;
     let moved = Recipe::parse(&new_text, &recipe_path, Some(&base_dir))?;
@@ -214,7 +214,11 @@ pub(crate) fn rebase(
             onto.spec
         )));
     }
-    let lock = match (&onto.source, session.new_tree.pin.git_commit, recipe.lock_path()) {
+    let lock = match (
+        &onto.source,
+        session.new_tree.pin.git_commit,
+        recipe.lock_path(),
+    ) {
         (PinSource::Git { url, tag, .. }, Some(commit), Some(lock)) => {
             let text = crate::source::upstream::git_lock_text(&lock, url, tag.as_deref(), commit)?;
             Some((lock, text.into_bytes()))
@@ -259,10 +263,7 @@ fn pins_match(
         ) => url == u2 && tag == t2 && pin.git_commit.is_some_and(|c| c.to_string() == *commit),
         (PinSource::Crate { .. }, PinSource::Crate { .. }) => parsed == onto,
         (PinSource::Tarball { sha256: a, .. }, PinSource::Tarball { sha256: b, .. }) => a == b,
-        (
-            PinSource::Dir { tree_sha256: a, .. },
-            PinSource::Dir { tree_sha256: b, .. },
-        ) => a == b,
+        (PinSource::Dir { tree_sha256: a, .. }, PinSource::Dir { tree_sha256: b, .. }) => a == b,
         _ => false,
     }
 }

@@ -87,7 +87,11 @@ pub(super) fn settle(ws: &Workspace, j: &Journal) -> Result<Recovered> {
                 undo(ws, j, bundle, lock)?;
                 false
             } else {
-                return Err(unexplained(ws, j, "the recipe is neither the old nor the new one"));
+                return Err(unexplained(
+                    ws,
+                    j,
+                    "the recipe is neither the old nor the new one",
+                ));
             }
         }
     };
@@ -122,13 +126,21 @@ fn undo(
     if let Some(path) = &j.lock {
         if lock != j.old_lock {
             if lock.is_none() || lock != j.new_lock {
-                return Err(unexplained(ws, j, "the lock is neither the old nor the new one"));
+                return Err(unexplained(
+                    ws,
+                    j,
+                    "the lock is neither the old nor the new one",
+                ));
             }
             match j.old_lock {
                 Some(old) => {
                     let copy = j.stage.join(OLD_LOCK);
                     if journal::file_digest(&copy)? != Some(old) {
-                        return Err(unexplained(ws, j, "the staged copy of the old lock is not the old lock"));
+                        return Err(unexplained(
+                            ws,
+                            j,
+                            "the staged copy of the old lock is not the old lock",
+                        ));
                     }
                     rename(&copy, path)?;
                 }

@@ -218,13 +218,22 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let d = dir.path();
         std::fs::create_dir(d.join(DROPPED_DIR)).expect("mkdir");
-        assert_eq!(kept_name(d, "0001-a.patch", b"one").expect("name"), "dropped/0001-a.patch");
+        assert_eq!(
+            kept_name(d, "0001-a.patch", b"one").expect("name"),
+            "dropped/0001-a.patch"
+        );
         std::fs::write(d.join("dropped/0001-a.patch"), b"one").expect("write");
-        assert_eq!(kept_name(d, "0001-a.patch", b"one").expect("same"), "dropped/0001-a.patch");
+        assert_eq!(
+            kept_name(d, "0001-a.patch", b"one").expect("same"),
+            "dropped/0001-a.patch"
+        );
         let other = kept_name(d, "0001-a.patch", b"two").expect("other");
         let hex = Sha256::of_bytes(b"two").short(12);
         assert_eq!(other, format!("dropped/0001-a.{hex}.patch"));
         std::fs::write(d.join(&other), b"forged").expect("write");
-        assert!(kept_name(d, "0001-a.patch", b"two").is_err(), "never overwritten");
+        assert!(
+            kept_name(d, "0001-a.patch", b"two").is_err(),
+            "never overwritten"
+        );
     }
 }

@@ -66,7 +66,7 @@ pub(super) fn moved_recipe_text(
     path: &Path,
     pin: &crate::source::upstream::ResolvedPin,
     onto: &audit::Onto,
-    report: &audit::Audit,
+    from: &str,
     today: &str,
 ) -> Result<String> {
     let mut doc: toml_edit::DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| {
@@ -88,10 +88,7 @@ pub(super) fn moved_recipe_text(
     // The note saying where the pin came from sits above its first key (a `[pin]` table only:
     // an inline table has no room for comments).
     if let Some(t) = doc.get_mut("pin").and_then(|i| i.as_table_mut()) {
-        let mut note = format!(
-            "# Moved from {} by `pinforge rebase` on {today}.\n",
-            report.from
-        );
+        let mut note = format!("# Moved from {from} by `pinforge rebase` on {today}.\n");
         if let Some(from) = &onto.sha256_from {
             note.push_str(&format!("# {from}\n"));
         }
@@ -155,8 +152,11 @@ fn pin_keys(
 /// written lossily, which would pin another path).
 fn path_text(path: &Path) -> Result<String> {
     path.to_str().map(str::to_string).ok_or_else(|| {
-        Error::input(path.display(), "the pin path is not UTF-8; a recipe cannot name it")
-            .with_hint("move the upstream to a path that is UTF-8 text")
+        Error::input(
+            path.display(),
+            "the pin path is not UTF-8; a recipe cannot name it",
+        )
+        .with_hint("move the upstream to a path that is UTF-8 text")
     })
 }
 
@@ -196,5 +196,89 @@ mod tests {
         let twice = String::from_utf8(with_applied_upstream(&p2, "commit def")).expect("utf8");
         assert_eq!(twice.matches("Applied-Upstream").count(), 1, "{twice}");
         assert!(twice.contains("Applied-Upstream: commit def\n"));
+    }
+
+    fn moved(text: &str) -> Result<String> {
+        let tree: crate::base::digest::Sha256 = crate::base::digest::Sha256::of_bytes(b"tree");
+        let onto = audit::Onto {
+            spec: "dir:/x/up2".into(),
+            source: PinSource::Dir {
+                path: "/x/up2".into(),
+                tree_sha256: tree,
+            },
+            sha256_from: None,
+        };
+        let pin = crate::source::upstream::ResolvedPin {
+            kind: "dir".into(),
+            uri: "/x/up2".into(),
+            sha256: Some(tree),
+            git_commit: None,
+            tag: None,
+            subdir: None,
+            build_number: 0,
+            build_commit: String::new(),
+            archive: None,
+            skipped_git_entries: 0,
+            skipped_git_paths: Vec::new(),
+        };
+        moved_recipe_text(
+            text,
+            Path::new("r.toml"),
+            &pin,
+            &onto,
+            "/x/up",
+            "2026-12-02",
+        )
+    }
+
+    const REST: &str = "\n# the CPU toolchain\n[toolchain.cpu]\ncc = \"gcc\"  # the system compiler\ncxx = \"g++\"\n\n[base]\ntoolchain = \"cpu\"\ntargets = [\"up\"]\n[variants.patched]\n";
+
+    fn recipe(head: &str) -> String {
+        format!("# up, pinned\nname = \"up\"\ndefault-variant = \"patched\"\n{head}kind = \"dir\"\npath = \"/x/up\"  # the old tree\ntree-sha256 = \"{}\"\n{REST}", crate::base::digest::Sha256::of_bytes(b"old"))
+    }
+
+    fn parses(text: &str) -> crate::source::recipe::Recipe {
+        crate::source::recipe::Recipe::parse(text, Path::new("r.toml"), None).expect("a recipe")
+    }
+
+    // issue #19 class 3: a header with a comment is a `[pin]` header; the rest of the recipe,
+    // comments and layout included, is kept as written.
+    #[test]
+    fn a_pin_header_with_a_comment_is_moved_and_every_other_comment_survives() {
+        let old = recipe("[pin]  # the upstream tree\n");
+        parses(&old);
+        let new = moved(&old).expect("moved");
+        let r = parses(&new);
+        assert!(
+            matches!(&r.pin.source, PinSource::Dir { path, .. } if path == Path::new("/x/up2")),
+            "{new}"
+        );
+        assert!(new.starts_with("# up, pinned\nname = \"up\"\ndefault-variant = \"patched\"\n[pin]  # the upstream tree\n# Moved from /x/up by `pinforge rebase` on 2026-12-02.\nkind = \"dir\"\n"), "{new}");
+        assert!(
+            new.ends_with(REST),
+            "everything after the pin is kept byte for byte:\n{new}"
+        );
+        assert!(
+            !new.contains("the old tree"),
+            "the old pin's keys are replaced: {new}"
+        );
+    }
+
+    // issue #19 class 3: a line `[pin]` inside a multi-line string is text, not a header.
+    #[test]
+    fn a_multi_line_description_holding_a_pin_line_is_not_taken_for_the_table() {
+        let description =
+            "description = \"\"\"\nThe tree to build.\n[pin]\nkind = \"crate\"\n\"\"\"\n";
+        let old = recipe(&format!("{description}[pin]\n"));
+        parses(&old);
+        let new = moved(&old).expect("moved");
+        parses(&new);
+        assert!(new.contains(description), "{new}");
+        assert!(new.contains("path = \"/x/up2\""), "{new}");
+        let e = moved("name = \"up\"\n").expect_err("no pin");
+        assert!(e.to_string().contains("no `[pin]` table"), "{e}");
+        let e = moved("name = \"up\n").expect_err("not toml");
+        assert_eq!(e.exit_code(), 2, "{e}");
+        assert!(e.to_string().starts_with("r.toml:1:"), "{e}");
     }
 }
