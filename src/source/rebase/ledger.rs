@@ -94,7 +94,7 @@ pub(super) fn appended(path: &Path, old: Option<&str>, entries: &[Entry]) -> Res
         }
         None => HEADER.to_string(),
     };
-    let mut doc: toml_edit::DocumentMut = old
+    let doc: toml_edit::DocumentMut = old
         .parse()
         .map_err(|e: toml_edit::TomlError| Error::input(path.display(), e.message().to_string()))?;
     let mut new_tables = toml_edit::ArrayOfTables::new();
@@ -113,12 +113,10 @@ pub(super) fn appended(path: &Path, old: Option<&str>, entries: &[Entry]) -> Res
     text.push_str(&tail.to_string());
     // The new text must still be a ledger, and its entries the old ones plus ours.
     validate(path, &text)?;
-    let before = count(&mut doc);
     let after: toml_edit::DocumentMut = text
         .parse()
         .map_err(|e: toml_edit::TomlError| Error::Internal(format!("{}: {e}", path.display())))?;
-    let mut after = after;
-    if count(&mut after) != before + entries.len() {
+    if count(&after) != count(&doc) + entries.len() {
         return Err(Error::Internal(format!(
             "{}: the appended ledger does not hold the old entries plus the new ones",
             path.display()
@@ -127,7 +125,7 @@ pub(super) fn appended(path: &Path, old: Option<&str>, entries: &[Entry]) -> Res
     Ok(text)
 }
 
-fn count(doc: &mut toml_edit::DocumentMut) -> usize {
+fn count(doc: &toml_edit::DocumentMut) -> usize {
     doc.get("dropped")
         .and_then(|i| i.as_array_of_tables())
         .map(|a| a.len())

@@ -156,10 +156,9 @@ pub(crate) fn rebase(
     decisions: &Decisions,
     today: &str,
 ) -> Result<Rebased> {
-    for name in decisions.drop.iter().chain(&decisions.keep) {
-        crate::base::text::refuse_control("--drop/--keep", name)?;
-    }
-    crate::base::text::refuse_control("--onto", &onto.spec)?;
+    // `--onto`, `--drop` and `--keep` were refused at input when they hold a control character
+    // (`cli::rebase`); the values this writes are checked again where they become text
+    // (`text::pin_keys`, the `Applied-Upstream` line in `stage`).
     let _lock = ws.lock()?;
     recovery::recover_locked(ws)?;
     // One read of the recipe: its bytes are what the journal's digest and the rewrite use.

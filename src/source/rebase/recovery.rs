@@ -169,3 +169,110 @@ fn unexplained(ws: &Workspace, j: &Journal, why: &str) -> Error {
         j.stage.display()
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::base::digest::Sha256;
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        ws: Workspace,
+        j: Journal,
+    }
+
+    fn tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
+        let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+            .expect("read")
+            .map(|e| {
+                let p = e.expect("entry").path();
+                let name = p.file_name().expect("name").to_string_lossy().into_owned();
+                (name, std::fs::read(&p).expect("read"))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// The state right after step 5 (bundle exchanged, lock renamed, recipe not yet): the
+    /// bundle folder holds the new bundle, the stage the old one and the old lock's copy.
+    fn after_step_5() -> Fixture {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().to_path_buf();
+        let bundle = root.join("patches");
+        let stage = root.join(".rebase-patches");
+        std::fs::create_dir_all(&bundle).expect("mkdir");
+        std::fs::create_dir_all(stage.join(STAGED_BUNDLE)).expect("mkdir");
+        std::fs::write(bundle.join("series"), b"new\n").expect("write");
+        std::fs::write(stage.join(STAGED_BUNDLE).join("series"), b"old\n").expect("write");
+        let recipe = root.join("up.toml");
+        std::fs::write(&recipe, b"old recipe").expect("write");
+        let lock = root.join("up.lock");
+        std::fs::write(&lock, b"new lock").expect("write");
+        std::fs::write(stage.join(OLD_LOCK), b"old lock").expect("write");
+        let j = Journal {
+            phase: Phase::Commit,
+            recipe,
+            lock: Some(lock),
+            bundle: bundle.clone(),
+            stage: stage.clone(),
+            old_recipe: Sha256::of_bytes(b"old recipe"),
+            new_recipe: Some(Sha256::of_bytes(b"new recipe")),
+            old_lock: Some(Sha256::of_bytes(b"old lock")),
+            new_lock: Some(Sha256::of_bytes(b"new lock")),
+            old_bundle: journal::bundle_digest(&stage.join(STAGED_BUNDLE)).expect("digest"),
+            new_bundle: Some(journal::bundle_digest(&bundle).expect("digest")),
+        };
+        let ws = Workspace::new(&root).expect("ws");
+        journal::write(&ws, &j).expect("journal");
+        Fixture { _dir: dir, ws, j }
+    }
+
+    // A failure (or a kill) after the exchange and before the recipe's rename: the old bundle
+    // and the old lock are put back, the stage and the journal removed; settling twice is the
+    // same as once.
+    #[test]
+    fn before_the_commit_point_the_old_bundle_and_lock_are_put_back() {
+        let f = after_step_5();
+        let r = settle(&f.ws, &f.j).expect("settle");
+        assert!(!r.finished);
+        assert_eq!(
+            tree(&f.j.bundle),
+            vec![("series".into(), b"old\n".to_vec())]
+        );
+        let lock = f.j.lock.clone().expect("lock");
+        assert_eq!(std::fs::read(&lock).expect("lock"), b"old lock");
+        assert!(!f.j.stage.exists());
+        assert!(!journal::path(&f.ws).exists());
+        settle(&f.ws, &f.j).expect("again");
+        assert_eq!(
+            tree(&f.j.bundle),
+            vec![("series".into(), b"old\n".to_vec())]
+        );
+    }
+
+    // Past the commit point (the recipe is the new one): only the leftovers go.
+    #[test]
+    fn after_the_commit_point_the_rebase_is_finished() {
+        let f = after_step_5();
+        std::fs::write(&f.j.recipe, b"new recipe").expect("write");
+        let r = settle(&f.ws, &f.j).expect("settle");
+        assert!(r.finished);
+        assert_eq!(
+            tree(&f.j.bundle),
+            vec![("series".into(), b"new\n".to_vec())]
+        );
+        assert!(!f.j.stage.exists());
+    }
+
+    // A state the journal does not explain is refused and left as it is.
+    #[test]
+    fn a_recipe_that_is_neither_old_nor_new_is_refused() {
+        let f = after_step_5();
+        std::fs::write(&f.j.recipe, b"edited by hand").expect("write");
+        let e = settle(&f.ws, &f.j).expect_err("unexplained");
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains("does not explain"), "{e}");
+        assert!(f.j.stage.exists() && journal::path(&f.ws).exists());
+    }
+}
