@@ -65,9 +65,10 @@ pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<i32> {
                     },
                 )?;
             }
-            eprintln!("error: {}", stop.message);
+            // The evidence quotes upstream commit messages: shown escaped, never raw (issue #19).
+            eprintln!("error: {}", text::shown(&stop.message));
             for l in stop.detail.lines() {
-                eprintln!("  {l}");
+                eprintln!("  {}", text::shown(l));
             }
             eprintln!("hint: {}", stop.hint);
             return Ok(exit::CHECK_FAILED);
@@ -85,23 +86,24 @@ pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<i32> {
     }
     outln!(
         "rebased {} from {} onto {}",
-        report.recipe,
-        report.from,
-        report.onto
+        text::shown(&report.recipe),
+        text::shown(&report.from),
+        text::shown(&report.onto)
     );
     for p in &report.patches {
         match &p.applied_upstream {
             Some(au) => outln!(
-                "  {} {} ({}): Applied-Upstream: {au}",
+                "  {} {} ({}): Applied-Upstream: {}",
                 p.action,
                 p.file,
-                p.verdict.as_str()
+                p.verdict.as_str(),
+                text::shown(au)
             ),
             None => outln!("  {} {} ({})", p.action, p.file, p.verdict.as_str()),
         }
     }
     if let Some(l) = &report.ledger {
-        outln!("ledger: {l}");
+        outln!("ledger: {}", text::shown(l));
     }
     Ok(exit::OK)
 }
