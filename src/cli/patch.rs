@@ -83,6 +83,26 @@ pub enum PatchCommand {
         #[command(flatten)]
         out: JsonArg,
     },
+    /// Check the attribution claims against an upstream, not only their form: each
+    /// `Upstream-Commit` exists in the upstream's history, its message names the header's PR,
+    /// the first tag containing it is the `Applied-Upstream` claimed, `From:` is its git author,
+    /// and a Pending/Submitted patch has not landed. Without history (a registry, tarball or
+    /// folder pin) it says so and checks what content can show. Exit 1 when a claim is false.
+    #[command(
+        name = "check-attribution",
+        after_help = "Examples:\n  pinforge patch check-attribution --upstream git:../llama.cpp@b8233\n  pinforge patch check-attribution --upstream crate:llama-cpp-sys-2@0.1.140 --json"
+    )]
+    CheckAttribution {
+        /// The upstream: git:URL@REV (the upstream repository or a mirror, with its tags),
+        /// crate:NAME@VERSION, tarball:PATH or dir:PATH
+        #[arg(long)]
+        upstream: String,
+        /// Bundle folder [default: <workspace>/patches]
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        #[command(flatten)]
+        out: JsonArg,
+    },
     /// The bibliography: one row per patch in series order.
     #[command(
         after_help = "Examples:\n  pinforge patch list\n  pinforge patch list --json | jq '.[].issue'"
@@ -120,6 +140,9 @@ pub(super) fn run(ctx: &super::Ctx, c: PatchCommand) -> Result<i32> {
             base,
             out,
         } => cmd_export(&repo, &bundle_dir(dir), base.as_deref(), out.json),
+        PatchCommand::CheckAttribution { upstream, dir, out } => {
+            cmd_check_attribution(ctx, &bundle_dir(dir), &upstream, out.json)
+        }
         PatchCommand::CommitMessage { dir } => {
             let bundle = Bundle::load(&bundle_dir(dir))?;
             bundle.select(None)?;
@@ -189,6 +212,83 @@ fn cmd_lint(paths: Vec<PathBuf>, json: bool) -> Result<i32> {
         findings.len() - errors
     );
     Ok(if errors > 0 { exit::INPUT } else { exit::OK })
+}
+
+fn cmd_check_attribution(
+    ctx: &super::Ctx,
+    dir: &std::path::Path,
+    upstream: &str,
+    json: bool,
+) -> Result<i32> {
+    use crate::base::text::Shown;
+    let ws = crate::base::workspace::Workspace::new(&ctx.ws_root)?;
+    let bundle = Bundle::load(dir)?;
+    let onto = crate::source::audit::parse_onto(upstream)?;
+    let report = crate::source::attribution::check(&ws, &bundle, &onto)?;
+    let code = if report.false_claims() > 0 {
+        exit::CHECK_FAILED
+    } else {
+        exit::OK
+    };
+    if json {
+        print_json(super::schema::id::PATCH_CHECK_ATTRIBUTION, &report)?;
+        return Ok(code);
+    }
+    outln!(
+        "attribution of {} against {}",
+        dir.display(),
+        report.upstream
+    );
+    outln!("history: {}", report.history);
+    for p in &report.patches {
+        let mut facts = Vec::new();
+        if let (Some(c), Some(found)) = (&p.commit_claimed, p.commit_found) {
+            facts.push(format!(
+                "commit {c} {}",
+                if found { "found" } else { "not found" }
+            ));
+        }
+        if let Some(a) = &p.upstream_author {
+            facts.push(format!("author {}", Shown(a)));
+        }
+        if let Some(t) = &p.first_tag {
+            facts.push(format!("first in {}", Shown(t)));
+        }
+        if let Some(c) = p.content {
+            facts.push(format!("change {}", crate::source::audit::word(&c)));
+        }
+        let verdict = if p.findings.is_empty() {
+            "ok"
+        } else {
+            "FALSE CLAIM"
+        };
+        outln!(
+            "{}: {verdict}{}",
+            p.file,
+            if facts.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", facts.join(", "))
+            }
+        );
+        for f in &p.findings {
+            outln!(
+                "  {}:{}: {}: claims {}, upstream shows {}",
+                dir.join(&p.file).display(),
+                f.line,
+                f.field,
+                Shown(&f.claimed),
+                Shown(&f.found)
+            );
+            outln!("    hint: {}", f.hint);
+        }
+    }
+    outln!(
+        "{} patch(es): {} false claim(s)",
+        report.patches.len(),
+        report.false_claims()
+    );
+    Ok(code)
 }
 
 fn cmd_apply(repo: &std::path::Path, dir: &std::path::Path, json: bool) -> Result<i32> {

@@ -69,6 +69,8 @@ pub mod id {
     pub const PATCH_LINT: &str = "pinforge.patch-lint/v1";
     /// `patch apply --json`.
     pub const PATCH_APPLY: &str = "pinforge.patch-apply/v1";
+    /// `patch check-attribution --json`.
+    pub const PATCH_CHECK_ATTRIBUTION: &str = "pinforge.patch-check-attribution/v1";
     /// `patch list --json`.
     pub const PATCH_LIST: &str = "pinforge.patch-list/v1";
     /// `patch bundle --json`.
@@ -109,6 +111,7 @@ pub const DOCUMENTS: &[Document] = &[
     doc::<crate::deploy::install::GcOutcome>(id::GC),
     doc::<crate::deploy::smoke::SmokeReport>(id::SMOKE),
     doc::<super::patch::LintReport<'static>>(id::PATCH_LINT),
+    doc::<crate::source::attribution::Report>(id::PATCH_CHECK_ATTRIBUTION),
     doc::<super::patch::ApplyReport>(id::PATCH_APPLY),
     doc::<super::patch::PatchList<'static>>(id::PATCH_LIST),
     doc::<super::patch::BundleWritten>(id::PATCH_BUNDLE),

@@ -7,6 +7,7 @@
 // One module per workstream; the shared fixtures (pinforge runner, tiny upstream, install
 // fixture) live in this file and are reachable from every module as `crate::…`.
 mod artifacts;
+mod attribution;
 mod audit;
 mod bundle;
 mod compile_cache;

@@ -254,6 +254,9 @@ pub(crate) fn analyze(header: &Header) -> (Option<Attribution>, Vec<Finding>) {
 
     if let Some((status, line)) = &status {
         status_rules(header, status, *line, &mut lint);
+        if matches!(status, UpstreamStatus::Backport(_)) {
+            backport_author(header, &authors, from.as_deref(), &mut lint);
+        }
     }
     if header.diff_line.is_none() {
         lint.error(
@@ -481,6 +484,39 @@ fn status_rules(header: &Header, status: &UpstreamStatus, line: usize, lint: &mu
     }
 }
 
+/// A backport keeps git's author, as `git cherry-pick` does: `From:` (what `git log`, `git
+/// blame` and every forge show) is the upstream author the header names, not the bundle's
+/// maintainer, who is the committer. A `From:` that names none of the `Upstream-Author`
+/// handles (in its name or e-mail) is a warning; `patch check-attribution --upstream` says
+/// what the commit's author really is.
+fn backport_author(header: &Header, authors: &[String], from: Option<&str>, lint: &mut Lint) {
+    if authors.is_empty() {
+        return;
+    }
+    let from_lower = from.unwrap_or("").to_ascii_lowercase();
+    if authors
+        .iter()
+        .any(|h| from_lower.contains(&h.to_ascii_lowercase()))
+    {
+        return;
+    }
+    let line = header
+        .get("From")
+        .or_else(|| header.get("Upstream-Author"))
+        .map(|f| f.line)
+        .unwrap_or(1);
+    lint.warn(
+        line,
+        "backport-author",
+        format!(
+            "a Backport's `From:` ({}) is not its upstream author ({})",
+            from.unwrap_or("none"),
+            authors.join(", ")
+        ),
+        "write the upstream commit's author as `From: Name <email>` (git's author); the bundle maintainer stays the committer. `pinforge patch check-attribution --upstream PIN` shows the commit's author",
+    );
+}
+
 fn is_url(s: &str) -> bool {
     (s.starts_with("https://") || s.starts_with("http://"))
         && s.len() > "https://".len()
@@ -661,6 +697,27 @@ mod tests {
             rules(&GOOD.replace("---\ndiff --git a/x b/x\n", "")),
             vec![("no-diff", 8)]
         );
+    }
+
+    #[test]
+    fn a_backport_authored_by_the_bundle_warns() {
+        let backport = |from: &str| {
+            format!("From: {from}\nSubject: fix\nUpstream-Status: Backport\nUpstream-Commit: 99bd67c9b\nUpstream-Author: ggerganov\nOrigin: https://github.com/o/r/pull/1\nLast-Update: 2026-11-30\n\n---\ndiff --git a/x b/x\n")
+        };
+        let all = |text: &str| -> Vec<(&'static str, usize)> {
+            analyze(&Header::parse(text.as_bytes()))
+                .1
+                .into_iter()
+                .map(|f| (f.rule, f.line))
+                .collect()
+        };
+        let warned = all(&backport(
+            "pinforge bundle maintainers <bundle@pinforge.invalid>",
+        ));
+        assert_eq!(warned, vec![("backport-author", 1)]);
+        assert!(all(&backport("Georgi Gerganov <ggerganov@gmail.com>")).is_empty());
+        // A Pending patch's From: is whoever wrote the fix text: no rule about it.
+        assert!(all(GOOD).is_empty());
     }
 
     #[test]
