@@ -21,6 +21,7 @@ mod patch_apply;
 mod schemas;
 mod smoke_trust;
 mod snapshots_cli;
+mod trust_export;
 mod trust_install;
 mod ux;
 mod validate;
