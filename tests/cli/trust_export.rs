@@ -307,6 +307,30 @@ fn an_amended_commit_exports_its_edit_not_the_stale_note() {
         &co,
         &["config", "notes.rewriteRef", "refs/notes/pinforge-patch"],
     );
+    // A message-only amend (a credit edited in the trailers) is an edit too.
+    let msg = git(&co, &["log", "-1", "--format=%B"]);
+    assert!(msg.contains("Reported-by: someone\n"), "{msg}");
+    let msg_file = t.ws.join("msg");
+    std::fs::write(
+        &msg_file,
+        msg.replace("Reported-by: someone\n", "Reported-by: someone-else\n"),
+    )
+    .expect("write");
+    git(
+        &co,
+        &[
+            "commit",
+            "-q",
+            "--amend",
+            "-F",
+            msg_file.to_str().expect("utf8"),
+        ],
+    );
+    let o = export();
+    let j = json(&o);
+    assert_eq!(j["patches"][0]["from"], "commit", "{j}");
+    let text = std::fs::read_to_string(out.join(name)).expect("exported");
+    assert!(text.contains("Reported-by: someone-else"), "{text}");
     let c = std::fs::read_to_string(co.join("tiny.c")).expect("read");
     std::fs::write(co.join("tiny.c"), c.replace("return 2;", "return 3;")).expect("write");
     git(&co, &["commit", "-q", "-a", "--amend", "--no-edit"]);
@@ -530,8 +554,13 @@ fn a_failed_write_midway_leaves_the_old_bundle_intact() {
     } else {
         crate::skip("mkfifo is not available");
     }
+    // The swap keeps the folders' modes (a private bundle stays private).
+    chmod(&c.bundle, 0o700);
+    chmod(&c.bundle.join("dropped"), 0o750);
     let o = c.export(&[]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(mode(&c.bundle), 0o700);
+    assert_eq!(mode(&c.bundle.join("dropped")), 0o750);
     let series = std::fs::read_to_string(c.bundle.join("series")).expect("series");
     assert_eq!(
         series,
@@ -540,6 +569,16 @@ fn a_failed_write_midway_leaves_the_old_bundle_intact() {
     assert!(
         c.bundle.join("ledger.toml").is_file() && c.bundle.join("dropped/gone.patch").is_file()
     );
+}
+
+fn mode(p: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).expect("stat").permissions().mode() & 0o7777
+}
+
+fn chmod(p: &Path, m: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).expect("chmod");
 }
 
 /// [`snapshot`] of a folder holding a FIFO, which is listed but never read.

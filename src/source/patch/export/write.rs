@@ -50,6 +50,13 @@ pub(crate) fn write_bundle(dir: &Path, exported: &[Exported]) -> Result<()> {
         stage_keeping_mode(old.as_deref(), &new_dir, &e.file, &e.bytes)?;
     }
     stage_keeping_mode(old.as_deref(), &new_dir, "series", series.as_bytes())?;
+    // The folders' modes last, so a read-only old folder does not stop the writes above.
+    if let Some(old) = &old {
+        if new_dir.join(DROPPED).is_dir() {
+            keep_folder_mode(&old.join(DROPPED), &new_dir.join(DROPPED))?;
+        }
+        keep_folder_mode(old, &new_dir)?;
+    }
     check_reads_back(&new_dir, exported)?;
     fsx::sync_dir(&new_dir)?;
     // The commit point: one exchange (or one rename), then the old folder goes with the stage.
@@ -149,6 +156,18 @@ fn copy_own_files(src: &Path, dest: &Path, replaced: &[&str]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Give the staged folder `to` the permission bits of the folder `from` it replaces: a 0700
+/// bundle must not come back 0755 after the swap.
+fn keep_folder_mode(from: &Path, to: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(from)
+        .at("inspect", from)?
+        .permissions()
+        .mode()
+        & 0o7777;
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(mode)).at("chmod", to)
 }
 
 /// The staged folder, read by the bundle reader, lists exactly the exported files in order
