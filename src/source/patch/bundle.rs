@@ -154,21 +154,19 @@ pub(crate) fn refuse_bundle_file(bundle: &Bundle, output: &Path) -> Result<()> {
                     .as_ref()
                     .is_some_and(|d| parent == &d.join("dropped"))
         });
-    if clash.is_some() || lands_in.is_some() {
-        let which = clash
-            .map(|f| f.display().to_string())
-            .unwrap_or_else(|| "a file name the bundle reader owns".into());
-        return Err(Error::input(
-            output.display(),
-            format!(
-                "is {} of the bundle being read ({}); the mbox would replace it",
-                text::shown(&which),
-                bundle.dir.display()
-            ),
-        )
-        .with_hint("write the mbox outside the bundle folder, e.g. `-o fixes.mbox`"));
-    }
-    Ok(())
+    let why = match (clash, lands_in) {
+        (Some(f), _) => format!("resolves to {}", text::shown(&f.display().to_string())),
+        (None, Some(_)) => "is a name the bundle reader owns, inside its folder".to_string(),
+        (None, None) => return Ok(()),
+    };
+    Err(Error::input(
+        output.display(),
+        format!(
+            "{why}, a file of the bundle being read ({}); the mbox would replace it",
+            bundle.dir.display()
+        ),
+    )
+    .with_hint("write the mbox outside the bundle folder, e.g. `-o fixes.mbox`"))
 }
 
 /// The message with `notes` inserted just before its diff, after a `---` line (added when the
