@@ -80,6 +80,10 @@ pub enum PatchCommand {
         /// The upstream commit the patches sit on [default: the pristine tag pinforge/pristine]
         #[arg(long)]
         base: Option<String>,
+        /// Write an empty series when no commit sits above the base (the pristine tree);
+        /// without it such an export is refused, since it would wipe the bundle
+        #[arg(long)]
+        allow_empty: bool,
         #[command(flatten)]
         out: JsonArg,
     },
@@ -138,8 +142,15 @@ pub(super) fn run(ctx: &super::Ctx, c: PatchCommand) -> Result<i32> {
             repo,
             dir,
             base,
+            allow_empty,
             out,
-        } => cmd_export(&repo, &bundle_dir(dir), base.as_deref(), out.json),
+        } => cmd_export(
+            &repo,
+            &bundle_dir(dir),
+            base.as_deref(),
+            allow_empty,
+            out.json,
+        ),
         PatchCommand::CheckAttribution { upstream, dir, out } => {
             cmd_check_attribution(ctx, &bundle_dir(dir), &upstream, out.json)
         }
@@ -379,6 +390,8 @@ fn cmd_list(dir: &std::path::Path, json: bool) -> Result<i32> {
 
 fn cmd_bundle(dir: &std::path::Path, output: &std::path::Path, json: bool) -> Result<i32> {
     let bundle = Bundle::load(dir)?;
+    // The mbox must never land on a file of the bundle it is made from (any spelling, link).
+    crate::source::patch::bundle::refuse_bundle_file(&bundle, output)?;
     let patches = bundle.select(None)?;
     let rows = bundle.bibliography();
     let bytes = crate::source::patch::bundle::mbox(&patches, &rows)?;
@@ -410,29 +423,12 @@ fn cmd_export(
     repo: &std::path::Path,
     dir: &std::path::Path,
     base: Option<&str>,
+    allow_empty: bool,
     json: bool,
 ) -> Result<i32> {
-    let exported = crate::source::patch::export::export(repo, base)?;
-    crate::base::fsx::create_dir_all(dir)?;
-    // Comment lines of an existing series stay; the entries are the exported order.
-    let series_path = dir.join("series");
-    let mut series = String::new();
-    if series_path.exists() {
-        for l in crate::base::fsx::read_to_string(&series_path)?.lines() {
-            if l.trim_start().starts_with('#') {
-                series.push_str(l);
-                series.push('\n');
-            }
-        }
-    }
-    for e in &exported {
-        series.push_str(&e.file);
-        series.push('\n');
-    }
-    for e in &exported {
-        crate::base::fsx::write_atomic_keep_mode(&dir.join(&e.file), &e.bytes)?;
-    }
-    crate::base::fsx::write_atomic_keep_mode(&series_path, series.as_bytes())?;
+    let exported = crate::source::patch::export::export(repo, base, allow_empty)?;
+    // Staged whole and swapped in once: a failure leaves the old bundle as it was.
+    crate::source::patch::export::write_bundle(dir, &exported)?;
     let errors = exported
         .iter()
         .flat_map(|e| &e.findings)

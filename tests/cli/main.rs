@@ -22,6 +22,7 @@ mod patch_apply;
 mod schemas;
 mod smoke_trust;
 mod snapshots_cli;
+mod trust_export;
 mod trust_install;
 mod trust_rebase;
 mod ux;

@@ -17,8 +17,6 @@ use std::fmt;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 
-use crate::base::git::{COMMITTER_EMAIL, COMMITTER_NAME};
-
 mod place;
 use place::{check_results, plan};
 
@@ -310,12 +308,10 @@ fn apply_one(repo: &Repository, p: &PatchFile, order: usize) -> Result<(GitOid, 
         .and_then(|h| h.peel_to_commit())
         .git_at(&"vendor repository HEAD")?;
 
-    let when = commit_time(attribution);
-    let (name, email) = attribution
-        .from
-        .as_deref()
-        .and_then(super::mail::split_from)
-        .unwrap_or((COMMITTER_NAME.to_string(), COMMITTER_EMAIL.to_string()));
+    let (secs, offset) = super::mail::when(attribution);
+    let when = Time::new(secs, offset);
+    // The same ident `patch bundle` writes into the mail, so `git am` makes the same author.
+    let (name, email) = super::mail::author(attribution);
     let author = Signature::new(&name, &email, &when).git_at(&subject(p))?;
     // The committer is fixed, so that commit ids depend only on content and attribution, never
     // on who ran the tool or when.
@@ -339,8 +335,9 @@ fn apply_one(repo: &Repository, p: &PatchFile, order: usize) -> Result<(GitOid, 
 
 /// The vendor commit's message: what `git am` makes of the mail (subject, then the body,
 /// cleaned by git's stripspace), the DEP-3 description when it says more than the subject,
-/// and a last paragraph of trailers (attribution, patch identity, moved hunks).
-fn commit_message(
+/// and a last paragraph of trailers (attribution, patch identity, moved hunks). `patch export`
+/// makes it again to tell whether a commit is still the one its note's file made.
+pub(super) fn commit_message(
     p: &PatchFile,
     a: &super::lint::Attribution,
     order: usize,
@@ -380,24 +377,6 @@ pub(super) fn read_sections(p: &PatchFile) -> Result<Vec<FilePatch>> {
             format!("not a valid diff: {}", e.message),
         )
     })
-}
-
-/// The commit time: the patch's `Date:`, else its `Last-Update` at midnight UTC, else the
-/// epoch. Never the wall clock: the same bundle must give the same commit ids everywhere.
-fn commit_time(a: &super::lint::Attribution) -> Time {
-    let secs = a
-        .date
-        .as_deref()
-        .and_then(crate::base::time::parse_rfc2822)
-        .or_else(|| {
-            a.last_update
-                .as_deref()
-                .and_then(|d| crate::base::time::parse_ymd(d).map(|s| (s, 0)))
-        });
-    match secs {
-        Some((s, off)) => Time::new(s, off),
-        None => Time::new(0, 0),
-    }
 }
 
 #[cfg(test)]

@@ -231,6 +231,32 @@ pub(crate) fn split_from(from: &str) -> Option<(String, String)> {
     Some((name, email))
 }
 
+/// The author a patch's commit gets (`patch apply`) and its mail says (`patch bundle`): the
+/// attribution's `From:` (or DEP-3 `Author:`) split as mailinfo splits it, else pinforge's own
+/// identity, so that a patch naming only handles still has an ident `git am` accepts.
+pub(crate) fn author(a: &super::lint::Attribution) -> (String, String) {
+    use crate::base::git::{COMMITTER_EMAIL, COMMITTER_NAME};
+    a.from
+        .as_deref()
+        .and_then(split_from)
+        .unwrap_or((COMMITTER_NAME.to_string(), COMMITTER_EMAIL.to_string()))
+}
+
+/// The commit time of a patch as (seconds, offset in minutes): its `Date:`, else its
+/// `Last-Update` at midnight UTC, else the epoch. Never the wall clock: the same bundle must
+/// give the same commit ids everywhere, and the same `Date:` in the mail that carries it.
+pub(crate) fn when(a: &super::lint::Attribution) -> (i64, i32) {
+    a.date
+        .as_deref()
+        .and_then(crate::base::time::parse_rfc2822)
+        .or_else(|| {
+            a.last_update
+                .as_deref()
+                .and_then(|d| crate::base::time::parse_ymd(d).map(|s| (s, 0)))
+        })
+        .unwrap_or((0, 0))
+}
+
 /// mailinfo's `unquote_quoted_pair`: the quotes of quoted strings and the backslashes of
 /// quoted pairs go; comments stay (handle_from strips a trailing `(...)` later).
 fn unquote_pairs(s: &str) -> String {

@@ -8,10 +8,25 @@
 //! `From`/`Date`/`Subject` from the commit, the attribution fields from its trailers, the body
 //! as `Description`, then the diff against its parent. Every exported file is linted, so a
 //! commit without attribution trailers exports with lint errors, never silently.
+//!
+//! The trust rules (issue #19 class 5), each in one place: file names follow [`name`]'s rule
+//! (a valid series entry ending in `.patch`, never one of the bundle's own files); a note is
+//! used only when it makes the commit again ([`trust`]); a binary change is exported as a git
+//! binary diff that `git apply` applies, never as `Binary files … differ`; a checkout with no
+//! commit above its base (the pristine tree) is refused unless asked for; and the whole bundle
+//! is staged and swapped in one step ([`write`]).
 
-use super::{lint, PatchFile, PatchId};
+mod name;
+mod trust;
+mod write;
+
+pub(crate) use name::{patch_file_name, BUNDLE_OWN};
+pub(crate) use write::write_bundle;
+
+use super::{lint, PatchFile};
 use crate::base::digest::{GitOid, Sha256};
 use crate::base::error::{Error, GitContext, Result};
+use crate::base::text;
 use git2::{Commit, Repository};
 use serde::Serialize;
 use std::path::Path;
@@ -69,8 +84,14 @@ pub(crate) struct Exported {
     pub bytes: Vec<u8>,
 }
 
-/// Export the commits of `repo` above `base` (default: the pristine tag), oldest first.
-pub(crate) fn export(repo_path: &Path, base: Option<&str>) -> Result<Vec<Exported>> {
+/// Export the commits of `repo` above `base` (default: the pristine tag), oldest first. A
+/// checkout with no commit above its base (the pristine tree itself) is refused unless
+/// `allow_empty`: its export is an empty series that would wipe the bundle.
+pub(crate) fn export(
+    repo_path: &Path,
+    base: Option<&str>,
+    allow_empty: bool,
+) -> Result<Vec<Exported>> {
     let subject = repo_path.display().to_string();
     let repo = Repository::open(repo_path)
         .map_err(|e| Error::input(&subject, format!("not a git repository: {}", e.message())))?;
@@ -80,8 +101,11 @@ pub(crate) fn export(repo_path: &Path, base: Option<&str>) -> Result<Vec<Exporte
         .and_then(|o| o.peel_to_commit())
         .map(|c| c.id())
         .map_err(|_| {
-            Error::input(&subject, format!("base `{base_spec}` is not a commit here"))
-                .with_hint("name the upstream commit the patches sit on with --base")
+            Error::input(
+                &subject,
+                format!("base `{}` is not a commit here", text::shown(base_spec)),
+            )
+            .with_hint("name the upstream commit the patches sit on with --base")
         })?;
     let head = repo
         .head()
@@ -93,9 +117,14 @@ pub(crate) fn export(repo_path: &Path, base: Option<&str>) -> Result<Vec<Exporte
     walk.simplify_first_parent().git_at(&subject)?;
     walk.set_sorting(git2::Sort::TOPOLOGICAL | git2::Sort::REVERSE)
         .git_at(&subject)?;
+    let oids: Vec<git2::Oid> = walk
+        .collect::<std::result::Result<_, _>>()
+        .git_at(&subject)?;
+    if oids.is_empty() && !allow_empty {
+        return Err(nothing_above(repo_path, base_spec));
+    }
     let mut out: Vec<Exported> = Vec::new();
-    for (n, oid) in walk.enumerate() {
-        let oid = oid.git_at(&subject)?;
+    for (n, oid) in oids.into_iter().enumerate() {
         let c = repo.find_commit(oid).git_at(&subject)?;
         if c.parent_count() != 1 {
             return Err(Error::input(
@@ -104,32 +133,11 @@ pub(crate) fn export(repo_path: &Path, base: Option<&str>) -> Result<Vec<Exporte
             )
             .with_hint("rebase the vendor tree's patches into a linear series first"));
         }
-        let trailers = trailers(&c);
-        let named = trailers
-            .iter()
-            .find(|(k, _)| k == "Pinforge-Patch")
-            .map(|(_, v)| v.clone());
-        let want = trailers
-            .iter()
-            .find(|(k, _)| k == "Pinforge-Patch-Sha256")
-            .and_then(|(_, v)| v.parse::<Sha256>().ok());
-        let note = crate::base::git::read_patch_note(&repo, oid)
-            .filter(|b| want.is_some_and(|w| w == Sha256::of_bytes(b)));
-        let (bytes, from) = match note {
-            Some(b) => (b, ExportedFrom::Note),
-            None => (
-                from_commit(&repo, &c, &trailers, &subject)?,
-                ExportedFrom::Commit,
-            ),
-        };
-        // An amended pinforge commit keeps its trailer, and so its file name.
-        let file = match named.filter(|f| PatchId::new(f).is_ok()) {
-            Some(f) => f,
-            None => file_name(n + 1, c.summary().unwrap_or("patch")),
-        };
+        let e = export_one(&repo, &c, n + 1, &subject)?;
         // Two commits naming one file (a copied trailer, or a generated name equal to a
         // trailer's) would overwrite each other's patch: refuse before anything is written.
-        if let Some(first) = out.iter().find(|e| e.file == file) {
+        if let Some(first) = out.iter().find(|x| x.file == e.file) {
+            let file = &e.file;
             return Err(Error::input(
                 format!("{subject}: commits {} and {oid}", first.commit),
                 format!("both export to {file}; one patch would overwrite the other"),
@@ -138,18 +146,109 @@ pub(crate) fn export(repo_path: &Path, base: Option<&str>) -> Result<Vec<Exporte
                 "give one of them its own file name: amend its `Pinforge-Patch: {file}` trailer (or remove it to get a generated name)"
             )));
         }
-        let id = PatchId::new(&file).map_err(|m| Error::Internal(m.to_string()))?;
-        let parsed = PatchFile::from_bytes(id, file.clone().into(), bytes.clone());
-        out.push(Exported {
-            file,
-            commit: GitOid::new(oid),
-            from,
-            sha256: parsed.sha256,
-            findings: parsed.findings,
-            bytes,
-        });
+        out.push(e);
     }
     Ok(out)
+}
+
+/// One commit as a patch file: its note when the note makes this very commit, else rebuilt
+/// from the commit; named by its trailer or its subject, under the one rule for names.
+fn export_one(repo: &Repository, c: &Commit, n: usize, subject: &str) -> Result<Exported> {
+    let oid = c.id();
+    let what = format!("{subject}: commit {oid}");
+    let trailers = trailers(c);
+    let value = |key: &str| {
+        trailers
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    };
+    // An amended pinforge commit keeps its trailer, and so its file name.
+    let id = match value("Pinforge-Patch") {
+        Some(named) => patch_file_name(&format!("{what}: trailer `Pinforge-Patch`"), named)?,
+        None => patch_file_name(&what, &file_name(n, c.summary().unwrap_or("patch")))
+            .map_err(|e| Error::Internal(format!("a derived file name broke the rule: {e}")))?,
+    };
+    let want = value("Pinforge-Patch-Sha256").and_then(|v| v.parse::<Sha256>().ok());
+    let order = value("Pinforge-Patch-Order").and_then(|v| v.parse::<usize>().ok());
+    let note = crate::base::git::read_patch_note(repo, oid)
+        .filter(|_| value("Pinforge-Patch").is_some())
+        .filter(|b| want.is_some_and(|w| w == Sha256::of_bytes(b)))
+        .filter(|b| order.is_some_and(|o| trust::note_makes_commit(repo, c, &id, o, b)));
+    let (bytes, from) = match note {
+        Some(b) => (b, ExportedFrom::Note),
+        None => (
+            from_commit(repo, c, &trailers, subject)?,
+            ExportedFrom::Commit,
+        ),
+    };
+    refuse_dataless_binary(&what, id.as_str(), &bytes)?;
+    let parsed = PatchFile::from_bytes(id.clone(), id.as_str().into(), bytes.clone());
+    Ok(Exported {
+        file: id.as_str().to_string(),
+        commit: GitOid::new(oid),
+        from,
+        sha256: parsed.sha256,
+        findings: parsed.findings,
+        bytes,
+    })
+}
+
+/// The refusal for a checkout with nothing above its base, pointing at the patched twin when
+/// this is a pristine vendor tree (`NAME` beside `NAME+DIGEST`).
+fn nothing_above(repo_path: &Path, base_spec: &str) -> Error {
+    let twin = patched_twin(repo_path);
+    let hint = match twin {
+        Some(t) => format!(
+            "this is the pristine tree; export its patched twin {} instead, or pass --allow-empty to write an empty series on purpose",
+            text::shown(&t.display().to_string())
+        ),
+        None => "commit the changes to export in the checkout first, or pass --allow-empty to write an empty series on purpose".to_string(),
+    };
+    Error::input(
+        repo_path.display(),
+        format!(
+            "no commit above the base `{}`: the export would be an empty series, wiping the bundle",
+            text::shown(base_spec)
+        ),
+    )
+    .with_hint(hint)
+}
+
+/// A folder beside `repo_path` named `NAME+…`: the patched tree pinforge made from this one.
+fn patched_twin(repo_path: &Path) -> Option<std::path::PathBuf> {
+    let full = std::fs::canonicalize(repo_path).ok()?;
+    let prefix = format!("{}+", full.file_name()?.to_str()?);
+    let mut twins: Vec<std::path::PathBuf> = std::fs::read_dir(full.parent()?)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with(&prefix))
+        })
+        .map(|e| e.path())
+        .collect();
+    twins.sort();
+    twins.into_iter().next()
+}
+
+/// A binary change must travel as data (`GIT binary patch`): a `Binary files … differ` line
+/// applies nowhere, so a file holding one is refused, naming it, instead of exported.
+fn refuse_dataless_binary(what: &str, file: &str, bytes: &[u8]) -> Result<()> {
+    for line in bytes.split(|b| *b == b'\n') {
+        if line.starts_with(b"Binary files ") && line.ends_with(b" differ") {
+            return Err(Error::input(
+                format!("{what}: {file}"),
+                format!(
+                    "holds a binary change without its data ({})",
+                    text::shown_bytes(line)
+                ),
+            )
+            .with_hint("a binary change needs a `GIT binary patch` section (`git format-patch --binary`); amend the commit or leave the binary file out of the series"));
+        }
+    }
+    Ok(())
 }
 
 /// The last paragraph's `Key: value` lines.
@@ -239,8 +338,12 @@ fn from_commit(
     s.push_str("\n---\n");
     let parent = c.parent(0).and_then(|p| p.tree()).git_at(&subject)?;
     let tree = c.tree().git_at(&subject)?;
+    // Binary changes as data git apply accepts (`GIT binary patch`, full index lines), the
+    // way `git format-patch --binary` writes them.
+    let mut opts = git2::DiffOptions::new();
+    opts.show_binary(true);
     let diff = repo
-        .diff_tree_to_tree(Some(&parent), Some(&tree), None)
+        .diff_tree_to_tree(Some(&parent), Some(&tree), Some(&mut opts))
         .git_at(&subject)?;
     let mut bytes = s.into_bytes();
     diff.print(git2::DiffFormat::Patch, |_, _, line| {
@@ -269,5 +372,17 @@ mod tests {
             rfc2822(git2::Time::new(1_795_996_800, 60)),
             "Mon, 30 Nov 2026 01:00:00 +0100"
         );
+    }
+
+    // issue #19 class 5: a binary change without its data never leaves as a patch.
+    #[test]
+    fn a_binary_section_without_data_is_refused_naming_the_file() {
+        let dataless = b"Subject: x\n---\ndiff --git a/m.bin b/m.bin\nindex 1..2 100644\nBinary files a/m.bin and b/m.bin differ\n";
+        let e =
+            refuse_dataless_binary("co: commit 1", "0001-x.patch", dataless).expect_err("refused");
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains("0001-x.patch"), "{e}");
+        let with_data = b"diff --git a/m.bin b/m.bin\nGIT binary patch\nliteral 3\nKcmZ?d00001\n\n";
+        assert!(refuse_dataless_binary("c", "f", with_data).is_ok());
     }
 }
