@@ -316,3 +316,59 @@ fn a_git_pin_whose_lock_is_a_fifo_is_refused_by_audit_and_build_without_hanging(
         .file_type()
         .is_fifo());
 }
+
+/// The `.rs` files under `dir`, recursively.
+fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for e in std::fs::read_dir(dir).expect("ls").flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+#[test]
+fn test_code_keeps_the_rules_the_allow_lifts() {
+    // The test crates allow clippy's disallowed_methods so that tests may read their own files
+    // with std::fs (issue #19 class 8); that also lifts clippy.toml's other entries, which
+    // matter most in tests (a test changing its own environment races the others). They are
+    // checked here by text instead, in the integration tests and in every unit-test part.
+    let banned: Vec<String> = [
+        ["set", "_var("],
+        ["remove", "_var("],
+        ["process::", "exit("],
+    ]
+    .iter()
+    .map(|p| p.concat())
+    .collect();
+    let root = crate::repo_root();
+    let mut files = Vec::new();
+    rust_files(&root.join("tests"), &mut files);
+    rust_files(&root.join("src"), &mut files);
+    let mut found = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).expect("read");
+        let in_tests = f.starts_with(root.join("tests"))
+            || f.components().any(|c| c.as_os_str() == "tests")
+            || f.file_name().is_some_and(|n| n == "tests.rs");
+        // In a library file only the part from `#[cfg(test)]` on is test code; the rest is
+        // clippy's to check.
+        let test_part = if in_tests {
+            text.as_str()
+        } else {
+            text.find("#[cfg(test)]").map_or("", |i| &text[i..])
+        };
+        for (n, line) in test_part.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if banned.iter().any(|b| code.contains(b.as_str())) {
+                found.push(format!("{}:{}: {}", f.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "set the variable on the child's Command, and return from tests: {found:#?}"
+    );
+}
