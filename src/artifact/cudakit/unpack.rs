@@ -68,7 +68,7 @@ pub(crate) fn unpack_wheel(
             return Err(Error::input(
                 wheel.display(),
                 format!(
-                    "entry `{}` is also in another wheel of the toolkit",
+                    "entry `{}` is also in another wheel of the toolkit (or twice in this one)",
                     Shown(&p.raw)
                 ),
             ));

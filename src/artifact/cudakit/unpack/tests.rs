@@ -2,6 +2,7 @@
 //! plain refusals (escapes, links, other archives).
 
 use super::*;
+use proptest::prelude::*;
 use std::io::Write;
 
 fn unpack(wheel: &Path, prefix: &str, root: &Path) -> Result<usize> {
@@ -232,4 +233,48 @@ fn an_entry_name_with_a_control_character_is_refused() {
     let e = unpack(&wheel, "nvidia/cu13", dir.path()).expect_err("control");
     assert_eq!(e.exit_code(), 2, "{e}");
     assert!(e.to_string().contains("\\n"), "{e}");
+}
+
+/// Bytes written under `root`, in all.
+fn tree_bytes(root: &Path) -> u64 {
+    let mut n = 0;
+    for e in std::fs::read_dir(root).expect("ls").flatten() {
+        let m = e.metadata().expect("stat");
+        n += if m.is_dir() {
+            tree_bytes(&e.path())
+        } else {
+            m.len()
+        };
+    }
+    n
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1500, ..ProptestConfig::default() })]
+
+    /// The class, not the examples: any bytes of a ZIP64 wheel overwritten with any
+    /// values (sizes, offsets, counts, names) never panic or abort, and either unpack no more
+    /// than the bound or are refused with exit 2 naming the wheel.
+    #[test]
+    fn a_wheel_with_any_bytes_overwritten_never_panics_and_never_writes_past_the_bound(
+        edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..12),
+    ) {
+        let mut bytes = zip64_lying("nvidia/cu13/lib/ten", b"0123456789", 10, 10);
+        for (at, value) in edits {
+            let i = at.index(bytes.len());
+            bytes[i] = value;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let wheel = dir.path().join("w.whl");
+        std::fs::write(&wheel, &bytes).expect("write");
+        let root = dir.path().join("root");
+        std::fs::create_dir(&root).expect("mkdir");
+        match unpack(&wheel, "nvidia/cu13", &root) {
+            Ok(_) => prop_assert!(tree_bytes(&root) <= bytes.len() as u64 * MAX_EXPANSION),
+            Err(e) => {
+                prop_assert_eq!(e.exit_code(), 2, "{}", e);
+                prop_assert!(e.to_string().contains("w.whl"), "{}", e);
+            }
+        }
+    }
 }
