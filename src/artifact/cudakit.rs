@@ -370,9 +370,8 @@ fn sweep_stale(base: &Path) -> Result<()> {
     Ok(())
 }
 
-/// A wheel file opened for reading and checked against the digest the lock records.
-/// Returns the file positioned at its start when it has the locked digest, None otherwise.
-fn open_verified(path: &Path, want: Sha256) -> Result<Option<std::fs::File>> {
+/// A wheel file opened for reading, its SHA-256, and the file positioned at its start again.
+fn open_hashed(path: &Path) -> Result<(Sha256, std::fs::File)> {
     use std::io::{Seek, SeekFrom};
     let mut file = fsx::open_regular(path, "wheel", false)?;
     // The digest is taken through a second descriptor of the same open file; the wheel is then
@@ -380,11 +379,8 @@ fn open_verified(path: &Path, want: Sha256) -> Result<Option<std::fs::File>> {
     // replaced in between.
     let dup = file.try_clone().at("read", path)?;
     let (digest, _) = Sha256::of_reader(dup, path)?;
-    if digest != want {
-        return Ok(None);
-    }
     file.seek(SeekFrom::Start(0)).at("read", path)?;
-    Ok(Some(file))
+    Ok((digest, file))
 }
 
 /// Make sure every wheel of `lock` is in `dir` with its locked digest: a file already there
@@ -401,13 +397,13 @@ fn fetch_wheels(
     for (i, w) in lock.wheels.iter().enumerate() {
         let p = dir.join(&w.file);
         let have = match p.symlink_metadata() {
-            Ok(_) => open_verified(&p, w.sha256)?,
+            Ok(_) => Some(open_hashed(&p)?).filter(|(d, _)| *d == w.sha256),
             Err(_) => None,
         };
         if have.is_none() {
             missing.push(i);
         }
-        files.push(have);
+        files.push(have.map(|(_, f)| f));
     }
     if !missing.is_empty() {
         let tmp = tempfile::Builder::new()
@@ -445,15 +441,14 @@ fn fetch_wheels(
         for &i in &missing {
             let w = &lock.wheels[i];
             let got = tmp.path().join(&w.file);
-            let Some(file) = open_verified(&got, w.sha256)? else {
-                let (digest, _) =
-                    Sha256::of_reader(fsx::open_regular(&got, "wheel", false)?, &got)?;
+            let (digest, file) = open_hashed(&got)?;
+            if digest != w.sha256 {
                 return Err(Error::check(
                     got.display(),
                     format!("SHA-256 {digest}, the lock says {}", w.sha256),
                 )
                 .with_hint("the registry served different bytes; check the lock"));
-            };
+            }
             // The open descriptor follows the file through the rename.
             std::fs::rename(&got, dir.join(&w.file)).at("store wheel", &got)?;
             files[i] = Some(file);
