@@ -287,8 +287,9 @@ fn run_bounded(cmd: &mut Command, limit: Duration) -> Output {
 }
 
 #[test]
-fn a_git_pin_whose_lock_is_a_fifo_is_refused_by_audit_and_build_without_hanging() {
-    // Issue #19 class 8: the lock was read with std::fs::read_to_string and `audit` hung.
+fn a_git_pin_whose_lock_is_a_fifo_is_refused_by_audit_build_and_rebase_without_hanging() {
+    // Issue #19 class 8: the lock was read with std::fs::read_to_string and `audit` hung (build
+    // and rebase read it on the same path).
     let t = Tiny::new();
     let lock = t.ws.join("recipes/tiny.lock");
     let made = Command::new("mkfifo").arg(&lock).status();
@@ -300,6 +301,7 @@ fn a_git_pin_whose_lock_is_a_fifo_is_refused_by_audit_and_build_without_hanging(
     for args in [
         vec!["audit", "recipes/tiny.toml", "--onto", onto.as_str()],
         vec!["build", "recipes/tiny.toml"],
+        vec!["rebase", "recipes/tiny.toml", "--onto", onto.as_str()],
     ] {
         let o = run_bounded(pinforge_cmd(&t.ws).args(&args), Duration::from_secs(60));
         let err = stderr(&o);
@@ -309,7 +311,9 @@ fn a_git_pin_whose_lock_is_a_fifo_is_refused_by_audit_and_build_without_hanging(
             "{args:?}: {err}"
         );
     }
-    // Nothing replaced the FIFO with a lock file.
+    // Nothing replaced the FIFO with a lock file, and the rebase left the recipe as it was.
+    let recipe = std::fs::read_to_string(t.ws.join("recipes/tiny.toml")).expect("recipe");
+    assert!(recipe.contains("tag = \"v1\""), "{recipe}");
     use std::os::unix::fs::FileTypeExt;
     assert!(std::fs::symlink_metadata(&lock)
         .expect("stat")
