@@ -20,8 +20,10 @@
 //! ```
 
 mod assemble;
+mod unpack;
 
-pub(crate) use assemble::{assemble, unpack_wheel};
+pub(crate) use assemble::assemble;
+pub(crate) use unpack::unpack_wheel;
 
 use crate::base::digest::{tree_digest, Sha256};
 use crate::base::error::{Error, IoContext, Result};
@@ -245,6 +247,7 @@ pub(crate) fn provision(
     fsx::create_dir_all(&base)?;
     // One provisioner at a time: two builds asking for the same toolkit wait for one fetch.
     let _lock = fsx::DirLock::acquire(&base)?;
+    sweep_stale(&base)?;
     let dir = base.join(format!("{}-{}", lock.name, lock.sha256.short(12)));
     let record_path = dir.join("toolkit.json");
     if record_path.exists() {
@@ -281,18 +284,20 @@ pub(crate) fn provision(
     }
     let wheels_dir = base.join("wheels");
     fsx::create_dir_all(&wheels_dir)?;
-    fetch_wheels(lock, &wheels_dir, tool_dirs, note)?;
+    let wheels = fetch_wheels(lock, &wheels_dir, tool_dirs, note)?;
 
-    // Assemble in a temp folder beside the destination; one rename publishes it whole.
+    // Assemble in a temp folder beside the destination; one rename publishes it whole. The
+    // folder is removed on every error (the guard's drop), and one left by a killed run is
+    // swept by the next provisioner (`sweep_stale`).
     let tmp = tempfile::Builder::new()
-        .prefix(".assemble-")
+        .prefix(ASSEMBLE_PREFIX)
         .tempdir_in(&base)
         .at("create temp folder in", &base)?;
     let root = tmp.path().join("root");
     fsx::create_dir_all(&root)?;
-    for w in &lock.wheels {
+    for (w, file) in lock.wheels.iter().zip(wheels) {
         note("unpack", &w.file);
-        unpack_wheel(&wheels_dir.join(&w.file), &lock.prefix, &root)?;
+        unpack_wheel(file, &wheels_dir.join(&w.file), &lock.prefix, &root)?;
     }
     let stub_symbols = assemble(&root, note)?;
     let nvcc = root.join("bin").join("nvcc");
@@ -323,8 +328,10 @@ pub(crate) fn provision(
     let json = serde_json::to_vec_pretty(&record)
         .map_err(|e| Error::Internal(format!("toolkit record: {e}")))?;
     fsx::write_atomic(&tmp.path().join("toolkit.json"), &json)?;
-    let staged = tmp.keep();
-    std::fs::rename(&staged, &dir).at("publish toolkit", &dir)?;
+    // Renamed from under the guard: if the rename fails the guard still removes the folder, and
+    // once it succeeded the guard finds nothing left to remove.
+    std::fs::rename(tmp.path(), &dir).at("publish toolkit", &dir)?;
+    drop(tmp);
     fsx::sync_dir(&base)?;
     Ok(Toolkit {
         root: dir.join("root"),
@@ -333,27 +340,79 @@ pub(crate) fn provision(
     })
 }
 
+/// Temp folders of an assembly (`toolkits/.assemble-*`) and of a download
+/// (`toolkits/wheels/.fetch-*`).
+const ASSEMBLE_PREFIX: &str = ".assemble-";
+const FETCH_PREFIX: &str = ".fetch-";
+
+/// Remove the temp folders a killed provisioner left. Only a provisioner holding the cache's
+/// lock creates them, and the caller holds it now, so every one found is stale.
+fn sweep_stale(base: &Path) -> Result<()> {
+    for (dir, prefix) in [
+        (base.to_path_buf(), ASSEMBLE_PREFIX),
+        (base.join("wheels"), FETCH_PREFIX),
+    ] {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let stale = e
+                .file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with(prefix))
+                && e.file_type().is_ok_and(|t| t.is_dir());
+            if stale {
+                let p = e.path();
+                std::fs::remove_dir_all(&p).at("remove stale temp folder", &p)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A wheel file opened for reading, its SHA-256, and the file positioned at its start again.
+fn open_hashed(path: &Path) -> Result<(Sha256, std::fs::File)> {
+    use std::io::{Seek, SeekFrom};
+    let mut file = fsx::open_regular(path, "wheel", false)?;
+    // The digest is taken through a second descriptor of the same open file; the wheel is then
+    // unpacked from this one, so the bytes unpacked are the bytes hashed even if the path is
+    // replaced in between.
+    let dup = file.try_clone().at("read", path)?;
+    let (digest, _) = Sha256::of_reader(dup, path)?;
+    file.seek(SeekFrom::Start(0)).at("read", path)?;
+    Ok((digest, file))
+}
+
 /// Make sure every wheel of `lock` is in `dir` with its locked digest: a file already there
 /// is checked, a missing one is downloaded with pip (`--require-hashes`), and every file is
-/// hashed here again before it is used.
-fn fetch_wheels(lock: &ToolkitLock, dir: &Path, tool_dirs: &[PathBuf], note: Note) -> Result<()> {
+/// hashed here again before it is used. Returns the verified wheels open, in lock order.
+fn fetch_wheels(
+    lock: &ToolkitLock,
+    dir: &Path,
+    tool_dirs: &[PathBuf],
+    note: Note,
+) -> Result<Vec<std::fs::File>> {
+    let mut files = Vec::with_capacity(lock.wheels.len());
     let mut missing = Vec::new();
-    for w in &lock.wheels {
+    for (i, w) in lock.wheels.iter().enumerate() {
         let p = dir.join(&w.file);
-        if p.exists()
-            && Sha256::of_reader(fsx::open_regular(&p, "wheel", false)?, &p)?.0 == w.sha256
-        {
-            continue;
+        let have = match p.symlink_metadata() {
+            Ok(_) => Some(open_hashed(&p)?).filter(|(d, _)| *d == w.sha256),
+            Err(_) => None,
+        };
+        if have.is_none() {
+            missing.push(i);
         }
-        missing.push(w);
+        files.push(have.map(|(_, f)| f));
     }
     if !missing.is_empty() {
         let tmp = tempfile::Builder::new()
-            .prefix(".fetch-")
+            .prefix(FETCH_PREFIX)
             .tempdir_in(dir)
             .at("create temp folder in", dir)?;
         let reqs: String = missing
             .iter()
+            .map(|&i| &lock.wheels[i])
             .map(|w| format!("{}=={} --hash=sha256:{}\n", w.name, w.version, w.sha256))
             .collect();
         let req_path = tmp.path().join("requirements.txt");
@@ -379,9 +438,10 @@ fn fetch_wheels(lock: &ToolkitLock, dir: &Path, tool_dirs: &[PathBuf], note: Not
             &mut cmd,
             "install pip (python3 -m pip), or run tools/bootstrap.sh, which provides one in .tools/",
         )?;
-        for w in &missing {
+        for &i in &missing {
+            let w = &lock.wheels[i];
             let got = tmp.path().join(&w.file);
-            let (digest, _) = Sha256::of_reader(fsx::open_regular(&got, "wheel", false)?, &got)?;
+            let (digest, file) = open_hashed(&got)?;
             if digest != w.sha256 {
                 return Err(Error::check(
                     got.display(),
@@ -389,10 +449,20 @@ fn fetch_wheels(lock: &ToolkitLock, dir: &Path, tool_dirs: &[PathBuf], note: Not
                 )
                 .with_hint("the registry served different bytes; check the lock"));
             }
+            // The open descriptor follows the file through the rename.
             std::fs::rename(&got, dir.join(&w.file)).at("store wheel", &got)?;
+            files[i] = Some(file);
         }
     }
-    Ok(())
+    files
+        .into_iter()
+        .zip(&lock.wheels)
+        .map(|(f, w)| {
+            f.ok_or_else(|| {
+                Error::Internal(format!("wheel {} was neither found nor fetched", w.file))
+            })
+        })
+        .collect()
 }
 
 /// pip from the tool folders (`.tools/bin/pip` of the bootstrap) or `python3 -m pip`.

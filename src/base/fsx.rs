@@ -19,6 +19,41 @@ pub(crate) fn read(path: &Path) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// [`read`], with None for a file that is not there (a stamp or log that may not exist yet).
+pub(crate) fn read_if_present(path: &Path) -> Result<Option<Vec<u8>>> {
+    match read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(Error::Io { ref source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Copy the regular file `from` over `to` with `from`'s permission bits, as `std::fs::copy`
+/// does, but reading through [`open_regular`]: a FIFO or device named as the source is refused
+/// instead of blocking or never ending. Returns the bytes copied.
+pub(crate) fn copy_file(from: &Path, to: &Path) -> Result<u64> {
+    let mut src = open_regular(from, "file to copy", true)?;
+    let perm = src.metadata().at("stat", from)?.permissions();
+    let mut dst = std::fs::File::create(to).at("create", to)?;
+    let n = std::io::copy(&mut src, &mut dst).at("copy", from)?;
+    dst.set_permissions(perm).at("chmod", to)?;
+    Ok(n)
+}
+
+/// Open a folder (to fsync, lock or chmod it) without ever blocking: with `O_DIRECTORY` the
+/// kernel refuses anything else at lookup, so a FIFO in a folder's place is never opened.
+/// `what` words the error ("fsync directory").
+pub(crate) fn open_dir(path: &Path, what: &'static str) -> Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(path)
+        .at(what, path)
+}
+
 /// Read a whole UTF-8 regular file (see [`read`]).
 pub(crate) fn read_to_string(path: &Path) -> Result<String> {
     String::from_utf8(read(path)?).map_err(|e| {
@@ -39,8 +74,8 @@ pub(crate) fn create_dir_all(path: &Path) -> Result<()> {
 
 /// fsync a directory so that a rename inside it is durable.
 pub(crate) fn sync_dir(path: &Path) -> Result<()> {
-    std::fs::File::open(path)
-        .and_then(|d| d.sync_all())
+    open_dir(path, "fsync directory")?
+        .sync_all()
         .at("fsync directory", path)
 }
 
@@ -131,7 +166,7 @@ impl DirLock {
     /// Block until the lock on `dir` is ours.
     pub(crate) fn acquire(dir: &Path) -> Result<DirLock> {
         use fs4::fs_std::FileExt;
-        let file = std::fs::File::open(dir).at("open for locking", dir)?;
+        let file = open_dir(dir, "open for locking")?;
         file.lock_exclusive().at("lock", dir)?;
         Ok(DirLock { _file: file })
     }
@@ -254,6 +289,46 @@ mod tests {
             matches!(missing, Error::Io { ref source, .. } if source.kind() == std::io::ErrorKind::NotFound),
             "{missing}"
         );
+    }
+
+    fn fifo_in(dir: &Path, name: &str) -> PathBuf {
+        let fifo = dir.join(name);
+        assert_eq!(crate::sys::mkfifo(fifo.as_path(), 0o600), 0, "mkfifo");
+        fifo
+    }
+
+    #[test]
+    fn the_other_reads_refuse_a_fifo_at_once_too() {
+        // Issue #19 class 8: every way fsx reads (a file that may be missing, a copy's source, a
+        // folder to fsync or lock) refuses a FIFO instead of blocking on it.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = fifo_in(dir.path(), "p");
+        let e = read_if_present(&fifo).expect_err("fifo");
+        assert!(e.to_string().contains("FIFO"), "{e}");
+        assert!(read_if_present(&dir.path().join("none"))
+            .expect("missing")
+            .is_none());
+        let e = copy_file(&fifo, &dir.path().join("copy")).expect_err("fifo source");
+        assert!(e.to_string().contains("FIFO"), "{e}");
+        assert!(!dir.path().join("copy").exists(), "nothing created");
+        assert!(open_dir(&fifo, "fsync directory").is_err());
+        assert!(sync_dir(&fifo).is_err());
+        assert!(DirLock::acquire(&fifo).is_err());
+        sync_dir(dir.path()).expect("a folder syncs");
+    }
+
+    #[test]
+    fn copy_file_keeps_the_mode_and_replaces_the_content() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (from, to) = (dir.path().join("lib.so"), dir.path().join("out.so"));
+        std::fs::write(&from, b"elf").expect("write");
+        std::fs::set_permissions(&from, std::fs::Permissions::from_mode(0o750)).expect("chmod");
+        std::fs::write(&to, b"older and longer").expect("write");
+        assert_eq!(copy_file(&from, &to).expect("copy"), 3);
+        assert_eq!(std::fs::read(&to).expect("read"), b"elf");
+        let mode = std::fs::metadata(&to).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o750);
     }
 
     #[test]

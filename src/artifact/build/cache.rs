@@ -252,10 +252,9 @@ impl CompileCache {
             // The throwaway store of a --no-cache build: nothing in it is ever read again.
             let _ = std::fs::remove_dir_all(self.config.with_file_name(OFF_DIR));
         }
-        let text = match std::fs::read(&self.stats_log) {
-            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-            Err(e) => return Err(Error::io("read", &self.stats_log, e)),
+        let text = match crate::base::fsx::read_if_present(&self.stats_log)? {
+            Some(b) => String::from_utf8_lossy(&b).into_owned(),
+            None => String::new(),
         };
         let c = count(&text);
         Ok(Stats {

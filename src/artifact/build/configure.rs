@@ -260,7 +260,12 @@ pub(super) fn write_git_shim(vdir: &Path, tree: &Tree) -> Result<()> {
         number = tree.pin.build_number,
     );
     let path = vdir.join("pinforge-git");
-    if std::fs::read(&path).ok().as_deref() != Some(body.as_bytes()) {
+    if crate::base::fsx::read_if_present(&path)
+        .ok()
+        .flatten()
+        .as_deref()
+        != Some(body.as_bytes())
+    {
         crate::base::fsx::write_atomic(&path, body.as_bytes())?;
     }
     use std::os::unix::fs::PermissionsExt;

@@ -90,7 +90,7 @@ pub(super) fn run_logged(
         let _ = f.flush();
     }
     if !status.success() {
-        let text = std::fs::read_to_string(log_path).unwrap_or_default();
+        let text = crate::base::fsx::read_to_string(log_path).unwrap_or_default();
         return Err(Error::tool(&line, format!("exited with {status}"))
             .with_detail(format!(
                 "{}\n(full log: {})",

@@ -28,6 +28,7 @@ use crate::artifact::manifest;
 use crate::artifact::toolchain::{self, ResolvedToolchain, Role};
 use crate::base::digest::Sha256;
 use crate::base::error::{Error, Result};
+use crate::base::fsx;
 use crate::base::progress::Reporter;
 use crate::base::workspace::Workspace;
 use crate::source::patch::{Bundle, PatchFile};
@@ -423,7 +424,7 @@ fn configure(job: &Job, site: &Site, reporter: &dyn Reporter) -> Result<Vec<Stri
     .map_err(|e| Error::Internal(e.to_string()))?;
     let configured = site.cmake_dir.join("CMakeCache.txt").exists()
         && site.cmake_dir.join(".cmake/api/v1/reply").is_dir()
-        && std::fs::read(&stamp).ok().as_deref() == Some(stamp_body.as_slice());
+        && fsx::read_if_present(&stamp).ok().flatten().as_deref() == Some(stamp_body.as_slice());
     if !configured {
         reporter.stage("configure", job.variant.name.as_str());
         let mut cmd = site.paths.command(&job.tools.tool(Role::Cmake)?.path)?;

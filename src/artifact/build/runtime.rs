@@ -175,7 +175,7 @@ fn copy_atomic(from: &Path, to: &Path) -> Result<()> {
         .prefix(".pinforge-ship-")
         .tempfile_in(&dir)
         .map_err(|e| Error::io("create", &dir, e))?;
-    std::fs::copy(from, tmp.path()).map_err(|e| Error::io("copy", from, e))?;
+    crate::base::fsx::copy_file(from, tmp.path())?;
     tmp.persist(to)
         .map_err(|e| Error::io("rename", to, e.error))?;
     Ok(())

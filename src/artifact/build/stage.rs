@@ -252,7 +252,7 @@ pub(crate) fn stage_built_libraries(
             let Some(a) = built_file(a) else { continue };
             let a = &a;
             let Some(name) = a.file_name() else { continue };
-            std::fs::copy(a, lib.join(name)).at("copy", a)?;
+            crate::base::fsx::copy_file(a, &lib.join(name))?;
             let dir = crate::base::fsx::parent_of(a);
             for e in std::fs::read_dir(&dir)
                 .at("read directory", &dir)?

@@ -1,79 +1,14 @@
-//! Turning verified wheels into a toolkit tree: unpack each wheel's prefix with the same
-//! refusals as archive pins, give the tree a toolkit install's layout, and make the link-time
-//! stub `libcuda.so` from the toolkit's own `cuda.h` (see [`super`] for why).
+//! Turning unpacked wheels (see `unpack`) into a toolkit tree: give the tree a toolkit install's
+//! layout, and make the link-time stub `libcuda.so` from the toolkit's own `cuda.h` (see
+//! [`super`] for why).
 
 use super::Note;
 use crate::base::error::{Error, IoContext, Result};
 use crate::base::fsx;
 use crate::base::process;
 use std::collections::BTreeSet;
-use std::io::Read;
-use std::path::{Component, Path};
+use std::path::Path;
 use std::process::Command;
-
-/// Unpack the entries of `wheel` under `prefix/` into `root`, refusing anything that is not a
-/// plain relative file or folder. Entries outside the prefix (`*.dist-info`, `__init__.py`)
-/// are skipped. Returns the number of files written.
-pub(crate) fn unpack_wheel(wheel: &Path, prefix: &str, root: &Path) -> Result<usize> {
-    let file = fsx::open_regular(wheel, "wheel", false)?;
-    let mut zip = zip::ZipArchive::new(file)
-        .map_err(|e| Error::input(wheel.display(), format!("not a wheel (zip): {e}")))?;
-    let prefix = Path::new(prefix);
-    let mut written = 0;
-    for i in 0..zip.len() {
-        let mut entry = zip
-            .by_index(i)
-            .map_err(|e| Error::input(wheel.display(), format!("entry {i}: {e}")))?;
-        let raw = entry.name().to_string();
-        let name = Path::new(&raw);
-        let normal = name.components().all(|c| matches!(c, Component::Normal(_)));
-        if !normal {
-            return Err(Error::input(
-                wheel.display(),
-                format!("entry `{raw}` is not a plain relative path"),
-            )
-            .with_hint("a wheel whose entries escape its folder is never unpacked"));
-        }
-        let Ok(rel) = name.strip_prefix(prefix) else {
-            continue;
-        };
-        if rel.as_os_str().is_empty() {
-            continue;
-        }
-        let mode = entry.unix_mode().unwrap_or(0o644);
-        let kind = mode & 0o170000;
-        let dest = root.join(rel);
-        if entry.is_dir() {
-            fsx::create_dir_all(&dest)?;
-            continue;
-        }
-        if entry.is_symlink() || (kind != 0 && kind != 0o100000) {
-            return Err(Error::input(
-                wheel.display(),
-                format!("entry `{raw}` is not a regular file (mode {mode:o})"),
-            )
-            .with_hint("links and devices in a wheel are refused"));
-        }
-        if dest.symlink_metadata().is_ok() {
-            return Err(Error::input(
-                wheel.display(),
-                format!("entry `{raw}` is also in another wheel of the toolkit"),
-            ));
-        }
-        fsx::create_dir_all(&fsx::parent_of(&dest))?;
-        let mut bytes = Vec::with_capacity(entry.size() as usize);
-        entry
-            .read_to_end(&mut bytes)
-            .map_err(|e| Error::input(wheel.display(), format!("entry `{raw}`: {e}")))?;
-        let exec = mode & 0o111 != 0;
-        // No fsync per file (a toolkit is ~2,000 files): the folder is published by one rename
-        // after the tree digest is taken, and every later use re-checks that digest, so a file
-        // lost in a crash is found, never used.
-        write_new(&dest, &bytes, if exec { 0o755 } else { 0o644 })?;
-        written += 1;
-    }
-    Ok(written)
-}
 
 /// Give the unpacked tree a toolkit's layout: `lib64 -> lib`, unversioned `.so` links for
 /// versioned libraries, `nvvm/lib64 -> lib`, and the link-time `lib/stubs/libcuda.so`.
@@ -106,18 +41,6 @@ pub(crate) fn assemble(root: &Path, note: Note) -> Result<usize> {
     );
     write_stub(&symbols, &lib.join("stubs"))?;
     Ok(symbols.len())
-}
-
-fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(path)
-        .at("create", path)?;
-    f.write_all(bytes).at("write", path)
 }
 
 fn link_if_absent(target: &Path, link: &Path) -> Result<()> {
@@ -204,7 +127,6 @@ fn write_stub(symbols: &BTreeSet<String>, dir: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
 
     #[test]
     fn cu_functions_are_read_after_the_preprocessor_renamed_them() {
@@ -216,70 +138,6 @@ mod tests {
             s.into_iter().collect::<Vec<_>>(),
             vec!["cuCtxCreate_v4".to_string(), "cuInit".to_string()]
         );
-    }
-
-    fn zip_with(entries: &[(&str, &[u8], u32)]) -> tempfile::NamedTempFile {
-        let f = tempfile::NamedTempFile::new().expect("tmp");
-        let mut z = zip::ZipWriter::new(f.reopen().expect("reopen"));
-        for (name, bytes, mode) in entries {
-            let o = zip::write::SimpleFileOptions::default().unix_permissions(*mode);
-            z.start_file(*name, o).expect("start");
-            z.write_all(bytes).expect("write");
-        }
-        z.finish().expect("finish");
-        f
-    }
-
-    #[test]
-    fn unpacking_takes_the_prefix_only_and_refuses_escapes_and_links() {
-        let z = zip_with(&[
-            ("nvidia/cu13/bin/nvcc", b"#!/bin/sh\n", 0o755),
-            ("nvidia/cu13/include/cuda.h", b"/* h */\n", 0o644),
-            ("nvidia_cuda_nvcc-13.1.115.dist-info/RECORD", b"x", 0o644),
-        ]);
-        let root = tempfile::tempdir().expect("tempdir");
-        let n = unpack_wheel(z.path(), "nvidia/cu13", root.path()).expect("unpack");
-        assert_eq!(n, 2);
-        use std::os::unix::fs::PermissionsExt;
-        let m = std::fs::metadata(root.path().join("bin/nvcc")).expect("nvcc");
-        assert_eq!(m.permissions().mode() & 0o777, 0o755);
-        assert!(!root
-            .path()
-            .join("nvidia_cuda_nvcc-13.1.115.dist-info")
-            .exists());
-        // The same entry from a second wheel is refused rather than overwritten.
-        let e = unpack_wheel(z.path(), "nvidia/cu13", root.path()).expect_err("twice");
-        assert!(e.to_string().contains("another wheel"), "{e}");
-
-        let link = tempfile::NamedTempFile::new().expect("tmp");
-        {
-            let mut z = zip::ZipWriter::new(link.reopen().expect("reopen"));
-            let o = zip::write::SimpleFileOptions::default();
-            z.add_symlink("nvidia/cu13/lib/link", "/etc/passwd", o)
-                .expect("symlink");
-            z.finish().expect("finish");
-        }
-        let r = tempfile::tempdir().expect("tempdir");
-        let e = unpack_wheel(link.path(), "nvidia/cu13", r.path()).expect_err("link");
-        assert!(e.to_string().contains("not a regular file"), "{e}");
-        for (name, mode) in [("nvidia/cu13/../../escape", 0o644), ("/abs/file", 0o644)] {
-            let z = zip_with(&[(name, b"x", mode)]);
-            let r = tempfile::tempdir().expect("tempdir");
-            let e = unpack_wheel(z.path(), "nvidia/cu13", r.path()).expect_err(name);
-            assert_eq!(e.exit_code(), 2, "{name}: {e}");
-            assert_eq!(
-                std::fs::read_dir(r.path()).expect("dir").count(),
-                0,
-                "{name}"
-            );
-        }
-        let not_zip = tempfile::NamedTempFile::new().expect("tmp");
-        std::fs::write(not_zip.path(), b"not a zip").expect("write");
-        let r = tempfile::tempdir().expect("tempdir");
-        assert!(unpack_wheel(not_zip.path(), "nvidia/cu13", r.path())
-            .expect_err("zip")
-            .to_string()
-            .contains("not a wheel"));
     }
 
     #[test]

@@ -408,7 +408,7 @@ pub(super) fn seal_dirs(dir: &Path) -> Result<()> {
             seal_dirs(&p)?;
         }
     }
-    let d = std::fs::File::open(dir).at("open", dir)?;
+    let d = crate::base::fsx::open_dir(dir, "open")?;
     d.sync_all().at("fsync directory", dir)?;
     d.set_permissions(std::fs::Permissions::from_mode(EXEC_MODE))
         .at("chmod", dir)

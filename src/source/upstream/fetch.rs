@@ -278,16 +278,18 @@ fn fetch_git(
     tag: Option<&str>,
     commit: &str,
 ) -> Result<(PathBuf, git2::Oid)> {
-    let lock = recipe.lock_path().map(|p| (read_lock(&p), p));
+    let lock = match recipe.lock_path() {
+        Some(p) => Some((read_lock(&p)?, p)),
+        None => None,
+    };
     let locked: Option<String> = match &lock {
-        Some((Ok(Some(l)), _)) if l.url == url && l.tag.as_deref() == tag => {
+        Some((Some(l), _)) if l.url == url && l.tag.as_deref() == tag => {
             if !l.commit.starts_with(commit) {
                 None // the recipe moved the pin: resolve again and rewrite the lock
             } else {
                 Some(l.commit.clone())
             }
         }
-        Some((Err(e), _)) => return Err(Error::input(e.0.clone(), e.1.clone())),
         _ => None,
     };
 

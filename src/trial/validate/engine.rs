@@ -322,7 +322,7 @@ pub(crate) fn serve(a: &EngineArgs) -> i32 {
         Err(e) => return fail(&mut out, e),
     };
     let grammar = match &a.grammar {
-        Some(p) => match std::fs::read_to_string(p).map(CString::new) {
+        Some(p) => match crate::base::fsx::read_to_string(p).map(CString::new) {
             Ok(Ok(g)) => Some(g),
             _ => return fail(&mut out, format!("cannot read the grammar {}", p.display())),
         },

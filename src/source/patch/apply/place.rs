@@ -346,11 +346,7 @@ fn record_result(
 pub(super) fn check_results(workdir: &Path, plan: &Plan) -> Result<()> {
     for (rel, want) in &plan.results {
         let path: PathBuf = workdir.join(os_path(rel));
-        let got = match std::fs::read(&path) {
-            Ok(b) => Some(b),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(Error::io("read", &path, e)),
-        };
+        let got = crate::base::fsx::read_if_present(&path)?;
         if &got != want {
             return Err(Error::Internal(format!(
                 "{}: libgit2 wrote other content than the placed hunks; the tree was reset",
