@@ -8,6 +8,7 @@
 // fixture) live in this file and are reachable from every module as `crate::…`.
 mod artifacts;
 mod audit;
+mod audit_revert;
 mod bundle;
 mod compile_cache;
 mod cuda;

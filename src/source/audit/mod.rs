@@ -200,7 +200,7 @@ pub(crate) struct PatchAudit {
     pub evidence: Vec<Evidence>,
     /// The upstream commits that carried its change and were reverted since (history evidence;
     /// a `reverted` verdict has at least one).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reverts: Vec<RevertPair>,
     /// What a rebase does with it.
     #[serde(skip)]
