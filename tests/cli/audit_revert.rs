@@ -357,3 +357,41 @@ fn a_content_only_revert_is_recognized_and_the_rebase_keeps_the_patch_only_when_
         "nothing dropped"
     );
 }
+
+// issue #26 §1, the rule over the whole verdict: a later commit undoes the change among other
+// edits, so no signal calls it a revert. The ancestry says merged, the content says the change
+// is absent and the merge conflicts: `conflicts` (before: `merged`, and a rebase dropped it),
+// with the disagreement named.
+#[test]
+fn ancestry_against_content_that_says_absent_is_not_merged_and_names_the_disagreement() {
+    let up = Upstream::new("x: value 2 (#123)", |repo, _, _| {
+        commit_files(
+            repo,
+            &[("x.c", &source(1, 7, 0))],
+            "x: rework the start values",
+        );
+    });
+    let (c, p) = up.audit();
+    assert_eq!(c, 1);
+    assert_eq!(p["verdict"], "conflicts", "{p:#}");
+    let ev = evidence(&p);
+    let said = ev
+        .iter()
+        .find(|e| e.0 == "contradicted")
+        .expect("contradicted evidence");
+    assert_eq!(said.1, "strong");
+    for needle in [
+        "the history says upstream merged it (Upstream-Commit",
+        &up.fix.to_string()[..9],
+        "keeps the lines the patch removes and lacks the lines it adds",
+        "not merged",
+    ] {
+        assert!(said.2.contains(needle), "{needle}: {said:?}");
+    }
+    assert!(
+        has(&ev, "upstream-commit-ancestor", "is an ancestor"),
+        "{ev:?}"
+    );
+    assert!(has(&ev, "conflict", "int w = 7;"), "{ev:?}");
+    assert!(p.get("reverts").is_none(), "{p:#}");
+}

@@ -592,3 +592,64 @@ fn tree_diff(
     .git_at(&subject)?;
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn merged() -> Says {
+        Says::Merged("Upstream-Commit abc is an ancestor of the new pin".into())
+    }
+    fn reverted() -> Says {
+        Says::Reverted("Upstream-Commit abc …, but def reverted it".into())
+    }
+    fn absent() -> Content {
+        Content::Absent("the patch still applies to the new tree".into())
+    }
+
+    // issue #26 §1: the whole table of the one rule.
+    #[test]
+    fn history_alone_never_rules_merged_against_content_that_says_absent() {
+        let present = Content::Present("the patch reverse-applies");
+        for h in [merged(), reverted(), Says::Silent] {
+            assert_eq!(ruling(&present, &h), Ruling::Merged, "{h:?}");
+        }
+        for c in [absent(), Content::Unclear] {
+            assert_eq!(ruling(&c, &reverted()), Ruling::Reverted, "{c:?}");
+            assert_eq!(ruling(&c, &Says::Silent), Ruling::Content, "{c:?}");
+        }
+        assert_eq!(ruling(&absent(), &merged()), Ruling::NotMerged);
+        assert_eq!(
+            ruling(&Content::Unclear, &merged()),
+            Ruling::MergedByHistory
+        );
+    }
+
+    #[test]
+    fn the_evidence_names_what_disagreed_when_one_side_is_overruled() {
+        let e = contradiction(&absent(), &merged(), Ruling::NotMerged).expect("contradicted");
+        assert_eq!(
+            (e.kind, e.strength),
+            (EvidenceKind::Contradicted, Strength::Strong)
+        );
+        assert!(
+            e.detail
+                .contains("history says upstream merged it (Upstream-Commit abc")
+                && e.detail.contains("the patch still applies")
+                && e.detail.contains("not merged"),
+            "{}",
+            e.detail
+        );
+        let present = Content::Present("the patch reverse-applies");
+        let e = contradiction(&present, &reverted(), Ruling::Merged).expect("contradicted");
+        assert!(
+            e.detail.contains("reverted the change") && e.detail.contains("reverse-applies"),
+            "{}",
+            e.detail
+        );
+        // Agreement adds nothing.
+        assert!(contradiction(&absent(), &reverted(), Ruling::Reverted).is_none());
+        assert!(contradiction(&present, &merged(), Ruling::Merged).is_none());
+        assert!(contradiction(&absent(), &Says::Silent, Ruling::Content).is_none());
+    }
+}

@@ -326,6 +326,129 @@ fn short(o: Oid) -> String {
 mod tests {
     use super::*;
 
+    /// A linear history: `(file content, message)` per commit after a root with `x = 0`.
+    fn history(steps: &[(&str, &str)]) -> (tempfile::TempDir, Repository, Vec<Oid>) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let repo = Repository::init(dir.path()).expect("init");
+        let sig =
+            git2::Signature::new("t", "t@example.invalid", &git2::Time::new(0, 0)).expect("sig");
+        let mut ids = Vec::new();
+        let mut parent: Option<Oid> = None;
+        let all = [("line 1\nx = 0\nline 3\n", "root")];
+        for (content, msg) in all.iter().chain(steps) {
+            let blob = repo.blob(content.as_bytes()).expect("blob");
+            let mut tb = repo.treebuilder(None).expect("tb");
+            tb.insert("f", blob, 0o100644).expect("insert");
+            let tree = repo.find_tree(tb.write().expect("tree")).expect("tree");
+            let parents: Vec<git2::Commit> = parent
+                .map(|p| repo.find_commit(p).expect("p"))
+                .into_iter()
+                .collect();
+            let refs: Vec<&git2::Commit> = parents.iter().collect();
+            let id = repo
+                .commit(Some("HEAD"), &sig, &sig, msg, &tree, &refs)
+                .expect("commit");
+            parent = Some(id);
+            ids.push(id);
+        }
+        (dir, repo, ids)
+    }
+
+    fn fate_of(repo: &Repository, ids: &[Oid], target: Oid) -> Fate {
+        let msgs: Vec<(Oid, String, Marks)> = ids
+            .iter()
+            .map(|&id| {
+                let c = repo.find_commit(id).expect("commit");
+                let msg = c.message().expect("utf8").to_string();
+                let (s, b) = msg.split_once('\n').unwrap_or((&msg, ""));
+                (id, s.to_string(), Marks::read(repo, s, b))
+            })
+            .collect();
+        let log: Vec<Candidate> = msgs
+            .iter()
+            .map(|(id, s, m)| Candidate {
+                id: *id,
+                subject: s,
+                marks: m,
+            })
+            .collect();
+        fate(repo, &log, target)
+    }
+
+    // issue #26 §1: each signal on its own, and a chain of three.
+    #[test]
+    fn every_signal_finds_the_revert_and_a_chain_ends_where_its_parity_says() {
+        let foreign = "4f1c2d3e5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d";
+        let (_d, repo, ids) = history(&[
+            ("line 1\nx = 1\nline 3\n", "fix x (llama/10)"),
+            // Subject only: the body names a commit of another repository.
+            (
+                "line 1\nx = 0\nline 3\n",
+                &format!("Revert \"fix x (#10)\" (llama/11)\n\nThis reverts commit {foreign}.\n"),
+            ),
+            // Content only: an unrelated subject, the exact reverse of the revert.
+            ("line 1\nx = 1\nline 3\n", "tidy x"),
+        ]);
+        let all = &ids[1..];
+        let f = fate_of(&repo, all, ids[1]);
+        assert_eq!(
+            f.chain.iter().map(|s| (s.by, s.signal)).collect::<Vec<_>>(),
+            [(ids[2], Signal::Subject), (ids[3], Signal::Content)]
+        );
+        assert!(!f.reverted(), "restored by the content revert");
+        assert!(f.shown().contains("restored it"), "{}", f.shown());
+        // Without the last commit, the revert stands.
+        assert!(fate_of(&repo, &ids[1..3], ids[1]).reverted());
+    }
+
+    #[test]
+    fn a_message_naming_a_commit_of_this_history_decides_over_the_subject() {
+        let (_d, repo, ids) = history(&[
+            ("line 1\nx = 1\nline 3\n", "fix x"),
+            ("line 1\nx = 2\nline 3\n", "fix x"),
+        ]);
+        // Same subject twice; the revert names the second by id.
+        let sig =
+            git2::Signature::new("t", "t@example.invalid", &git2::Time::new(0, 0)).expect("sig");
+        let head = repo.find_commit(ids[2]).expect("head");
+        let blob = repo.blob(b"line 1\nx = 1\nline 3\n").expect("blob");
+        let mut tb = repo.treebuilder(None).expect("tb");
+        tb.insert("f", blob, 0o100644).expect("insert");
+        let tree = repo.find_tree(tb.write().expect("tree")).expect("tree");
+        let rev = repo
+            .commit(
+                Some("HEAD"),
+                &sig,
+                &sig,
+                &format!("Revert \"fix x\"\n\nThis reverts commit {}.\n", ids[2]),
+                &tree,
+                &[&head],
+            )
+            .expect("revert");
+        let log = [ids[1], ids[2], rev];
+        assert!(
+            !fate_of(&repo, &log, ids[1]).reverted(),
+            "named the other one"
+        );
+        let f = fate_of(&repo, &log, ids[2]);
+        assert_eq!(f.chain[0].signal, Signal::MessageId);
+        assert!(f.reverted());
+        // A `Reapply` of it, by subject: restored.
+        let reapply = repo
+            .commit(
+                Some("HEAD"),
+                &sig,
+                &sig,
+                "Reapply \"fix x\"",
+                &repo.find_commit(ids[2]).expect("c").tree().expect("tree"),
+                &[&repo.find_commit(rev).expect("rev")],
+            )
+            .expect("reapply");
+        let f = fate_of(&repo, &[ids[1], ids[2], rev, reapply], ids[2]);
+        assert_eq!(f.chain.len(), 2, "{f:?}");
+        assert!(!f.reverted());
+    }
+
     #[test]
     fn sync_suffixes_of_every_spelling_are_removed_and_nothing_else() {
         assert_eq!(strip_sync_suffix("fix foo (#123)"), "fix foo");
