@@ -183,6 +183,10 @@ fn a_synced_revert_naming_a_foreign_commit_makes_the_merged_patch_reverted_not_m
         &revert.to_string()[..9],
         "Revert \"ggml : fix foo (#123)\" (llama/456)",
         "subject",
+        &format!(
+            "the commit its message names, {}, is not in this history",
+            &FOREIGN[..9]
+        ),
     ] {
         assert!(rev.2.contains(needle), "{needle}: {rev:?}");
     }

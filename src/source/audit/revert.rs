@@ -46,6 +46,9 @@ pub(crate) struct Step {
     pub subject: String,
     /// How it was recognized.
     pub signal: Signal,
+    /// The id its message names when that is no commit of this history (a synced revert
+    /// names the other repository's commit).
+    pub foreign: Option<String>,
 }
 
 /// The reverts that followed a commit: `chain[0]` reverted it, `chain[1]` reverted
@@ -74,8 +77,18 @@ impl Fate {
                     (_, 1) => "restored it",
                     _ => "reverted it again",
                 };
+                let foreign = s
+                    .foreign
+                    .as_deref()
+                    .map(|x| {
+                        format!(
+                            "; the commit its message names, {}, is not in this history",
+                            x.get(..9).unwrap_or(x)
+                        )
+                    })
+                    .unwrap_or_default();
                 format!(
-                    "{} \"{}\" {did} ({})",
+                    "{} \"{}\" {did} ({}{foreign})",
                     short(s.by),
                     crate::base::text::shown(&s.subject),
                     s.signal.says()
@@ -274,6 +287,11 @@ fn reverts_of(
                 by: c.id,
                 subject: c.subject.to_string(),
                 signal,
+                foreign: c
+                    .marks
+                    .names
+                    .clone()
+                    .filter(|_| c.marks.names_here.is_none()),
             });
         }
     }
