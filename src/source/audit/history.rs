@@ -368,12 +368,18 @@ fn reference_evidence(
         .flat_map(|(_, f)| f.chain.iter().map(|s| s.by))
         .collect();
     let any_subject = !in_subject.is_empty();
+    // A PR in a subject is strong, an issue moderate; its revert weighs the same.
+    let weight = if what == "PR" {
+        Strength::Strong
+    } else {
+        Strength::Moderate
+    };
     for (lc, fate) in in_subject
         .iter()
         .filter(|(lc, _)| !in_chains.contains(&lc.id))
     {
         if fate.reverted() {
-            if foreign.is_none() {
+            if cap(weight) == Strength::Strong {
                 reverts.extend(pair(repo, lc.id, fate));
             }
             out.push(Evidence::new(
@@ -384,7 +390,7 @@ fn reference_evidence(
                     shown(&lc.subject),
                     fate.shown()
                 ),
-                cap(Strength::Strong),
+                cap(weight),
             ));
         } else {
             out.push(Evidence::new(
@@ -396,11 +402,7 @@ fn reference_evidence(
                     log.range,
                     restored_note(fate)
                 ),
-                cap(if what == "PR" {
-                    Strength::Strong
-                } else {
-                    Strength::Moderate
-                }),
+                cap(weight),
             ));
         }
     }
