@@ -237,6 +237,25 @@ fn a_synced_revert_naming_a_foreign_commit_makes_the_merged_patch_reverted_not_m
         stderr(&o)
     );
     assert_eq!(state(&up.ws), before, "a stopped rebase writes nothing");
+    // Only the operator's `--drop` takes it out, and the ledger says it was reverted.
+    let o = pinforge(
+        &up.ws,
+        &[
+            "rebase",
+            up.recipe.to_str().expect("utf8"),
+            "--onto",
+            &up.onto(),
+            "--drop",
+            "0001-x.patch",
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let ledger = std::fs::read_to_string(up.ws.join("patches/ledger.toml")).expect("ledger");
+    assert!(
+        ledger.contains("verdict = \"reverted\"")
+            && ledger.contains("dropped by the operator: reverted"),
+        "{ledger}"
+    );
 }
 
 // issue #26 §1: a revert of that revert restores the change: `merged` again, the chain shown.

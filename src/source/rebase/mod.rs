@@ -389,8 +389,8 @@ fn stopped(report: &audit::Audit, blocked: &[&audit::PatchAudit], dir: &Path) ->
         ),
         detail: detail.trim_end().to_string(),
         hint: "for each: `--drop FILE` if upstream has the fix (confirms superseded), `--keep FILE` \
-               to carry a carries-review patch after review (or a reverted one upstream took back), or refresh a conflicting patch against \
-               the new tree (a checkout of it: `pinforge patch apply`, fix, commit, `pinforge patch export`) \
+               to carry a carries-review patch after review (or a reverted one upstream took back), \
+               or refresh a conflicting patch against the new tree (a checkout of it: `pinforge patch apply`, fix, commit, `pinforge patch export`) \
                and run the rebase again"
             .into(),
         stopped: names,
