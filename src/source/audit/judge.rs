@@ -1,6 +1,6 @@
 //! One patch judged against the new tree: the content probes (reverse-apply, three-way
 //! cherry-pick, placement, what upstream changed around the hunks), the verdict reached from them
-//! and the history evidence, and the refreshed bytes of a carried patch.
+//! and the history evidence by one rule ([`ruling`]), and the refreshed bytes of a carried patch.
 
 use super::{content, Evidence, EvidenceKind, Outcome, PatchAudit, RevertPair, Strength, Verdict};
 use crate::base::digest::GitOid;
@@ -43,13 +43,10 @@ pub(super) fn judge(
     let (verdict, outcome) = match rule {
         Ruling::Merged => {
             let how = match content {
-                Content::Present(how) => how,
-                _ => "content",
+                Content::Present(how) => format!("content: {how}"),
+                _ => "content".into(),
             };
-            (
-                Verdict::Merged,
-                dropped(&applied_from(&ev).unwrap_or_else(|| how.into())),
-            )
+            (Verdict::Merged, dropped(&applied_from(&ev).unwrap_or(how)))
         }
         Ruling::MergedByHistory => {
             for v in &pr.versions {
