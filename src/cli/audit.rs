@@ -4,6 +4,7 @@
 
 use super::{print_json, JsonArg};
 use crate::base::error::{exit, Result};
+use crate::base::text;
 use crate::base::workspace::Workspace;
 use crate::outln;
 use crate::source::audit::{self, Verdict};
@@ -50,6 +51,11 @@ pub(super) fn run(ctx: &super::Ctx, a: AuditArgs) -> Result<i32> {
     Ok(code)
 }
 
+/// A commit id as the evidence shows it (nine digits).
+fn short(id: &str) -> &str {
+    id.get(..9).unwrap_or(id)
+}
+
 /// The human report: one block per patch, verdict first, evidence strongest first.
 pub(super) fn render(report: &audit::Audit) {
     outln!("audit of {} onto {}", report.from, report.onto);
@@ -57,6 +63,22 @@ pub(super) fn render(report: &audit::Audit) {
     for p in &report.patches {
         outln!("");
         outln!("{}: {}", p.file, p.verdict.as_str());
+        // Both commits of a standing revert, before the evidence: what the decision is about.
+        for r in &p.reverts {
+            outln!(
+                "  reverted: {} \"{}\" by {} \"{}\" ({}{})",
+                short(&r.commit),
+                text::Shown(&r.subject),
+                short(&r.reverted_by),
+                text::Shown(&r.reverted_by_subject),
+                audit::word(&r.signal),
+                if r.chain > 1 {
+                    format!(", the last of {} reverts", r.chain)
+                } else {
+                    String::new()
+                }
+            );
+        }
         for e in &p.evidence {
             let mut lines = e.detail.lines();
             let first = lines.next().unwrap_or_default();

@@ -17,11 +17,11 @@ pub struct RebaseArgs {
     /// The newer upstream: crate:NAME@VERSION, git:URL@REV (commit or tag), tarball:PATH, dir:PATH
     #[arg(long)]
     pub onto: String,
-    /// A patch to take out of the series (confirms `superseded`; also drops a carries-review or
-    /// conflicting one); repeatable
+    /// A patch to take out of the series (confirms `superseded`; also drops a carries-review,
+    /// conflicting or reverted one); repeatable
     #[arg(long = "drop", value_name = "FILE")]
     pub drop: Vec<String>,
-    /// A carries-review patch to carry after review; repeatable
+    /// A carries-review (or reverted) patch to carry after review; repeatable
     #[arg(long = "keep", value_name = "FILE")]
     pub keep: Vec<String>,
     #[command(flatten)]

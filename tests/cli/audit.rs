@@ -593,7 +593,7 @@ fn a_git_history_gives_each_patch_its_verdict_from_ancestry_log_references_rever
         verdicts(&j),
         [
             "merged",
-            "carries",
+            "reverted",
             "carries",
             "merged",
             "merged",
@@ -633,7 +633,7 @@ fn a_git_history_gives_each_patch_its_verdict_from_ancestry_log_references_rever
         find(&a, "reverse-applies").is_some() && find(&a, "cherry-pick-empty").is_some(),
         "{a:?}"
     );
-    // b, trap 1: merged then reverted is not merged.
+    // b, trap 1: merged then reverted is not merged (issue #26: it is `reverted`, a decision).
     let b = evidence_of(&j, 1);
     let rev = find(&b, "reverted").expect("reverted");
     assert!(
@@ -773,6 +773,8 @@ fn rebase_over_a_git_history_fills_the_ledger_moves_pin_and_lock_and_the_recipe_
             "0007-g.patch",
             "--keep",
             "0011-k.patch",
+            "--keep",
+            "0002-b.patch",
         ],
     );
     assert_eq!(code(&o), 0, "{}", stderr(&o));
@@ -1029,6 +1031,8 @@ fn rebase_over_a_history_keeps_the_modes_of_the_recipe_lock_and_bundle_files() {
             "0007-g.patch",
             "--keep",
             "0011-k.patch",
+            "--keep",
+            "0002-b.patch",
         ],
     );
     assert_eq!(code(&o), 0, "{}", stderr(&o));

@@ -2,27 +2,25 @@
 //! new pin, was it cherry-picked, and does the log between the old and the new pin reference
 //! its PR or issue number — and was any of that reverted since.
 
-use super::{Evidence, EvidenceKind, Strength};
+use super::revert::{self, Candidate, Fate, Marks};
+use super::{Evidence, EvidenceKind, RevertPair, Strength};
+use crate::base::text::shown;
 use crate::source::patch::lint::Attribution;
 use git2::{Oid, Repository};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 /// One commit of the range, read once.
 struct LogCommit {
     id: Oid,
     subject: String,
     body: String,
+    /// What it says about reverting ([`revert::Marks`]).
+    marks: Marks,
 }
 
 /// The log between two pins, read once for every patch of the bundle.
 pub(crate) struct Log {
     commits: Vec<LogCommit>,
-    /// Commit → the revert that undid it (from `This reverts commit X`).
-    reverted_by: BTreeMap<Oid, Oid>,
-    /// Subjects named by `Revert "SUBJECT"` commits → the revert.
-    reverted_subjects: BTreeMap<String, Oid>,
-    /// Commits that are themselves reverts (they never count as a merge reference).
-    reverts: BTreeSet<Oid>,
     /// What the range is, for evidence details ("b7992..b8148", "all history up to X").
     pub range: String,
 }
@@ -44,9 +42,6 @@ impl Log {
         };
         let mut log = Log {
             commits: Vec::new(),
-            reverted_by: BTreeMap::new(),
-            reverted_subjects: BTreeMap::new(),
-            reverts: BTreeSet::new(),
             range,
         };
         for id in walk {
@@ -57,22 +52,13 @@ impl Log {
                 Some((s, b)) => (s.trim().to_string(), b.to_string()),
                 None => (msg.trim().to_string(), String::new()),
             };
-            if let Some(inner) = subject
-                .strip_prefix("Revert \"")
-                .and_then(|s| s.strip_suffix('"'))
-            {
-                log.reverts.insert(id);
-                log.reverted_subjects.insert(inner.to_string(), id);
-                for word in body.split_whitespace() {
-                    let w = word.trim_end_matches(['.', ',']);
-                    if w.len() == 40 {
-                        if let Ok(o) = Oid::from_str(w) {
-                            log.reverted_by.insert(o, id);
-                        }
-                    }
-                }
-            }
-            log.commits.push(LogCommit { id, subject, body });
+            let marks = Marks::read(repo, &subject, &body);
+            log.commits.push(LogCommit {
+                id,
+                subject,
+                body,
+                marks,
+            });
         }
         Ok(log)
     }
@@ -82,19 +68,51 @@ impl Log {
         self.commits.len()
     }
 
-    fn revert_of(&self, c: &LogCommit) -> Option<Oid> {
-        self.reverted_by
-            .get(&c.id)
-            .or_else(|| self.reverted_subjects.get(&c.subject))
-            .copied()
-    }
-
-    fn subject_of(&self, id: Oid) -> String {
-        self.commits
+    /// The reverts that followed `id` in the range, by every signal, to the chain's end.
+    fn fate(&self, repo: &Repository, id: Oid) -> Fate {
+        let log: Vec<Candidate> = self
+            .commits
             .iter()
-            .find(|c| c.id == id)
-            .map(|c| c.subject.clone())
-            .unwrap_or_default()
+            .map(|c| Candidate {
+                id: c.id,
+                subject: &c.subject,
+                marks: &c.marks,
+            })
+            .collect();
+        revert::fate(repo, &log, id)
+    }
+}
+
+/// The subject of `id` in `repo` (a commit before the range too).
+fn subject_in(repo: &Repository, id: Oid) -> String {
+    repo.find_commit(id)
+        .ok()
+        .and_then(|c| {
+            c.summary_bytes()
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+        })
+        .unwrap_or_default()
+}
+
+/// The record of a standing revert of `commit`, for the report.
+fn pair(repo: &Repository, commit: Oid, fate: &Fate) -> Option<RevertPair> {
+    let last = fate.chain.last()?;
+    Some(RevertPair {
+        commit: commit.to_string(),
+        subject: subject_in(repo, commit),
+        reverted_by: last.by.to_string(),
+        reverted_by_subject: last.subject.clone(),
+        signal: last.signal,
+        chain: fate.chain.len(),
+    })
+}
+
+/// `; reverted by X, then restored by Y` for a commit whose reverts were all undone.
+fn restored_note(fate: &Fate) -> String {
+    if fate.chain.is_empty() {
+        String::new()
+    } else {
+        format!("; {}: its change stands", fate.shown())
     }
 }
 
@@ -176,7 +194,7 @@ pub(crate) fn mentions(text: &str, n: u64, slug: Option<&str>) -> bool {
         })
 }
 
-/// The history evidence for one patch.
+/// The history evidence for one patch, and the standing reverts of the commits it rests on.
 ///
 /// `pin_url` is the new pin's git URL: a PR or issue whose URL names another `owner/repo` than
 /// it (both known) is another repository's number, so a log reference to it is at most weak
@@ -187,12 +205,13 @@ pub(crate) fn evidence(
     tip: Oid,
     a: &Attribution,
     pin_url: &str,
-) -> Vec<Evidence> {
+) -> (Vec<Evidence>, Vec<RevertPair>) {
     let pin_slug = repo_slug(pin_url);
     let mut out = Vec::new();
+    let mut reverts = Vec::new();
     // 1. The patch's upstream commit: an ancestor of the new pin, or cherry-picked into it.
     if let Some(spec) = &a.commit {
-        commit_evidence(repo, log, tip, spec, &mut out);
+        commit_evidence(repo, log, tip, spec, &mut out, &mut reverts);
     }
     // 2. The log references the PR (squash merges put `(#NNNN)` in the subject) or the issue.
     let numbers: Vec<(&crate::source::patch::lint::IssueRef, &str)> = a
@@ -202,31 +221,59 @@ pub(crate) fn evidence(
         .chain(a.issues.iter().map(|i| (i, "issue")))
         .collect();
     for (r, what) in numbers {
-        reference_evidence(log, r, what, pin_slug.as_deref(), &mut out);
+        let mut found = Vec::new();
+        reference_evidence(
+            repo,
+            log,
+            r,
+            what,
+            pin_slug.as_deref(),
+            &mut out,
+            &mut found,
+        );
+        reverts.extend(found);
     }
-    out
+    reverts.sort_by(|a, b| (&a.commit, &a.reverted_by).cmp(&(&b.commit, &b.reverted_by)));
+    reverts.dedup();
+    (out, reverts)
 }
 
 /// The evidence of `Upstream-Commit` `spec`: an ancestor of the new pin (or reverted since),
 /// or a commit of the log that cherry-picked it.
-fn commit_evidence(repo: &Repository, log: &Log, tip: Oid, spec: &str, out: &mut Vec<Evidence>) {
+fn commit_evidence(
+    repo: &Repository,
+    log: &Log,
+    tip: Oid,
+    spec: &str,
+    out: &mut Vec<Evidence>,
+    reverts: &mut Vec<RevertPair>,
+) {
     match crate::base::git::resolve_commit(repo, spec) {
         Some(c) if crate::base::git::is_ancestor(repo, c, tip) => {
-            match log.commits.iter().find(|lc| lc.id == c).and_then(|lc| log.revert_of(lc)) {
-                Some(rev) => out.push(Evidence::new(
+            let fate = log.fate(repo, c);
+            if fate.reverted() {
+                reverts.extend(pair(repo, c, &fate));
+                out.push(Evidence::new(
                     EvidenceKind::Reverted,
                     format!(
-                        "Upstream-Commit {spec} is an ancestor of the new pin, but {} \"{}\" reverted it",
-                        short(rev),
-                        log.subject_of(rev)
+                        "Upstream-Commit {spec} ({} \"{}\") is an ancestor of the new pin, but {}",
+                        short(c),
+                        shown(&subject_in(repo, c)),
+                        fate.shown()
                     ),
                     Strength::Strong,
-                )),
-                None => out.push(Evidence::new(
+                ));
+            } else {
+                out.push(Evidence::new(
                     EvidenceKind::UpstreamCommitAncestor,
-                    format!("Upstream-Commit {spec} ({}) is an ancestor of the new pin {}", short(c), short(tip)),
+                    format!(
+                        "Upstream-Commit {spec} ({}) is an ancestor of the new pin {}{}",
+                        short(c),
+                        short(tip),
+                        restored_note(&fate)
+                    ),
                     Strength::Strong,
-                )),
+                ));
             }
         }
         Some(c) => out.push(Evidence::new(
@@ -244,7 +291,7 @@ fn commit_evidence(repo: &Repository, log: &Log, tip: Oid, spec: &str, out: &mut
         )),
     }
     let picked = log.commits.iter().find(|lc| {
-        !log.reverts.contains(&lc.id)
+        !lc.marks.is_revert()
             && lc.body.lines().any(|l| {
                 l.trim()
                     .strip_prefix("(cherry picked from commit ")
@@ -252,39 +299,46 @@ fn commit_evidence(repo: &Repository, log: &Log, tip: Oid, spec: &str, out: &mut
             })
     });
     if let Some(lc) = picked {
-        match log.revert_of(lc) {
-            Some(rev) => out.push(Evidence::new(
+        let fate = log.fate(repo, lc.id);
+        if fate.reverted() {
+            reverts.extend(pair(repo, lc.id, &fate));
+            out.push(Evidence::new(
                 EvidenceKind::Reverted,
                 format!(
-                    "{} \"{}\" cherry-picked Upstream-Commit {spec}, but {} reverted it",
+                    "{} \"{}\" cherry-picked Upstream-Commit {spec}, but {}",
                     short(lc.id),
-                    lc.subject,
-                    short(rev)
+                    shown(&lc.subject),
+                    fate.shown()
                 ),
                 Strength::Strong,
-            )),
-            None => out.push(Evidence::new(
+            ));
+        } else {
+            out.push(Evidence::new(
                 EvidenceKind::CherryPicked,
                 format!(
-                    "{} \"{}\" is a cherry-pick of Upstream-Commit {spec}",
+                    "{} \"{}\" is a cherry-pick of Upstream-Commit {spec}{}",
                     short(lc.id),
-                    lc.subject
+                    shown(&lc.subject),
+                    restored_note(&fate)
                 ),
                 Strength::Strong,
-            )),
+            ));
         }
     }
 }
 
 /// The evidence of one PR or issue: the log commits that name it in their subject (reverted or
 /// not), else those that only mention it in their body (weak). A reference to another
-/// repository's number is capped at weak.
+/// repository's number is capped at weak, and its reverts are not recorded. A commit that
+/// reverts another referencing commit is that commit's revert, never a reference of its own.
 fn reference_evidence(
+    repo: &Repository,
     log: &Log,
     r: &crate::source::patch::lint::IssueRef,
     what: &str,
     pin_slug: Option<&str>,
     out: &mut Vec<Evidence>,
+    reverts: &mut Vec<RevertPair>,
 ) {
     let n = r.number;
     let foreign = match (pin_slug, ref_slug(&r.url)) {
@@ -296,53 +350,70 @@ fn reference_evidence(
         .as_deref()
         .map(|f| format!(" (of {f}, not of the pinned repository: not evidence of a merge)"))
         .unwrap_or_default();
-    let mut in_subject = false;
     let mut body_only: Vec<&LogCommit> = Vec::new();
+    let mut in_subject: Vec<(&LogCommit, Fate)> = Vec::new();
     for lc in &log.commits {
-        if log.reverts.contains(&lc.id) {
+        if lc.marks.is_revert() {
             continue;
         }
         if mentions(&lc.subject, n, pin_slug) {
-            in_subject = true;
-            match log.revert_of(lc) {
-                Some(rev) => out.push(Evidence::new(
-                    EvidenceKind::Reverted,
-                    format!(
-                        "{} \"{}\" references {what} #{n}{whose}, but {} \"{}\" reverted it",
-                        short(lc.id),
-                        lc.subject,
-                        short(rev),
-                        log.subject_of(rev)
-                    ),
-                    cap(Strength::Strong),
-                )),
-                None => out.push(Evidence::new(
-                    EvidenceKind::LogReference,
-                    format!(
-                        "{} \"{}\" references {what} #{n}{whose} in its subject ({})",
-                        short(lc.id),
-                        lc.subject,
-                        log.range
-                    ),
-                    cap(if what == "PR" {
-                        Strength::Strong
-                    } else {
-                        Strength::Moderate
-                    }),
-                )),
-            }
+            in_subject.push((lc, log.fate(repo, lc.id)));
         } else if mentions(&lc.body, n, pin_slug) {
             body_only.push(lc);
         }
     }
-    if !in_subject {
+    // A content-only revert may name the number too; it is in another commit's chain.
+    let in_chains: BTreeSet<Oid> = in_subject
+        .iter()
+        .flat_map(|(_, f)| f.chain.iter().map(|s| s.by))
+        .collect();
+    let any_subject = !in_subject.is_empty();
+    // A PR in a subject is strong, an issue moderate; its revert weighs the same.
+    let weight = if what == "PR" {
+        Strength::Strong
+    } else {
+        Strength::Moderate
+    };
+    for (lc, fate) in in_subject
+        .iter()
+        .filter(|(lc, _)| !in_chains.contains(&lc.id))
+    {
+        if fate.reverted() {
+            if cap(weight) == Strength::Strong {
+                reverts.extend(pair(repo, lc.id, fate));
+            }
+            out.push(Evidence::new(
+                EvidenceKind::Reverted,
+                format!(
+                    "{} \"{}\" references {what} #{n}{whose}, but {}",
+                    short(lc.id),
+                    shown(&lc.subject),
+                    fate.shown()
+                ),
+                cap(weight),
+            ));
+        } else {
+            out.push(Evidence::new(
+                EvidenceKind::LogReference,
+                format!(
+                    "{} \"{}\" references {what} #{n}{whose} in its subject ({}){}",
+                    short(lc.id),
+                    shown(&lc.subject),
+                    log.range,
+                    restored_note(fate)
+                ),
+                cap(weight),
+            ));
+        }
+    }
+    if !any_subject {
         for lc in body_only {
             out.push(Evidence::new(
                 EvidenceKind::LogReferenceBody,
                 format!(
                     "{} \"{}\" mentions {what} #{n} only in its body: not evidence of a merge on its own",
                     short(lc.id),
-                    lc.subject
+                    shown(&lc.subject)
                 ),
                 Strength::Weak,
             ));
@@ -459,7 +530,7 @@ mod tests {
         let log = Log::read(&repo, Some(base), tip).expect("log");
         let pin = "https://github.com/ggml-org/llama.cpp";
         let foreign = attribution("https://github.com/ggml-org/ggml/pull/1234", 1234);
-        let ev = evidence(&repo, &log, tip, &foreign, pin);
+        let (ev, _) = evidence(&repo, &log, tip, &foreign, pin);
         assert!(ev.iter().all(|e| e.strength != Strength::Strong), "{ev:?}");
         assert!(
             ev.iter().any(|e| e.detail.contains("of ggml-org/ggml")),
@@ -468,7 +539,7 @@ mod tests {
         // The same number of the pinned repository is a strong reference, but only its own
         // `(#1234)`, not ggml's.
         let own = attribution("https://github.com/ggml-org/llama.cpp/pull/1234", 1234);
-        let ev = evidence(&repo, &log, tip, &own, pin);
+        let (ev, _) = evidence(&repo, &log, tip, &own, pin);
         let strong: Vec<_> = ev
             .iter()
             .filter(|e| e.strength == Strength::Strong)

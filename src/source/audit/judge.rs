@@ -1,8 +1,8 @@
 //! One patch judged against the new tree: the content probes (reverse-apply, three-way
 //! cherry-pick, placement, what upstream changed around the hunks), the verdict reached from them
-//! and the history evidence, and the refreshed bytes of a carried patch.
+//! and the history evidence by one rule ([`ruling`]), and the refreshed bytes of a carried patch.
 
-use super::{content, Evidence, EvidenceKind, Outcome, PatchAudit, Strength, Verdict};
+use super::{content, Evidence, EvidenceKind, Outcome, PatchAudit, RevertPair, Strength, Verdict};
 use crate::base::digest::GitOid;
 use crate::base::error::{Error, GitContext, Result};
 use crate::source::patch::apply::{self, HunkOffset};
@@ -12,8 +12,9 @@ use git2::Repository;
 use std::path::Path;
 
 /// Judge one patch on the scratch tree (`work`, whose HEAD is the new base plus the patches
-/// carried so far): probe the content, decide the verdict from all the evidence, and carry the
-/// patch onto the scratch tree when it stays in the series and `carry`.
+/// carried so far): probe the content, decide the verdict from all the evidence by
+/// [`ruling`], and carry the patch onto the scratch tree when it stays in the series and
+/// `carry`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn judge(
     repo: &Repository,
@@ -23,6 +24,7 @@ pub(super) fn judge(
     old_base: &git2::Tree,
     new_base: &git2::Tree,
     mut ev: Vec<Evidence>,
+    reverts: Vec<RevertPair>,
     onto: &str,
     today: &str,
     carry: bool,
@@ -32,61 +34,41 @@ pub(super) fn judge(
     let dropped = |how: &str| Outcome::Dropped {
         applied_upstream: format!("{onto} ({how})"),
     };
-    let (verdict, outcome) = if pr.reverse || pr.empty {
-        let how = if pr.reverse {
-            "content: the patch reverse-applies"
-        } else {
-            "content: a three-way cherry-pick is empty"
-        };
-        (
-            Verdict::Merged,
-            dropped(&applied_from(&ev).unwrap_or_else(|| how.into())),
-        )
-    } else if pr.history_merged && pr.forward.is_err() && !pr.three_way_clean {
-        for v in &pr.versions {
-            ev.push(Evidence::new(
-                EvidenceKind::Superseded,
-                v.shown.clone(),
-                Strength::Moderate,
-            ));
+    let content = content_says(&pr);
+    let history = history_says(&ev);
+    let rule = ruling(&content, &history);
+    if let Some(e) = contradiction(&content, &history, rule) {
+        ev.push(e);
+    }
+    let (verdict, outcome) = match rule {
+        Ruling::Merged => {
+            let how = match content {
+                Content::Present(how) => format!("content: {how}"),
+                _ => "content".into(),
+            };
+            (Verdict::Merged, dropped(&applied_from(&ev).unwrap_or(how)))
         }
-        if pr.conflicted {
-            ev.push(conflict_evidence(repo, &pr.index, Strength::Note));
+        Ruling::MergedByHistory => {
+            for v in &pr.versions {
+                ev.push(Evidence::new(
+                    EvidenceKind::Superseded,
+                    v.shown.clone(),
+                    Strength::Moderate,
+                ));
+            }
+            if pr.conflicted {
+                ev.push(conflict_evidence(repo, &pr.index, Strength::Note));
+            }
+            let how = applied_from(&ev).unwrap_or_else(|| "history".into());
+            (Verdict::Merged, dropped(&how))
         }
-        let how = applied_from(&ev).unwrap_or_else(|| "history".into());
-        (Verdict::Merged, dropped(&how))
-    } else if let Ok((diff, offsets)) = &pr.forward {
-        carried(
-            p,
-            diff,
-            offsets,
-            &pr.review,
-            pr.history_merged,
-            &mut ev,
-            today,
-        )
-    } else if pr.three_way_clean {
-        three_way(repo, p, &pr, &subject, &mut ev, today)?
-    } else if !pr.versions.is_empty() && pr.versions.iter().all(|v| v.superseded) {
-        // Every hunk that no longer applies must look superseded: one real conflict beside a
-        // superseded hunk is a conflict, never a drop.
-        for v in &pr.versions {
-            ev.push(Evidence::new(
-                EvidenceKind::Superseded,
-                format!("upstream changed the lines this patch changes, differently; confirm the fix is equivalent:\n{}", v.shown),
-                Strength::Moderate,
-            ));
+        // Upstream took the change back: whatever the content allows, a person decides.
+        Ruling::Reverted => {
+            let (_, outcome) = by_content(repo, p, &pr, &subject, &mut ev, today, None)?;
+            (Verdict::Reverted, outcome)
         }
-        if pr.conflicted {
-            ev.push(conflict_evidence(repo, &pr.index, Strength::Moderate));
-        }
-        (
-            Verdict::Superseded,
-            dropped("superseded: upstream changed these lines, confirmed by the operator"),
-        )
-    } else {
-        ev.push(conflict_evidence(repo, &pr.index, Strength::Strong));
-        (Verdict::Conflicts, Outcome::Stopped)
+        Ruling::NotMerged => by_content(repo, p, &pr, &subject, &mut ev, today, None)?,
+        Ruling::Content => by_content(repo, p, &pr, &subject, &mut ev, today, Some(&dropped))?,
     };
     ev.sort_by_key(|e| e.strength);
 
@@ -104,8 +86,174 @@ pub(super) fn judge(
         file: p.id.to_string(),
         verdict,
         evidence: ev,
+        reverts,
         outcome,
     })
+}
+
+/// What the content says about the patch's change in the new tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Content {
+    /// The change is there: how that shows.
+    Present(&'static str),
+    /// The change is not there: why.
+    Absent(String),
+    /// The patch no longer applies and upstream rewrote every line it touches: the change
+    /// may be there in other words.
+    Unclear,
+}
+
+/// What the history says, from its strongest evidence (the first line of it kept, to name it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Says {
+    /// Ancestry, a cherry-pick line or a log reference that no revert undid.
+    Merged(String),
+    /// The commits that carried the change were reverted, and nothing else says merged.
+    Reverted(String),
+    /// Nothing strong.
+    Silent,
+}
+
+/// The verdict's basis, decided in one place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ruling {
+    /// The content shows the change in the new tree.
+    Merged,
+    /// History says merged and the content cannot tell otherwise (upstream rewrote the lines).
+    MergedByHistory,
+    /// A standing revert: a person decides.
+    Reverted,
+    /// History says merged, the content says absent: the content decides, never a drop.
+    NotMerged,
+    /// No history either way: the content decides alone.
+    Content,
+}
+
+/// The one rule over the whole verdict (issue #26 §1): the content showing the change decides
+/// `merged` on its own; ancestry, a log reference or a cherry-pick line never does when the
+/// content says the change is absent; a standing revert always asks for a decision.
+fn ruling(content: &Content, history: &Says) -> Ruling {
+    match (content, history) {
+        (Content::Present(_), _) => Ruling::Merged,
+        (_, Says::Reverted(_)) => Ruling::Reverted,
+        (Content::Absent(_), Says::Merged(_)) => Ruling::NotMerged,
+        (Content::Unclear, Says::Merged(_)) => Ruling::MergedByHistory,
+        (_, Says::Silent) => Ruling::Content,
+    }
+}
+
+/// The evidence naming what disagreed, when the ruling overrode one side.
+fn contradiction(content: &Content, history: &Says, rule: Ruling) -> Option<Evidence> {
+    let detail = match (content, history, rule) {
+        (Content::Present(how), Says::Reverted(h), Ruling::Merged) => format!(
+            "the history says upstream reverted the change ({h}), but the content says it is in the new tree ({how}): merged on content (re-landed in another commit)"
+        ),
+        (Content::Absent(why), Says::Merged(h), Ruling::NotMerged) => format!(
+            "the history says upstream merged it ({h}), but the content says the change is absent from the new tree ({why}); no revert was recognized: not merged, decide (upstream's fix may be partial, in other words, or undone by a revert this history does not name)"
+        ),
+        _ => return None,
+    };
+    Some(Evidence::new(
+        EvidenceKind::Contradicted,
+        detail,
+        Strength::Strong,
+    ))
+}
+
+/// What the probes say about the change being in the new tree.
+fn content_says(pr: &Probe) -> Content {
+    if pr.reverse {
+        return Content::Present("the patch reverse-applies");
+    }
+    if pr.empty {
+        return Content::Present("a three-way cherry-pick is empty");
+    }
+    if pr.forward.is_ok() {
+        return Content::Absent("the patch still applies to the new tree".into());
+    }
+    if pr.three_way_clean {
+        return Content::Absent("a three-way merge of the patch still changes the new tree".into());
+    }
+    if let Some(v) = pr.versions.iter().find(|v| !v.superseded) {
+        return Content::Absent(format!(
+            "{} keeps the lines the patch removes and lacks the lines it adds",
+            v.shown
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .trim_end_matches(':')
+        ));
+    }
+    Content::Unclear
+}
+
+/// What the history evidence says, strongest first.
+fn history_says(ev: &[Evidence]) -> Says {
+    let first = |kinds: &[EvidenceKind]| {
+        ev.iter()
+            .find(|e| e.strength == Strength::Strong && kinds.contains(&e.kind))
+            .map(|e| e.detail.lines().next().unwrap_or_default().to_string())
+    };
+    if let Some(d) = first(&[
+        EvidenceKind::UpstreamCommitAncestor,
+        EvidenceKind::CherryPicked,
+        EvidenceKind::LogReference,
+    ]) {
+        return Says::Merged(d);
+    }
+    match first(&[EvidenceKind::Reverted]) {
+        Some(d) => Says::Reverted(d),
+        None => Says::Silent,
+    }
+}
+
+/// The verdict the content reaches when history does not decide: carried as it applies,
+/// carried for review after a clean three-way merge, superseded (only given `may_supersede`,
+/// the drop it would be: never against history that says otherwise), or a conflict.
+fn by_content(
+    repo: &Repository,
+    p: &PatchFile,
+    pr: &Probe,
+    subject: &str,
+    ev: &mut Vec<Evidence>,
+    today: &str,
+    may_supersede: Option<&dyn Fn(&str) -> Outcome>,
+) -> Result<(Verdict, Outcome)> {
+    if let Ok((diff, offsets)) = &pr.forward {
+        return Ok(carried(
+            p,
+            diff,
+            offsets,
+            &pr.review,
+            pr.history_merged,
+            ev,
+            today,
+        ));
+    }
+    if pr.three_way_clean {
+        return three_way(repo, p, pr, subject, ev, today);
+    }
+    let all_superseded = !pr.versions.is_empty() && pr.versions.iter().all(|v| v.superseded);
+    if let Some(drop_as) = may_supersede.filter(|_| all_superseded) {
+        // Every hunk that no longer applies must look superseded: one real conflict beside a
+        // superseded hunk is a conflict, never a drop.
+        for v in &pr.versions {
+            ev.push(Evidence::new(
+                EvidenceKind::Superseded,
+                format!("upstream changed the lines this patch changes, differently; confirm the fix is equivalent:\n{}", v.shown),
+                Strength::Moderate,
+            ));
+        }
+        if pr.conflicted {
+            ev.push(conflict_evidence(repo, &pr.index, Strength::Moderate));
+        }
+        return Ok((
+            Verdict::Superseded,
+            drop_as("superseded: upstream changed these lines, confirmed by the operator"),
+        ));
+    }
+    ev.push(conflict_evidence(repo, &pr.index, Strength::Strong));
+    Ok((Verdict::Conflicts, Outcome::Stopped))
 }
 
 /// What the content checks find for one patch on the scratch tree.
@@ -308,13 +456,6 @@ fn carried(
             Strength::Moderate,
         ));
     }
-    if history_merged {
-        ev.push(Evidence::new(
-            EvidenceKind::RegionChanged,
-            "the history says upstream merged this fix, yet the patch still applies: upstream's fix is in other words or partial; review",
-            Strength::Moderate,
-        ));
-    }
     let bytes = if offsets.is_empty() {
         p.bytes.clone()
     } else {
@@ -447,4 +588,65 @@ fn tree_diff(
     })
     .git_at(&subject)?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn merged() -> Says {
+        Says::Merged("Upstream-Commit abc is an ancestor of the new pin".into())
+    }
+    fn reverted() -> Says {
+        Says::Reverted("Upstream-Commit abc …, but def reverted it".into())
+    }
+    fn absent() -> Content {
+        Content::Absent("the patch still applies to the new tree".into())
+    }
+
+    // issue #26 §1: the whole table of the one rule.
+    #[test]
+    fn history_alone_never_rules_merged_against_content_that_says_absent() {
+        let present = Content::Present("the patch reverse-applies");
+        for h in [merged(), reverted(), Says::Silent] {
+            assert_eq!(ruling(&present, &h), Ruling::Merged, "{h:?}");
+        }
+        for c in [absent(), Content::Unclear] {
+            assert_eq!(ruling(&c, &reverted()), Ruling::Reverted, "{c:?}");
+            assert_eq!(ruling(&c, &Says::Silent), Ruling::Content, "{c:?}");
+        }
+        assert_eq!(ruling(&absent(), &merged()), Ruling::NotMerged);
+        assert_eq!(
+            ruling(&Content::Unclear, &merged()),
+            Ruling::MergedByHistory
+        );
+    }
+
+    #[test]
+    fn the_evidence_names_what_disagreed_when_one_side_is_overruled() {
+        let e = contradiction(&absent(), &merged(), Ruling::NotMerged).expect("contradicted");
+        assert_eq!(
+            (e.kind, e.strength),
+            (EvidenceKind::Contradicted, Strength::Strong)
+        );
+        assert!(
+            e.detail
+                .contains("history says upstream merged it (Upstream-Commit abc")
+                && e.detail.contains("the patch still applies")
+                && e.detail.contains("not merged"),
+            "{}",
+            e.detail
+        );
+        let present = Content::Present("the patch reverse-applies");
+        let e = contradiction(&present, &reverted(), Ruling::Merged).expect("contradicted");
+        assert!(
+            e.detail.contains("reverted the change") && e.detail.contains("reverse-applies"),
+            "{}",
+            e.detail
+        );
+        // Agreement adds nothing.
+        assert!(contradiction(&absent(), &reverted(), Ruling::Reverted).is_none());
+        assert!(contradiction(&present, &merged(), Ruling::Merged).is_none());
+        assert!(contradiction(&absent(), &Says::Silent, Ruling::Content).is_none());
+    }
 }

@@ -9,11 +9,18 @@
 //! - history (git pins only): the patch's `Upstream-Commit` is an ancestor of the new pin or
 //!   was cherry-picked into it; the log between the pins names its PR (strong) or issue
 //!   (moderate) in a subject; a body-only mention is weak and never decides; a reverted commit
-//!   counts against, not for.
+//!   counts against, not for — a revert is recognized by its message, its subject (modulo the
+//!   suffixes sync tools add) or its content, and a revert of the revert restores the commit
+//!   ([`revert`]).
 //! - content (every pin): the patch reverse-applies on the new tree; a three-way cherry-pick of
 //!   its vendor commit onto the new base (libgit2 `cherrypick_commit`) is empty; it applies
 //!   (and whether it moved); upstream changed the function it lands in; or the hunk's lines
 //!   changed upstream (the three versions are shown) or conflict (the diff3 region is shown).
+//!
+//! One rule over the whole verdict ([`judge`]'s `ruling`): history alone never makes a patch
+//! `merged` when the content says its change is absent from the new tree; such a patch is
+//! `reverted` (a standing revert explains it) or `carries-review` / `conflicts`, and a
+//! `contradicted` evidence names the two pieces of evidence that disagree.
 //!
 //! A carried patch is committed onto the scratch tree before the next patch is examined, so
 //! that a later patch is judged against what it would really apply on.
@@ -22,6 +29,7 @@ mod content;
 pub(crate) mod history;
 mod judge;
 mod onto;
+pub(crate) mod revert;
 
 pub(crate) use onto::{moved_recipe, parse_onto, Onto};
 
@@ -49,6 +57,9 @@ pub(crate) enum Verdict {
     CarriesReview,
     /// A three-way merge conflicts.
     Conflicts,
+    /// Upstream merged the change and reverted it since (both commits in `reverts`): a person
+    /// decides whether to carry a fix upstream took back. Never dropped without `--drop`.
+    Reverted,
 }
 
 impl Verdict {
@@ -60,6 +71,7 @@ impl Verdict {
             Verdict::Carries => "carries",
             Verdict::CarriesReview => "carries-review",
             Verdict::Conflicts => "conflicts",
+            Verdict::Reverted => "reverted",
         }
     }
 }
@@ -112,6 +124,9 @@ pub(crate) enum EvidenceKind {
     Superseded,
     /// A three-way merge conflicts: the conflict.
     Conflict,
+    /// History and content disagree (history says merged or reverted, the content says
+    /// otherwise): which said what, and which one the verdict follows.
+    Contradicted,
 }
 
 /// One piece of evidence.
@@ -140,6 +155,23 @@ impl Evidence {
     }
 }
 
+/// An upstream commit that carried the patch's change, and the revert standing against it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub(crate) struct RevertPair {
+    /// The commit that carried the change (full id).
+    pub commit: String,
+    /// Its subject.
+    pub subject: String,
+    /// The revert in force at the new pin (full id): the last of the chain.
+    pub reverted_by: String,
+    /// Its subject.
+    pub reverted_by_subject: String,
+    /// How that revert was recognized.
+    pub signal: revert::Signal,
+    /// How many reverts the chain holds (odd: reverted; 3 = reverted, restored, reverted again).
+    pub chain: usize,
+}
+
 /// What the rebase does with a patch.
 #[derive(Debug, Clone)]
 pub(crate) enum Outcome {
@@ -166,6 +198,10 @@ pub(crate) struct PatchAudit {
     pub verdict: Verdict,
     /// Evidence, strongest first.
     pub evidence: Vec<Evidence>,
+    /// The upstream commits that carried its change and were reverted since (history evidence;
+    /// a `reverted` verdict has at least one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reverts: Vec<RevertPair>,
     /// What a rebase does with it.
     #[serde(skip)]
     pub outcome: Outcome,
@@ -292,6 +328,7 @@ pub(crate) fn run_locked(
             .ok_or_else(|| Error::Internal(format!("patched tree has no commit for {}", p.id)))?;
         let a = p.require_attribution()?;
         let mut ev: Vec<Evidence> = Vec::new();
+        let mut reverts = Vec::new();
         match &history {
             Some((hrepo, log, tip)) => {
                 ev.push(Evidence::new(
@@ -299,7 +336,9 @@ pub(crate) fn run_locked(
                     format!("read {} commit(s): {}", log.len(), log.range),
                     Strength::Note,
                 ));
-                ev.extend(history::evidence(hrepo, log, tip.raw(), a, pin_url));
+                let (found, reverted) = history::evidence(hrepo, log, tip.raw(), a, pin_url);
+                ev.extend(found);
+                reverts = reverted;
             }
             None => ev.push(Evidence::new(
                 EvidenceKind::NoHistory,
@@ -315,6 +354,7 @@ pub(crate) fn run_locked(
             &old_base_tree,
             &new_base_tree,
             ev,
+            reverts,
             &onto.spec,
             today,
             !dropping.contains(p.id.as_str()),

@@ -350,7 +350,12 @@ fn decide<'a>(
             (Outcome::Dropped { applied_upstream }, Verdict::Superseded, true, _) => {
                 (Action::Dropped, Some(applied_upstream.clone()))
             }
-            (_, Verdict::CarriesReview | Verdict::Conflicts | Verdict::Carries, true, _) => (
+            (
+                _,
+                Verdict::CarriesReview | Verdict::Conflicts | Verdict::Carries | Verdict::Reverted,
+                true,
+                _,
+            ) => (
                 Action::Dropped,
                 Some(format!(
                     "{} (dropped by the operator: {})",
@@ -359,7 +364,7 @@ fn decide<'a>(
                 )),
             ),
             (Outcome::Carried { bytes }, Verdict::Carries, _, _)
-            | (Outcome::Carried { bytes }, Verdict::CarriesReview, _, true) => {
+            | (Outcome::Carried { bytes }, Verdict::CarriesReview | Verdict::Reverted, _, true) => {
                 let original = bundle
                     .files
                     .iter()
@@ -408,8 +413,8 @@ fn stopped(report: &audit::Audit, blocked: &[&audit::PatchAudit], dir: &Path) ->
         ),
         detail: detail.trim_end().to_string(),
         hint: "for each: `--drop FILE` if upstream has the fix (confirms superseded), `--keep FILE` \
-               to carry a carries-review patch after review, or refresh a conflicting patch against \
-               the new tree (a checkout of it: `pinforge patch apply`, fix, commit, `pinforge patch export`) \
+               to carry a carries-review patch after review (or a reverted one upstream took back), \
+               or refresh a conflicting patch against the new tree (a checkout of it: `pinforge patch apply`, fix, commit, `pinforge patch export`) \
                and run the rebase again"
             .into(),
         stopped: names,
