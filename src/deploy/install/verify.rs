@@ -117,14 +117,28 @@ impl Root {
     }
 }
 
-/// A failed verification as an error naming the first differing file.
+/// A failed verification as an error naming the first differing files (a few: a folder mode
+/// found first must not hide the FIFO found next), shown escaped.
 pub(super) fn mismatch_error(subject: &Path, what: &str, v: &Verification) -> Error {
-    let first = v.mismatches.first().map(|m| m.path.as_str()).unwrap_or("?");
+    const NAMED: usize = 4;
+    let mut named: Vec<String> = v
+        .mismatches
+        .iter()
+        .take(NAMED)
+        .map(|m| crate::base::text::shown(&m.path).into_owned())
+        .collect();
+    if v.mismatches.len() > NAMED {
+        named.push("…".into());
+    }
+    if named.is_empty() {
+        named.push("?".into());
+    }
     Error::check(
         subject.display(),
         format!(
-            "{what} ({} mismatch(es), first: {first})",
-            v.mismatches.len()
+            "{what} ({} mismatch(es): {})",
+            v.mismatches.len(),
+            named.join(", ")
         ),
     )
 }
