@@ -157,21 +157,23 @@ pub(crate) fn rebuild_reasons(previous: Option<&Statement>, now: &Statement) -> 
     reasons
 }
 
-/// A dependency or parameter name as an operator says it.
+/// A dependency or parameter name as an operator says it. The name is manifest data: shown
+/// escaped, since these reasons are printed on the terminal.
 fn describe_input(name: &str) -> String {
+    let shown = crate::base::text::Shown;
     if let Some(p) = name.strip_prefix("patch:") {
-        format!("patch {p}")
+        format!("patch {}", shown(p))
     } else if let Some(t) = name.strip_prefix("tool:") {
-        format!("tool {t}")
+        format!("tool {}", shown(t))
     } else if let Some(o) = name.strip_prefix("cmake -D") {
-        format!("CMake option {o}")
+        format!("CMake option {}", shown(o))
     } else {
         match name {
             "upstream" => "the pin".into(),
             "source-tree" => "the source tree".into(),
             "recipe" => "the recipe".into(),
             "patches" => "the patch list".into(),
-            other => other.replace('_', " "),
+            other => crate::base::text::shown(other).replace('_', " "),
         }
     }
 }

@@ -4,10 +4,12 @@
 //! digest is SHA-256 over the canonical JSON of the build definition's inputs, so it names a
 //! build independently of where the workspace is. `verify` re-hashes outputs and inputs.
 //!
-//! A manifest is data someone else may have written: subject names and the artifact root are
-//! relative paths checked component by component when the manifest is parsed (duplicates are
-//! refused there too), and `verify` opens nothing that is not a regular file (a FIFO or a
-//! device would hang it) and walks through no link on the way to an artifact.
+//! A manifest is data someone else may have written: it is checked once, when it is parsed,
+//! by [`check`] (names, paths, duplicates, digests; the one validation every reader gets), and
+//! `verify` opens nothing that is not a regular file (a FIFO or a device would hang it) and
+//! walks through no link on the way to an artifact.
+
+mod check;
 
 use crate::base::digest::{GitOid, Sha256};
 use crate::base::error::{Error, Result};
@@ -218,46 +220,7 @@ impl Statement {
                 format!("not a pinforge manifest: {e}"),
             )
         })?;
-        if s.type_ != STATEMENT_TYPE || s.predicate_type != PREDICATE_TYPE {
-            return Err(Error::input(
-                path.display(),
-                "not an in-toto Statement v1 with SLSA provenance v1",
-            ));
-        }
-        let root = &s
-            .predicate
-            .build_definition
-            .internal_parameters
-            .artifact_root;
-        check_relative(root).map_err(|m| {
-            Error::input(path.display(), format!("artifact root `{root}` {m}"))
-                .with_hint("a manifest's artifact root is a folder beside it, such as `stage`")
-        })?;
-        let mut names = std::collections::BTreeSet::new();
-        let links = s
-            .predicate
-            .run_details
-            .byproducts
-            .iter()
-            .filter(|b| b.annotations.contains_key(annotation::LINK_TARGET));
-        for (what, r) in s
-            .subject
-            .iter()
-            .map(|r| ("subject", r))
-            .chain(links.map(|r| ("link", r)))
-        {
-            check_relative(&r.name)
-                .map_err(|m| Error::input(path.display(), format!("{what} `{}` {m}", r.name)))?;
-            if !names.insert(r.name.as_str()) {
-                return Err(Error::input(
-                    path.display(),
-                    format!("`{}` is listed twice among the subjects and links", r.name),
-                )
-                .with_hint(
-                    "a manifest names each artifact once; this one was edited or is not pinforge's",
-                ));
-            }
-        }
+        check::statement(&s, path)?;
         Ok(s)
     }
 
@@ -313,7 +276,8 @@ impl Statement {
 const MAX_MANIFEST_BYTES: u64 = 64 << 20;
 
 /// Why a relative path from data may not be used, if it may not: empty, absolute, `.`/`..`
-/// or an empty component, a NUL or any other control character. The one rule for manifest
+/// or an empty component, a NUL or any other control character (as [`crate::base::text`]
+/// counts them). The one rule for manifest
 /// names and install-root entry paths (the install root's identity lines are newline
 /// separated), so a manifest that parses names only paths that install accepts.
 pub(crate) fn check_relative(p: &str) -> std::result::Result<(), &'static str> {
@@ -326,8 +290,11 @@ pub(crate) fn check_relative(p: &str) -> std::result::Result<(), &'static str> {
     if p.contains('\0') {
         return Err("holds a NUL");
     }
-    if p.chars().any(char::is_control) {
-        return Err("holds a control character (a line break?)");
+    // The shared rule for values that become names (base::text): C0, DEL, C1 and the format
+    // characters that reorder or hide text (a bidi override makes `a\u{202e}os.so` read as
+    // `aso.so`).
+    if crate::base::text::first_unsafe(p).is_some() {
+        return Err("holds a control character (a line break, ESC, a bidi override?)");
     }
     for c in p.split('/') {
         match c {

@@ -4,6 +4,7 @@
 use super::{print_json, JsonArg};
 use crate::artifact::manifest;
 use crate::base::error::{exit, Result};
+use crate::base::text::shown;
 use crate::outln;
 use std::path::PathBuf;
 
@@ -61,8 +62,9 @@ fn render_diff(
     all: bool,
 ) {
     use crate::artifact::diff::Change;
-    outln!("A {}  (input {})", a.display(), short(&d.input_digest.0));
-    outln!("B {}  (input {})", b.display(), short(&d.input_digest.1));
+    let path = |p: &std::path::Path| shown(&p.display().to_string()).into_owned();
+    outln!("A {}  (input {})", path(a), short(&d.input_digest.0));
+    outln!("B {}  (input {})", path(b), short(&d.input_digest.1));
     let sections = [
         ("parameter", &d.parameters),
         ("dependency", &d.dependencies),
@@ -71,11 +73,14 @@ fn render_diff(
     ];
     for (section, rows) in sections {
         for r in rows.iter().filter(|r| all || r.change != Change::Same) {
-            // An empty value (no patches) reads as `(none)`, a missing one as `-`.
+            // An empty value (no patches) reads as `(none)`, a missing one as `-`. Names and
+            // values are manifest data (a link target, a dependency name): shown escaped, so
+            // that a newline or an ESC sequence in one can neither forge a row nor reach the
+            // terminal.
             let value = |v: &Option<String>| match v.as_deref() {
                 None => "-".to_string(),
                 Some("") => "(none)".to_string(),
-                Some(x) => short(x),
+                Some(x) => shown(&short(x)).into_owned(),
             };
             let (va, vb) = (value(&r.a), value(&r.b));
             let what = match r.change {
@@ -88,7 +93,7 @@ fn render_diff(
                     r.rule.as_deref().unwrap_or("?")
                 ),
             };
-            outln!("  {section:<10} {:<40} {what}", r.name);
+            outln!("  {section:<10} {:<40} {what}", shown(&r.name));
         }
     }
     let count = |rows: &[crate::artifact::diff::Row], c: Change| {

@@ -1,9 +1,12 @@
 //! `pinforge history`: every install and rollback the root records, with the generation each
-//! committed and what it showed.
+//! committed and what it showed. Everything read from the root's records that is text (names,
+//! times, why a receipt is unreadable) is shown through [`crate::base::text::shown`]: a
+//! receipt edited to hold a newline cannot forge a `* gen 9` row.
 
 use super::rollback::slot;
 use super::{print_json, JsonArg, RootArg};
 use crate::base::error::{exit, Result};
+use crate::base::text::Shown;
 use crate::deploy::install::Root;
 use crate::outln;
 
@@ -34,8 +37,8 @@ pub(super) fn run(ctx: &super::Ctx, a: HistoryArgs) -> Result<i32> {
             outln!(
                 "  #{:<4} {}: unreadable ({})",
                 row.seq,
-                row.receipt,
-                row.unreadable.as_deref().unwrap_or("?")
+                Shown(&row.receipt),
+                Shown(row.unreadable.as_deref().unwrap_or("?"))
             );
             continue;
         };
@@ -51,7 +54,7 @@ pub(super) fn run(ctx: &super::Ctx, a: HistoryArgs) -> Result<i32> {
             "{mark} gen {:<4} #{:<4} {}  {:<8} {:<8} {what}",
             r.gen,
             row.seq,
-            r.time,
+            Shown(&r.time),
             r.op,
             r.layer
         );

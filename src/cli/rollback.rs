@@ -61,10 +61,17 @@ pub(super) fn run(ctx: &super::Ctx, a: RollbackArgs) -> Result<i32> {
     Ok(exit::OK)
 }
 
-/// A layer's slot in one line: `recipe/variant digest12`, or `nothing`.
+/// A layer's slot in one line: `recipe/variant digest12`, or `nothing`. The names come from
+/// the install root's records (data that may have been edited): shown escaped.
 pub(super) fn slot(s: &Option<GenSlot>) -> String {
+    use crate::base::text::Shown;
     match s {
-        Some(s) => format!("{}/{} {}", s.recipe, s.variant, s.digest.short(12)),
+        Some(s) => format!(
+            "{}/{} {}",
+            Shown(&s.recipe),
+            Shown(&s.variant),
+            s.digest.short(12)
+        ),
         None => "nothing".into(),
     }
 }

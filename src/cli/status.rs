@@ -1,7 +1,10 @@
 //! `pinforge status`: the install root's layers, `current`, and any unfinished transaction.
+//! Names and times read from the root's records are shown through
+//! [`crate::base::text::shown`], never raw.
 
 use super::{print_json, JsonArg, RootArg};
 use crate::base::error::{exit, Result};
+use crate::base::text::Shown;
 use crate::deploy::install::Root;
 use crate::outln;
 
@@ -46,8 +49,8 @@ fn cmd_status(root: &std::path::Path, json: bool, verify: bool) -> Result<i32> {
         Some(c) => outln!(
             "current -> {} ({}/{}, {})",
             c.layer,
-            c.recipe,
-            c.variant,
+            Shown(&c.recipe),
+            Shown(&c.variant),
             c.digest.short(16)
         ),
         None => outln!("current -> nothing installed"),
@@ -61,12 +64,13 @@ fn cmd_status(root: &std::path::Path, json: bool, verify: bool) -> Result<i32> {
             Some(s) => outln!(
                 "  {name:<9} {}  {}/{}  verification: {} ({})",
                 s.digest.short(16),
-                s.recipe,
-                s.variant,
+                Shown(&s.recipe),
+                Shown(&s.variant),
                 s.verification,
                 match (&s.verified_at, st.verified_now) {
-                    (Some(t), true) => format!("re-hashed now, {t}"),
-                    (Some(t), false) => format!("recorded {t}; `status --verify` re-hashes"),
+                    (Some(t), true) => format!("re-hashed now, {}", Shown(t)),
+                    (Some(t), false) =>
+                        format!("recorded {}; `status --verify` re-hashes", Shown(t)),
                     (None, _) => "never verified".to_string(),
                 }
             ),

@@ -1,8 +1,10 @@
-//! `pinforge verify`: re-hash a build's outputs and inputs, or an installed layer.
+//! `pinforge verify`: re-hash a build's outputs and inputs, or an installed layer. What a
+//! mismatch names (paths, link targets, digests read back) is shown escaped.
 
 use super::{installed_layer, print_json, JsonArg, RootArg};
 use crate::artifact::manifest;
 use crate::base::error::{exit, Error, Result};
+use crate::base::text::Shown;
 use crate::cli::output::{paint, Tone};
 use crate::deploy::install::{Root, Verification};
 use crate::outln;
@@ -54,15 +56,11 @@ fn cmd_verify(path: &std::path::Path, json: bool) -> Result<i32> {
         if !report.inputs_absent.is_empty() {
             outln!(
                 "  not on disk (skipped): {}",
-                report.inputs_absent.join(", ")
+                shown_list(&report.inputs_absent)
             );
         }
     } else {
-        for m in &report.mismatches {
-            outln!("{} {} {}", paint(Tone::Bad, "MISMATCH"), m.role, m.path);
-            outln!("  expected {}", m.expected);
-            outln!("  found    {}", m.actual);
-        }
+        render_mismatches(&report.mismatches);
         outln!(
             "{} mismatch(es) against {}",
             report.mismatches.len(),
@@ -91,13 +89,18 @@ fn cmd_verify_evidence(path: &std::path::Path, json: bool) -> Result<i32> {
             path.display()
         );
         if !c.absent.is_empty() {
-            outln!("  not on disk (skipped): {}", c.absent.join(", "));
+            outln!("  not on disk (skipped): {}", shown_list(&c.absent));
         }
     } else {
         for m in &c.mismatches {
-            outln!("{} {} {}", paint(Tone::Bad, "MISMATCH"), m.role, m.path);
-            outln!("  expected {}", m.expected);
-            outln!("  found    {}", m.actual);
+            outln!(
+                "{} {} {}",
+                paint(Tone::Bad, "MISMATCH"),
+                Shown(&m.role),
+                Shown(&m.path)
+            );
+            outln!("  expected {}", Shown(&m.expected));
+            outln!("  found    {}", Shown(&m.actual));
         }
         outln!(
             "{} mismatch(es) against {}",
@@ -106,6 +109,30 @@ fn cmd_verify_evidence(path: &std::path::Path, json: bool) -> Result<i32> {
         );
     }
     Ok(if c.ok { exit::OK } else { exit::CHECK_FAILED })
+}
+
+/// One mismatch as three lines. A path, a link target or an expected value comes from a
+/// manifest or from the disk (data): shown escaped, so that it cannot forge a line.
+fn render_mismatches(mismatches: &[manifest::Mismatch]) {
+    for m in mismatches {
+        outln!(
+            "{} {} {}",
+            paint(Tone::Bad, "MISMATCH"),
+            Shown(&m.role),
+            Shown(&m.path)
+        );
+        outln!("  expected {}", Shown(&m.expected));
+        outln!("  found    {}", Shown(&m.actual));
+    }
+}
+
+/// Names from data, comma separated, each shown escaped.
+fn shown_list(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|n| Shown(n).to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 pub(super) fn render_verification(v: &Verification) {
@@ -118,9 +145,9 @@ pub(super) fn render_verification(v: &Verification) {
         );
     } else {
         for m in &v.mismatches {
-            outln!("{} {}", paint(Tone::Bad, "MISMATCH"), m.path);
-            outln!("  expected {}", m.expected);
-            outln!("  found    {}", m.actual);
+            outln!("{} {}", paint(Tone::Bad, "MISMATCH"), Shown(&m.path));
+            outln!("  expected {}", Shown(&m.expected));
+            outln!("  found    {}", Shown(&m.actual));
         }
         outln!("{} mismatch(es) through {}", v.mismatches.len(), v.through);
     }

@@ -30,6 +30,7 @@ mod smoke_trust;
 mod snapshots_cli;
 mod trust_export;
 mod trust_install;
+mod trust_output;
 mod trust_rebase;
 mod trust_toolkit;
 mod ux;

@@ -185,6 +185,12 @@ fn subject_links(manifest_path: &Path, statement: &Statement) -> Result<BTreeMap
             .as_str()
             .ok_or_else(|| Error::input(subject(&b.name), "link_target is not a string"))?;
         safe::check_rel(&b.name, "manifest link")?;
+        // The target becomes a link in the store (a path): the shared rule for values that
+        // become paths, naming the manifest.
+        crate::base::text::refuse_control(
+            &format!("{}: target of link `{}`", manifest_path.display(), b.name),
+            t,
+        )?;
         if links.insert(b.name.clone(), t.to_string()).is_some() {
             return Err(Error::input(
                 subject(&b.name),

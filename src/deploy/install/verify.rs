@@ -117,14 +117,28 @@ impl Root {
     }
 }
 
-/// A failed verification as an error naming the first differing file.
+/// A failed verification as an error naming the first differing files (a few: a folder mode
+/// found first must not hide the FIFO found next), shown escaped.
 pub(super) fn mismatch_error(subject: &Path, what: &str, v: &Verification) -> Error {
-    let first = v.mismatches.first().map(|m| m.path.as_str()).unwrap_or("?");
+    const NAMED: usize = 4;
+    let mut named: Vec<String> = v
+        .mismatches
+        .iter()
+        .take(NAMED)
+        .map(|m| crate::base::text::shown(&m.path).into_owned())
+        .collect();
+    if v.mismatches.len() > NAMED {
+        named.push("…".into());
+    }
+    if named.is_empty() {
+        named.push("?".into());
+    }
     Error::check(
         subject.display(),
         format!(
-            "{what} ({} mismatch(es), first: {first})",
-            v.mismatches.len()
+            "{what} ({} mismatch(es): {})",
+            v.mismatches.len(),
+            named.join(", ")
         ),
     )
 }
@@ -136,6 +150,8 @@ pub(super) struct ObservedEntry {
     links: BTreeMap<String, String>,
     /// (path, expected, found) for folders and records in the wrong shape.
     bad: Vec<(String, String, String)>,
+    /// Paths that are FIFOs, sockets or devices (never opened; already in `bad`).
+    specials: BTreeSet<String>,
     record: Option<std::result::Result<Vec<u8>, String>>,
 }
 
@@ -198,7 +214,18 @@ pub(super) fn observe(dir: &Path, rel: &str, depth: u32, o: &mut ObservedEntry) 
                 }
             }
             Kind::File => {
-                let f = fsx::open_regular(&p, "file", false)?;
+                // Swapped for a FIFO or a link since the `lstat`: a failed check like any
+                // other (open_regular refuses it without blocking), not an error.
+                let f = match fsx::open_regular(&p, "file", false) {
+                    Ok(f) => f,
+                    Err(e) if e.exit_code() == crate::base::error::exit::INPUT => {
+                        o.bad
+                            .push((r.clone(), "a regular file".into(), e.to_string()));
+                        o.specials.insert(r);
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
                 let now = f.metadata().at("stat", &p)?;
                 if !safe::same_file(&m, &now) {
                     o.bad
@@ -224,7 +251,16 @@ pub(super) fn observe(dir: &Path, rel: &str, depth: u32, o: &mut ObservedEntry) 
                         .push((r, "a UTF-8 link target".into(), "not UTF-8".into())),
                 }
             }
-            Kind::Special(what) => return Err(safe::special_error(&p, what)),
+            // A FIFO, socket or device where the entry holds a file is what `sha256sum -c`
+            // calls an unreadable file: a failed check (exit 1) naming it, never opened.
+            Kind::Special(what) => {
+                o.bad.push((
+                    r.clone(),
+                    "a regular file, folder or link".into(),
+                    format!("{what} (not opened)"),
+                ));
+                o.specials.insert(r);
+            }
             Kind::Missing => {}
         }
     }
@@ -304,7 +340,8 @@ impl Findings<'_> {
 /// Inspect the entry folder `dir` against the identity `digest`: recompute every file's
 /// digest, size and mode and every link, and compare with the entry's record, which is
 /// believed only when its own listing hashes to `digest`. `shown` names the path the
-/// caller checks through. Special files are refused (an error, exit 2).
+/// caller checks through. A special file (FIFO, socket, device) is a mismatch naming it,
+/// never opened: the entry is not what was recorded.
 pub(super) fn check_entry(dir: &Path, digest: &Sha256, shown: &Path) -> Result<Verification> {
     let mut f = Findings {
         shown,
@@ -348,12 +385,12 @@ pub(super) fn check_entry(dir: &Path, digest: &Sha256, shown: &Path) -> Result<V
     Ok(f.done(info.files.len()))
 }
 
-/// What stands at `dir` when it is not a real folder (`None` when it is); special files are
-/// refused.
+/// What stands at `dir` when it is not a real folder (`None` when it is); a special file is
+/// named, never opened.
 fn not_a_folder(dir: &Path) -> Result<Option<String>> {
     Ok(match safe::kind(dir)? {
         Kind::Dir => None,
-        Kind::Special(what) => return Err(safe::special_error(dir, what)),
+        Kind::Special(what) => Some(format!("{what} (not opened)")),
         Kind::Missing => Some("missing".to_string()),
         Kind::Link => Some("a symbolic link (refused: entries are folders)".to_string()),
         _ => Some("not a folder".to_string()),
@@ -374,7 +411,8 @@ fn observe_entry(dir: &Path) -> Result<ObservedEntry> {
         ));
     }
     observe(dir, "", 0, &mut o)?;
-    if safe::kind(&dir.join(ENTRY_MANIFEST))? != Kind::File {
+    if safe::kind(&dir.join(ENTRY_MANIFEST))? != Kind::File && !o.specials.contains(ENTRY_MANIFEST)
+    {
         o.bad.push((
             ENTRY_MANIFEST.into(),
             "the build's manifest".into(),
@@ -407,6 +445,8 @@ fn believed_record(o: &ObservedEntry, digest: &Sha256) -> std::result::Result<En
 fn compare(info: &EntryInfo, o: &ObservedEntry, f: &mut Findings<'_>) {
     for (name, want) in &info.files {
         match o.files.get(name) {
+            // Already reported as what stands there instead.
+            None if o.specials.contains(name) => {}
             None if o.links.contains_key(name) => f.push(
                 f.at(name),
                 want.sha256.to_string(),
@@ -434,6 +474,7 @@ fn compare(info: &EntryInfo, o: &ObservedEntry, f: &mut Findings<'_>) {
                 format!("link to {target}"),
                 format!("link to {t}"),
             ),
+            None if o.specials.contains(name) => {}
             None => f.push(f.at(name), format!("link to {target}"), "missing".into()),
         }
     }
