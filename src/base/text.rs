@@ -12,9 +12,6 @@
 //! width joiners and marks, the BOM): the Trojan Source set. Plain tabs count too: a tab in a
 //! name aligns a forged column as well as a newline forges a row.
 
-// The callers land room by room (issue #19); until the last one has, some helpers are unused.
-#![allow(dead_code)]
-
 use std::borrow::Cow;
 use std::fmt;
 

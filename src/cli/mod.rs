@@ -345,6 +345,7 @@ fn run(cli: Cli) -> Result<i32> {
             | Command::Audit(_)
             | Command::Patch(_)
             | Command::Ablate(_)
+            | Command::Flip(_)
             | Command::Exec(_)
             | Command::Smoke(_)
             | Command::Validate(_)
