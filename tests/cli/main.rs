@@ -22,6 +22,7 @@ mod schemas;
 mod smoke_trust;
 mod snapshots_cli;
 mod trust_install;
+mod trust_trial;
 mod ux;
 mod validate;
 
