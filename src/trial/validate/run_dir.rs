@@ -8,7 +8,7 @@ use super::row_check::RowRules;
 use super::{engine, grammar, rows, Options};
 use crate::base::digest::Sha256;
 use crate::base::error::{Error, IoContext, Result};
-use crate::base::fsx;
+use crate::base::{fsx, text};
 use crate::deploy::model;
 use crate::trial::record;
 use serde::{Deserialize, Serialize};
@@ -374,8 +374,9 @@ pub(crate) fn check_folder(ws_root: &Path, resume: Option<&str>) -> Result<PathB
         } else {
             fsx::special_kind(&ft).unwrap_or("not a regular file")
         };
+        // The entry's name is anyone's: shown escaped, never raw.
         return Err(Error::input(
-            path.display(),
+            text::shown(&path.display().to_string()),
             format!(
                 "is {kind}: a run folder holds only regular files, and no link in it is followed"
             ),
