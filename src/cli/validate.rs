@@ -55,6 +55,7 @@ pub struct ValidateArgs {
     #[arg(long, default_value_t = 120)]
     pub row_timeout: u64,
     /// Continue the run with this id (the folder under validate/), skipping recorded rows
+    /// (each checked against the run's settings first: a row they do not give is exit 2)
     #[arg(long, value_name = "RUN")]
     pub resume: Option<String>,
     #[command(flatten)]

@@ -7,7 +7,9 @@
 //! file, or its position when a name has none). A subset whose configuration equals a variant
 //! the recipe already defines (the empty subset of `patched-asan` is `unpatched-asan`, the full
 //! one `patched-asan` itself) is built as that variant, so its build folder — and pinforge's
-//! build cache — is reused. A subset whose patches do not apply alone is retried with one more
+//! build cache — is reused. The derived names are ablate's own: a recipe variant named in
+//! their namespace ([`is_derived_name`]) is refused before anything is built, since its
+//! folder, built with its own flags, would be taken for a subset's. A subset whose patches do not apply alone is retried with one more
 //! patch of the list (the first, in series order, with which it applies), and the record says
 //! which. Records go to `ablations/RECIPE--VARIANT-NNNN/` (see [`crate::trial::flip`] for the id rule).
 //!
@@ -110,6 +112,43 @@ pub(crate) fn derived_name(variant: &str, patches: &[PatchRef], subset: &[usize]
         format!("abl-{}", Sha256::of_bytes(key.as_bytes()).short(16))
     };
     VariantName::new(&name).expect("invariant: derived names are identifiers")
+}
+
+/// Whether `name` is in the namespace of `variant`'s derived subset names ([`derived_name`]):
+/// `VARIANT.abl-…`, or `abl-` and 16 hex digits.
+pub(crate) fn is_derived_name(variant: &str, name: &str) -> bool {
+    name.starts_with(&format!("{variant}.abl-"))
+        || name.strip_prefix("abl-").is_some_and(|h| {
+            h.len() == 16
+                && h.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        })
+}
+
+/// A subset is built under its derived name, in `build/RECIPE/NAME/`: a variant of the recipe
+/// in that namespace would have its folder (and its build, made with its own flags) taken for
+/// a subset's, so the ablation would record another configuration. Every identifier a
+/// recipe may name a variant is also one a subset could get, so such a variant is refused
+/// before anything is built (exit 2, naming it), whatever its configuration.
+fn check_derived_names_free(recipe: &Recipe, variant: &str) -> Result<()> {
+    match recipe
+        .variants
+        .keys()
+        .find(|v| is_derived_name(variant, v.as_str()))
+    {
+        None => Ok(()),
+        Some(v) => Err(Error::input(
+            format!("{}: variant `{v}`", recipe.path.display()),
+            format!(
+                "is named like a subset that `ablate --variant {variant}` derives \
+                 (`{variant}.abl-…`, `abl-` and 16 hex digits): its build folder would be \
+                 taken for the subset's"
+            ),
+        )
+        .with_hint(format!(
+            "rename the variant in the recipe; names `{variant}.abl-*` are ablate's"
+        ))),
+    }
 }
 
 /// How one subset came out, for the analysis.
@@ -264,6 +303,7 @@ pub(crate) fn run(
 ) -> Result<AblationRecord> {
     let started = Instant::now();
     let base = recipe.variant(variant)?;
+    check_derived_names_free(recipe, variant)?;
     let patches = config::resolve_patches(recipe, base)?;
     if patches.is_empty() {
         return Err(Error::input(
@@ -593,6 +633,33 @@ mod tests {
         );
         assert_eq!(n, derived_name(&long, &patches, &[0]));
         assert_ne!(n, derived_name(&long, &patches, &[1]));
+        // Every derived name is in the namespace a recipe variant is refused in.
+        for v in ["patched-asan", long.as_str()] {
+            for s in subsets(3) {
+                let n = derived_name(v, &patches, &s);
+                assert!(is_derived_name(v, n.as_str()), "{n}");
+            }
+        }
+        assert!(!is_derived_name("patched", "patched-asan"));
+        assert!(!is_derived_name("patched", "abl-0123"));
+    }
+
+    /// Issue #19 class 10: a recipe variant named like a subset of the ablated variant is
+    /// refused before anything is built, naming it; one outside the namespace is not.
+    #[test]
+    fn a_recipe_variant_named_like_a_subset_is_refused() {
+        let text = crate::source::recipe::EMBEDDED_DEFAULT.to_string()
+            + "\n[variants.\"patched.abl-0001\"]\ncmake = { GGML_NATIVE = true }\n";
+        let recipe = Recipe::parse_bytes(text.as_bytes(), std::path::Path::new("r.toml"), None)
+            .expect("recipe");
+        let e = check_derived_names_free(&recipe, "patched").expect_err("collides");
+        assert_eq!(e.exit_code(), 2, "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("r.toml: variant `patched.abl-0001`"),
+            "{e}"
+        );
+        assert!(check_derived_names_free(&recipe, "patched-asan").is_ok());
     }
 
     // review: labels name derived variants and build folders, so they must never collide —

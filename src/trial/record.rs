@@ -251,19 +251,8 @@ pub(crate) struct AblationRecord {
 /// would land wherever it points.
 pub(crate) fn claim_record_dir(root: &Path, kind: &str, stem: &str) -> Result<(String, PathBuf)> {
     let base = root.join(kind);
-    match std::fs::symlink_metadata(&base) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => {
-            return Err(Error::input(
-                base.display(),
-                "is not a folder (a link or a file stands where pinforge keeps its records)",
-            )
-            .with_hint(format!("move {} away", base.display())))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir(&base).at("create directory", &base)?
-        }
-        Err(e) => return Err(Error::io("inspect", &base, e)),
+    if !real_folder(&base)? {
+        std::fs::create_dir(&base).at("create directory", &base)?
     }
     for n in 1..=9999u32 {
         let id = format!("{stem}-{n:04}");
@@ -279,6 +268,33 @@ pub(crate) fn claim_record_dir(root: &Path, kind: &str, stem: &str) -> Result<(S
         format!("9999 records named {stem}-NNNN already exist"),
     )
     .with_hint("archive old records"))
+}
+
+/// Whether `path`, a folder pinforge keeps records in (`flips/`, `ablations/`, `validate/`
+/// and each validate run folder), is there: true for a real folder, false when nothing is
+/// there; a link (to anywhere), a file or anything else in its place is an input error
+/// naming it, since records written through a link would land wherever it points. The one
+/// check of record folders, for flip, ablate and validate alike.
+pub(crate) fn real_folder(path: &Path) -> Result<bool> {
+    let m = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(Error::io("inspect", path, e)),
+    };
+    if m.is_dir() {
+        return Ok(true);
+    }
+    let ft = m.file_type();
+    let kind = if ft.is_symlink() {
+        "a symlink"
+    } else {
+        fsx::special_kind(&ft).unwrap_or("a file")
+    };
+    Err(Error::input(
+        path.display(),
+        format!("is {kind}, not a folder: pinforge keeps its records only in real folders, never through a link"),
+    )
+    .with_hint(format!("move {} away", path.display())))
 }
 
 /// Write a record as canonical JSON (sorted keys), atomically.

@@ -33,6 +33,7 @@ mod trust_install;
 mod trust_output;
 mod trust_rebase;
 mod trust_toolkit;
+mod trust_trial;
 mod ux;
 mod validate;
 

@@ -6,7 +6,8 @@
 //! After every successful build, `build/RECIPE/VARIANT/pinforge-stamp.json` records:
 //! - a key: pinforge's version and its own executable's metadata (the embedded recipe and
 //!   bundle, and the code that derives the configure arguments, live in it), the stamp scheme,
-//!   the recipe's digest and path, the variant, and the tool search path
+//!   the recipe's digest and path, the whole resolved variant (its patches, toolchain, build
+//!   type, targets and CMake entries, not only its name), and the tool search path
 //!   (`PINFORGE_TOOL_PATH`, `.tools/bin`, `PATH`). An input that changes the build and comes
 //!   from none of these nor the files below (a new command-line option, an environment
 //!   variable) must join [`key`], or the fast path would not see it change;
@@ -52,7 +53,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 /// Bumped whenever what the stamp records changes: older stamps are then ignored.
-const SCHEME: u32 = 4;
+const SCHEME: u32 = 5;
 const FILE: &str = "pinforge-stamp.json";
 
 /// What identifies a file's content without reading it.
@@ -214,7 +215,10 @@ fn key(
         recipe.sha256,
         &recipe.path,
         recipe.embedded,
-        variant.name.as_str(),
+        // The whole resolved variant, not only its name: a variant derived at run time
+        // (ablate's subsets) or another configuration under the same name must never be
+        // answered from a folder built with other patches, flags, toolchain or targets.
+        variant,
         search_dirs(ws),
         // The compile cache's settings: a no-op reports them, so another setting (--no-cache,
         // another folder or backend) takes the full path and reports what it was asked for.
@@ -419,6 +423,40 @@ pub(super) fn fresh(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue #19 class 10: two configurations under one variant name (a recipe's variant and
+    /// a subset ablate derives with that name) have different keys, so the fast path of one
+    /// is never the other's; the same configuration keeps its key (the fast path stays).
+    #[test]
+    fn the_key_covers_the_whole_variant_not_only_its_name() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let ws = Workspace::new(d.path()).expect("ws");
+        let cache = super::super::cache::Settings {
+            enabled: true,
+            dir: None,
+            remote: None,
+        };
+        let recipe = Recipe::embedded_default().expect("recipe");
+        let v = recipe.variant("patched").expect("variant").clone();
+        let k = key(&ws, &cache, &recipe, &v).expect("key");
+        assert_eq!(key(&ws, &cache, &recipe, &v.clone()).expect("key"), k);
+        let mut flags = v.clone();
+        flags.cmake.insert("GGML_NATIVE".into(), "true".into());
+        let mut patches = v.clone();
+        patches.patches = crate::source::recipe::PatchSelection::List(Vec::new());
+        let mut build_type = v.clone();
+        build_type.build_type = "Debug".into();
+        let mut targets = v.clone();
+        targets.targets.push("ggml".into());
+        for other in [flags, patches, build_type, targets] {
+            assert_eq!(other.name, v.name);
+            assert_ne!(
+                key(&ws, &cache, &recipe, &other).expect("key"),
+                k,
+                "{other:?}"
+            );
+        }
+    }
 
     #[test]
     fn metadata_changes_are_seen_and_a_listing_notices_a_new_entry() {

@@ -258,6 +258,42 @@ fn check_files(
     Ok(())
 }
 
+/// Every row must be one the settings give (the check `--resume` makes, in the same place):
+/// a row edited or brought in from another run is a mismatch, even when the summary and the
+/// evidence were recomputed over it. The rows' prompts are the run's `prompts.jsonl`, which
+/// must be the prompt set the settings record.
+fn recheck_rows(
+    ev: &EvidenceManifest,
+    dir: &Path,
+    rows: &[rows::Row],
+    out: &mut EvidenceCheck,
+) -> Result<()> {
+    let prompts_path = dir.join("prompts.jsonl");
+    let got = Sha256::of_bytes(&fsx::read(&prompts_path)?);
+    if got != ev.settings.prompt_set_sha256 {
+        out.mismatches.push(EvidenceMismatch {
+            path: prompts_path.display().to_string(),
+            role: "prompt set".into(),
+            expected: ev.settings.prompt_set_sha256.to_string(),
+            actual: got.to_string(),
+        });
+        return Ok(());
+    }
+    let prompts = rows::read_prompts(&prompts_path)?;
+    let rows_path = dir.join("rows.jsonl");
+    out.checked
+        .push("every row of rows.jsonl against the settings".into());
+    if let Err(e) = ev.settings.row_rules(&prompts).check(rows, &rows_path) {
+        out.mismatches.push(EvidenceMismatch {
+            path: rows_path.display().to_string(),
+            role: "rows".into(),
+            expected: "rows of this run's arms, row range, prompts, grammar and budget".into(),
+            actual: e.to_string(),
+        });
+    }
+    Ok(())
+}
+
 /// The settings file must be the settings the evidence states, and the stored summary must
 /// be the one recomputed from the rows (the summary is a function of the rows).
 fn recheck_settings_and_summary(
@@ -277,8 +313,10 @@ fn recheck_settings_and_summary(
         });
     }
     // The summary is a function of the rows: recompute it.
-    let rows_bytes = fsx::read(&dir.join("rows.jsonl"))?;
-    let rec = rows::parse_rows(&rows_bytes, &dir.join("rows.jsonl"))?;
+    let rows_path = dir.join("rows.jsonl");
+    let rows_bytes = fsx::read(&rows_path)?;
+    let rec = rows::parse_rows(&rows_bytes, &rows_path)?;
+    recheck_rows(ev, dir, &rec.rows, out)?;
     let ids: Vec<ArmId> = ev
         .settings
         .arms

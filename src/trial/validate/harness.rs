@@ -76,7 +76,9 @@ pub(super) fn run_rows(
             timeout: opts.timeout,
         })
         .collect();
-    let (mut file, recorded) = RowFile::open(&run.dir.join("rows.jsonl"))?;
+    // Every recorded row must be one this run's settings give, before it counts as done.
+    let rules = run.settings.row_rules(&inputs.prompts);
+    let (mut file, recorded) = RowFile::open(&run.dir.join("rows.jsonl"), &rules)?;
     let done = recorded.done();
     let resumed_rows = recorded.rows.len() as u64;
     let torn_bytes = recorded.torn_bytes;

@@ -16,13 +16,15 @@
 //! The parts: [`arm`] (resolve and verify both builds), [`run_dir`] (the inputs, the settings
 //! and the run folder), `harness` (the engines and the row loop), [`evidence`] (the
 //! evidence manifest and its re-check), with [`rows`] and [`summary`] for the row file and
-//! what is derived from it.
+//! what is derived from it, and [`row_check`] for what the settings determine about every
+//! row read back (resume and verify check rows in that one place).
 
 pub(crate) mod arm;
 pub(crate) mod engine;
 pub(crate) mod evidence;
 pub(crate) mod grammar;
 mod harness;
+pub(crate) mod row_check;
 pub(crate) mod rows;
 pub(crate) mod run_dir;
 pub(crate) mod summary;
@@ -101,8 +103,11 @@ pub(crate) fn run(opts: &Options, reporter: &dyn Reporter) -> Result<Report> {
     check_options(opts)?;
     // Inputs first (exit 2 before anything is written), then the builds.
     let inputs = Inputs::load(opts)?;
-    let arms = arm::resolve_arms(&opts.arms)?;
     let ws = crate::base::workspace::Workspace::new(&opts.workspace)?;
+    // The run folder's shape is an input too: a link there is refused before the builds are
+    // looked at (and again when the folder is opened).
+    run_dir::check_folder(ws.root(), opts.resume.as_deref())?;
+    let arms = arm::resolve_arms(&opts.arms)?;
     // The shims compile before the run folder exists: a build whose llama.h the shim does not
     // cover is an input error that leaves nothing behind.
     let cache = ws.root().join("build").join(".smoke");

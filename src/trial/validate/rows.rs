@@ -7,6 +7,7 @@
 //! began), then `fdatasync`. A row on disk is therefore either whole and durable or absent
 //! (or a torn tail after a power loss, which resume removes).
 
+use super::row_check::RowRules;
 use crate::base::digest::Sha256;
 use crate::base::error::{Error, IoContext, Result};
 use serde::{Deserialize, Serialize};
@@ -195,6 +196,7 @@ pub(crate) fn classify(o: &Observed) -> (Outcome, Option<u64>) {
 }
 
 /// The append-only row file.
+#[derive(Debug)]
 pub(crate) struct RowFile {
     path: PathBuf,
     file: std::fs::File,
@@ -266,8 +268,10 @@ pub(crate) fn parse_rows(bytes: &[u8], path: &Path) -> Result<Recorded> {
 
 impl RowFile {
     /// Open (create) the row file for appending, after cutting off a torn last line; returns
-    /// what was already recorded.
-    pub(crate) fn open(path: &Path) -> Result<(RowFile, Recorded)> {
+    /// what was already recorded, every row of it checked against the run's `rules` first (a
+    /// row that breaks one refuses the file, and nothing is cut or counted). A link in the
+    /// row file's place is an input error naming it, never followed.
+    pub(crate) fn open(path: &Path, rules: &RowRules) -> Result<(RowFile, Recorded)> {
         use std::os::unix::fs::OpenOptionsExt;
         let mut file = std::fs::OpenOptions::new()
             .read(true)
@@ -275,7 +279,16 @@ impl RowFile {
             .create(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
             .open(path)
-            .at("open the row file", path)?;
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ELOOP) => Error::input(
+                    path.display(),
+                    "the row file is a symlink; it was not followed",
+                )
+                .with_hint(
+                    "a run folder holds only regular files: remove the link, or start a new run",
+                ),
+                _ => Error::io("open the row file", path, e),
+            })?;
         let meta = file.metadata().at("stat", path)?;
         if !meta.is_file() {
             return Err(Error::input(
@@ -286,6 +299,7 @@ impl RowFile {
         let mut bytes = Vec::new();
         std::io::Read::read_to_end(&mut file, &mut bytes).at("read", path)?;
         let rec = parse_rows(&bytes, path)?;
+        rules.check(&rec.rows, path)?;
         if rec.torn_bytes > 0 {
             let keep = bytes.len() as u64 - rec.torn_bytes;
             file.set_len(keep).at("cut the torn last line of", path)?;
@@ -419,7 +433,22 @@ mod tests {
         }
     }
 
-    fn row(arm: &str, id: u64, outcome: Outcome) -> Row {
+    /// The rules the rows below are made to fit: arms `control`, `live` and `a`, each with
+    /// the digest of its name, ten rows whose prompt is `p`, no grammar.
+    pub(super) fn rules() -> RowRules {
+        let arms = ["control", "live", "a"]
+            .iter()
+            .map(|a| (a.to_string(), Sha256::of_bytes(a.as_bytes())))
+            .collect();
+        RowRules::new(arms, 10, &vec!["p".to_string(); 10], false, 64)
+    }
+
+    pub(super) fn row(arm: &str, id: u64, outcome: Outcome) -> Row {
+        let evidence = Evidence {
+            signature: (outcome == Outcome::Crash).then(|| "SIGSEGV".to_string()),
+            diverged_at: (outcome == Outcome::Mismatch).then_some(1),
+            ..Evidence::default()
+        };
         Row {
             row: id,
             arm: arm.into(),
@@ -430,7 +459,7 @@ mod tests {
             wall_ms: 3.5,
             tokens_per_second: 2285.7,
             outcome,
-            evidence: Evidence::default(),
+            evidence,
         }
     }
 
@@ -487,7 +516,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let p = dir.path().join("rows.jsonl");
         {
-            let (mut f, rec) = RowFile::open(&p).expect("create");
+            let (mut f, rec) = RowFile::open(&p, &rules()).expect("create");
             assert!(rec.rows.is_empty());
             f.append(&row("control", 0, Outcome::Ok)).expect("append");
             f.append(&row("live", 0, Outcome::Crash)).expect("append");
@@ -497,7 +526,7 @@ mod tests {
         let third = serde_json::to_vec(&row("control", 1, Outcome::Ok)).expect("json");
         bytes.extend(&third[..third.len() / 2]);
         std::fs::write(&p, &bytes).expect("tear");
-        let (mut f, rec) = RowFile::open(&p).expect("reopen");
+        let (mut f, rec) = RowFile::open(&p, &rules()).expect("reopen");
         assert_eq!(rec.rows.len(), 2);
         assert_eq!(rec.torn_bytes as usize, third.len() / 2);
         assert_eq!(
@@ -508,7 +537,7 @@ mod tests {
         );
         assert_eq!(std::fs::read(&p).expect("read").len(), whole, "cut back");
         f.append(&row("control", 1, Outcome::Ok)).expect("redo");
-        let (_, rec) = RowFile::open(&p).expect("reopen");
+        let (_, rec) = RowFile::open(&p, &rules()).expect("reopen");
         assert_eq!(rec.rows.len(), 3);
         assert_eq!(rec.rows[2], row("control", 1, Outcome::Ok));
     }
@@ -534,10 +563,10 @@ mod tests {
         let fifo = dir.path().join("fifo");
         let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("c");
         assert_eq!(crate::sys::mkfifo(c.as_c_str(), 0o644), 0);
-        assert!(RowFile::open(&fifo).is_err());
+        assert!(RowFile::open(&fifo, &rules()).is_err());
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(dir.path().join("elsewhere"), &link).expect("link");
-        assert!(RowFile::open(&link).is_err());
+        assert!(RowFile::open(&link, &rules()).is_err());
         assert!(!dir.path().join("elsewhere").exists());
     }
 

@@ -4,11 +4,13 @@
 //! model checked against the record), and the canonical JSON every recorded file is written in.
 
 use super::arm::{ArmRecord, ResolvedArm};
+use super::row_check::RowRules;
 use super::{engine, grammar, rows, Options};
 use crate::base::digest::Sha256;
 use crate::base::error::{Error, IoContext, Result};
-use crate::base::fsx;
+use crate::base::{fsx, text};
 use crate::deploy::model;
+use crate::trial::record;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -39,6 +41,23 @@ pub(crate) struct Settings {
     pub n_ctx: u64,
     /// pinforge's version.
     pub pinforge_version: String,
+}
+
+impl Settings {
+    /// What these settings determine about every row of the run, over `prompts` (the
+    /// prompt of each row index).
+    pub(crate) fn row_rules(&self, prompts: &[String]) -> RowRules {
+        RowRules::new(
+            self.arms
+                .iter()
+                .map(|a| (a.name.clone(), a.digest))
+                .collect(),
+            self.rows,
+            prompts,
+            self.grammar_sha256.is_some(),
+            self.budget,
+        )
+    }
 }
 
 /// Check a run id from the command line: one plain path component.
@@ -177,7 +196,7 @@ impl RunDir {
         inputs: &Inputs,
         arms: &[ResolvedArm],
     ) -> Result<RunDir> {
-        let vroot = ws_root.join("validate");
+        let vroot = check_folder(ws_root, opts.resume.as_deref())?;
         match &opts.resume {
             Some(id) => RunDir::resume(opts, &vroot, id, inputs, arms),
             None => RunDir::create(opts, &vroot, inputs, arms),
@@ -196,7 +215,9 @@ impl RunDir {
         inputs: &Inputs,
         arms: &[ResolvedArm],
     ) -> Result<RunDir> {
-        fsx::create_dir_all(vroot)?;
+        if !record::real_folder(vroot)? {
+            fsx::create_dir_all(vroot)?;
+        }
         let stamp = crate::artifact::manifest::now_rfc3339().replace([':', '-'], "");
         let digest = Sha256::of_bytes(&canonical(&inputs.settings(opts, arms, PathBuf::new()))?);
         let mut n = 0;
@@ -243,6 +264,7 @@ impl RunDir {
     ) -> Result<RunDir> {
         let dir = vroot.join(id);
         let sp = dir.join("settings.json");
+        // check_folder found the folder real and its entries regular files (or absent).
         let old: Settings = match std::fs::symlink_metadata(&sp) {
             Err(_) => {
                 return Err(Error::input(
@@ -318,6 +340,54 @@ impl RunDir {
     }
 }
 
+/// The run folders' shape, before anything in them is read or written: `validate/` (and,
+/// resuming, `validate/ID`) must be a real folder or absent, never a link (the check flip and
+/// ablate make of their record folders, [`record::real_folder`]), and every entry of a
+/// resumed run folder must be a regular file: a link there (`rows.jsonl` to anywhere) is an
+/// input error naming it, not followed. Returns `validate/`.
+pub(crate) fn check_folder(ws_root: &Path, resume: Option<&str>) -> Result<PathBuf> {
+    let vroot = ws_root.join("validate");
+    let vroot_there = record::real_folder(&vroot)?;
+    let Some(id) = resume else {
+        return Ok(vroot);
+    };
+    let dir = vroot.join(id);
+    if !vroot_there || !record::real_folder(&dir)? {
+        return Err(Error::input(
+            format!("--resume {id}"),
+            format!("no run here ({})", dir.display()),
+        )
+        .with_hint("`ls validate/` in the workspace lists the runs"));
+    }
+    let entries = std::fs::read_dir(&dir).at("list", &dir)?;
+    for entry in entries {
+        let entry = entry.at("list", &dir)?;
+        let path = entry.path();
+        let ft = entry.file_type().at("inspect", &path)?;
+        if ft.is_file() {
+            continue;
+        }
+        let kind = if ft.is_symlink() {
+            "a symlink"
+        } else if ft.is_dir() {
+            "a folder"
+        } else {
+            fsx::special_kind(&ft).unwrap_or("not a regular file")
+        };
+        // The entry's name is anyone's: shown escaped, never raw.
+        return Err(Error::input(
+            text::shown(&path.display().to_string()),
+            format!(
+                "is {kind}: a run folder holds only regular files, and no link in it is followed"
+            ),
+        )
+        .with_hint(format!(
+            "restore the run's own file in its place, or start a new run instead of --resume {id}"
+        )));
+    }
+    Ok(vroot)
+}
+
 /// The top-level settings keys whose values differ, for the resume refusal.
 fn differing_keys(old: &Settings, new: &Settings) -> Vec<String> {
     let a = serde_json::to_value(old).unwrap_or_default();
@@ -329,5 +399,65 @@ fn differing_keys(old: &Settings, new: &Settings) -> Vec<String> {
             .map(|(k, _)| k.clone())
             .collect(),
         _ => vec![],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_folder_or_run_file_that_is_a_link_is_refused_naming_it() {
+        let ws = tempfile::tempdir().expect("ws");
+        let outside = tempfile::tempdir().expect("outside");
+        // No validate/ yet: a fresh run may create it; a resume finds no run.
+        assert!(check_folder(ws.path(), None).is_ok());
+        let e = check_folder(ws.path(), Some("r1")).expect_err("no run");
+        assert!(e.to_string().contains("no run here"), "{e}");
+        // validate/ itself a link: refused for a fresh run too.
+        std::os::unix::fs::symlink(outside.path(), ws.path().join("validate")).expect("link");
+        let e = check_folder(ws.path(), None).expect_err("validate/ is a link");
+        assert_eq!(e.exit_code(), 2, "{e}");
+        assert!(e.to_string().contains("symlink"), "{e}");
+        std::fs::remove_file(ws.path().join("validate")).expect("unlink");
+        // The run folder a link to a real run outside the workspace.
+        let vroot = ws.path().join("validate");
+        std::fs::create_dir(&vroot).expect("mkdir");
+        std::fs::write(outside.path().join("settings.json"), b"{}").expect("settings");
+        std::os::unix::fs::symlink(outside.path(), vroot.join("r1")).expect("link");
+        let e = check_folder(ws.path(), Some("r1")).expect_err("run folder is a link");
+        assert_eq!(e.exit_code(), 2, "{e}");
+        assert!(
+            e.to_string()
+                .starts_with(&format!("{}: is a symlink", vroot.join("r1").display())),
+            "{e}"
+        );
+        // A real run folder whose rows.jsonl (or any file) is a link, or a FIFO.
+        let run = vroot.join("r2");
+        std::fs::create_dir(&run).expect("mkdir");
+        std::fs::write(run.join("settings.json"), b"{}").expect("settings");
+        assert!(check_folder(ws.path(), Some("r2")).is_ok());
+        std::os::unix::fs::symlink(outside.path().join("rows.jsonl"), run.join("rows.jsonl"))
+            .expect("link");
+        let e = check_folder(ws.path(), Some("r2")).expect_err("rows.jsonl is a link");
+        assert_eq!(e.exit_code(), 2, "{e}");
+        assert!(
+            e.to_string().starts_with(&format!(
+                "{}: is a symlink",
+                run.join("rows.jsonl").display()
+            )),
+            "{e}"
+        );
+        std::fs::remove_file(run.join("rows.jsonl")).expect("unlink");
+        let fifo = run.join("summary.json");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("c");
+        assert_eq!(crate::sys::mkfifo(c.as_c_str(), 0o644), 0);
+        let e = check_folder(ws.path(), Some("r2")).expect_err("FIFO");
+        assert!(e.to_string().contains("a FIFO"), "{e}");
+        assert_eq!(
+            std::fs::read_dir(outside.path()).expect("ls").count(),
+            1,
+            "nothing written outside"
+        );
     }
 }
