@@ -79,6 +79,41 @@ pub(crate) fn shown(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// One line for the terminal (an error message, a hint): every unsafe character, `\n`
+/// included, written as its escape, unquoted, so that a value embedded in it (a file name, a
+/// field of a record) can neither move the cursor nor forge a line.
+pub(crate) fn shown_line(s: &str) -> Cow<'_, str> {
+    escaped(s, false)
+}
+
+/// Lines for the terminal whose breaks are their own (an error's detail: a diff, a tool's log
+/// tail with colour codes): as [`shown_line`], but `\n` is kept.
+pub(crate) fn shown_lines(s: &str) -> Cow<'_, str> {
+    escaped(s, true)
+}
+
+fn escaped(s: &str, keep_newlines: bool) -> Cow<'_, str> {
+    let kept = |c: char| keep_newlines && c == '\n';
+    if !s.chars().any(|c| !kept(c) && is_unsafe_char(c)) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            c if kept(c) => out.push(c),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x80 && c.is_control() => {
+                out.push_str(&format!("\\{:03o}", c as u32));
+            }
+            c if is_unsafe_char(c) => out.push_str(&format!("\\u{{{:04x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
 /// Lossy bytes (a link target, a file name that is not UTF-8) as shown text: invalid UTF-8 is
 /// replaced by U+FFFD and the rest goes through [`shown`].
 pub(crate) fn shown_bytes(b: &[u8]) -> String {
@@ -137,5 +172,11 @@ mod tests {
         assert_eq!(shown("x\n* gen 9"), "\"x\\n* gen 9\"");
         assert_eq!(shown("\u{1b}[31mred"), "\"\\033[31mred\"");
         assert_eq!(shown_bytes(b"a\xffb\n"), "\"a\u{fffd}b\\n\"");
+        assert_eq!(
+            shown_lines("line one\nname \u{1b}[2J\tend"),
+            "line one\nname \\033[2J\\tend"
+        );
+        assert!(matches!(shown_lines("two\nlines"), Cow::Borrowed(_)));
+        assert_eq!(shown_line("x.json\n* gen 9"), "x.json\\n* gen 9");
     }
 }

@@ -380,15 +380,20 @@ fn run(cli: Cli) -> Result<i32> {
     }
 }
 
+/// The error on standard error. Messages embed values from files and tools (names, paths, a
+/// compiler's log tail): the message and hint are one line each (`text::shown_line`), the
+/// detail keeps its lines (`text::shown_lines`), and nothing reaches the terminal raw (issue #19
+/// class 2).
 fn render_error(e: &Error, hints: &hint::HintOptions) {
-    eprintln!("error: {e}");
+    use crate::base::text::{shown_line, shown_lines};
+    eprintln!("error: {}", shown_line(&e.to_string()));
     if let Some(detail) = e.detail() {
-        for line in detail.lines() {
+        for line in shown_lines(detail).lines() {
             eprintln!("  {line}");
         }
     }
     if let Some(hint) = e.hint() {
-        eprintln!("hint: {}", hints.apply(hint));
+        eprintln!("hint: {}", shown_line(&hints.apply(hint)));
     }
 }
 

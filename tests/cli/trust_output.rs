@@ -621,3 +621,23 @@ fn verify_installed_of_a_special_file_in_the_layer_fails_the_check_naming_it() {
         assert_eq!(crate::code(&o), 0, "{what:?}: {}", all_output(&o));
     }
 }
+
+/// An error message embeds values (here a path the user typed): whatever the command, the
+/// error printer escapes every line of it, so a crafted name cannot drive the terminal.
+#[test]
+fn error_messages_show_embedded_values_escaped() {
+    let t = tempfile::tempdir().expect("tmp");
+    for (class, c) in CLASSES.iter().filter(|(_, c)| *c != '\0') {
+        let name = with_char("manifest-name.json", *c);
+        let missing = t.path().join(&name);
+        for args in [
+            vec!["verify", s(&missing)],
+            vec!["diff", s(&missing), s(&missing)],
+            vec!["patch", "lint", s(&missing)],
+        ] {
+            let o = crate::pinforge(t.path(), &args);
+            assert_eq!(crate::code(&o), 2, "{class} {args:?}: {}", all_output(&o));
+            assert_escaped(&crate::stderr(&o), &name, &format!("{class} {args:?}"));
+        }
+    }
+}

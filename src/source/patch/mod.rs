@@ -94,11 +94,15 @@ impl PatchFile {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let id = PatchId::new(&name).map_err(|m| Error::input(path.display(), m))?;
-        Ok(PatchFile::from_bytes(
-            id,
-            path.to_path_buf(),
-            fsx::read(path)?,
-        ))
+        // A patch the user named that is not there is their input, not an I/O failure.
+        let bytes = match fsx::read_if_present(path)? {
+            Some(b) => b,
+            None => {
+                return Err(Error::input(path.display(), "no such patch file")
+                    .with_hint("check the path (`pinforge patch list` shows the bundle's files)"))
+            }
+        };
+        Ok(PatchFile::from_bytes(id, path.to_path_buf(), bytes))
     }
 
     /// The attribution, or an input error quoting the first lint error.
