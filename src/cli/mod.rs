@@ -417,8 +417,28 @@ fn with_schema<T: serde::Serialize>(schema: &str, value: &T) -> Result<serde_jso
 fn print_json<T: serde::Serialize>(schema: &str, value: &T) -> Result<()> {
     let doc = with_schema(schema, value)?;
     let s = serde_json::to_string_pretty(&doc).map_err(|e| Error::Internal(e.to_string()))?;
-    outln!("{s}");
+    outln!("{}", json_escaped(&s));
     Ok(())
+}
+
+/// serde_json escapes only C0 controls; DEL, C1 and the bidi and zero-width characters the text
+/// rule refuses would still reach a terminal through `jq` or `cat`. Outside strings JSON holds
+/// none of them but the pretty printer's line breaks (inside strings serde writes `\n`), so
+/// each is written as its `\uXXXX` escape: the same document, byte-safe.
+fn json_escaped(s: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| c != '\n' && crate::base::text::is_unsafe_char(c);
+    if !s.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        if unsafe_char(c) {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// Print one JSON document on one line (JSON Lines, as `cargo --message-format json` does):
@@ -426,7 +446,7 @@ fn print_json<T: serde::Serialize>(schema: &str, value: &T) -> Result<()> {
 fn print_json_line<T: serde::Serialize>(schema: &str, value: &T) -> Result<()> {
     let doc = with_schema(schema, value)?;
     let s = serde_json::to_string(&doc).map_err(|e| Error::Internal(e.to_string()))?;
-    outln!("{s}");
+    outln!("{}", json_escaped(&s));
     Ok(())
 }
 
@@ -435,5 +455,22 @@ fn installed_layer(arg: &str) -> Result<Option<Layer>> {
     match arg {
         "current" => Ok(None),
         other => Layer::parse(other).map(Some),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn json_output_escapes_what_serde_json_leaves_raw_and_stays_the_same_document() {
+        let v = serde_json::json!({"name": "a\u{7f}b\u{85}c\u{202e}d\u{feff}e\nf"});
+        let raw = serde_json::to_string_pretty(&v).expect("json");
+        let out = super::json_escaped(&raw);
+        assert!(
+            !out.chars()
+                .any(|c| c != '\n' && crate::base::text::is_unsafe_char(c)),
+            "{out}"
+        );
+        let back: serde_json::Value = serde_json::from_str(&out).expect("still JSON");
+        assert_eq!(back, v);
     }
 }

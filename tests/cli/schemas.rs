@@ -226,6 +226,23 @@ fn real_output_of_every_command_validates_against_its_schema() {
     let docs = check(&run(&args), 0, &args);
     assert_eq!(docs[0]["patches"][0]["from"], "note", "{:#}", docs[0]);
 
+    // patch check-attribution: the bundle's claims against the tiny upstream's own history.
+    let upstream = format!("git:{}@{v2}", t.upstream.display());
+    let args = [
+        "patch",
+        "check-attribution",
+        "--upstream",
+        &upstream,
+        "--json",
+    ];
+    let docs = check(&run(&args), 0, &args);
+    assert_eq!(
+        docs[0]["patches"].as_array().map(Vec::len),
+        Some(1),
+        "{:#}",
+        docs[0]
+    );
+
     // toolkit: the stand-in toolkit of the cuda module (verified wheels, no pip).
     let cache = crate::cuda::fake_toolkit(ws);
     let args = [
