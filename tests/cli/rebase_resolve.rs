@@ -386,15 +386,25 @@ fn abort_leaves_everything_as_before_the_resolve() {
     same_listing(&listing(d.path()), &before);
 }
 
-/// The two listings are one, or the difference is shown. The git pin's `FETCH_HEAD` in the
-/// fetch cache is rewritten by every audit of a git pin (the audit a rebase rests on fetches
-/// the pin again): that is the audit's, not the resolution's, and is left out.
+/// The two listings are one, or the difference is shown. Two things the audit that a rebase
+/// rests on does to the shared caches are left out: the git pin's `FETCH_HEAD` (every audit of
+/// a git pin fetches it again), and the times of the vendor trees' git objects (content
+/// addressed: libgit2 freshens an existing object's time when a repository borrowing it writes
+/// the same object); their names and sizes still count.
 fn same_listing(got: &[String], want: &[String]) {
-    let keep = |l: &&String| !(l.starts_with("vendor/cache/git/") && l.contains("/FETCH_HEAD "));
-    let got: Vec<&String> = got.iter().filter(keep).collect();
-    let want: Vec<&String> = want.iter().filter(keep).collect();
-    let extra: Vec<&&String> = got.iter().filter(|l| !want.contains(l)).collect();
-    let missing: Vec<&&String> = want.iter().filter(|l| !got.contains(l)).collect();
+    let norm = |l: &String| -> Option<String> {
+        if l.starts_with("vendor/cache/git/") && l.contains("/FETCH_HEAD ") {
+            return None;
+        }
+        if l.starts_with("vendor/") && l.contains("/.git/objects/") {
+            return Some(l.splitn(3, ' ').take(2).collect::<Vec<_>>().join(" "));
+        }
+        Some(l.clone())
+    };
+    let got: Vec<String> = got.iter().filter_map(norm).collect();
+    let want: Vec<String> = want.iter().filter_map(norm).collect();
+    let extra: Vec<&String> = got.iter().filter(|l| !want.contains(l)).collect();
+    let missing: Vec<&String> = want.iter().filter(|l| !got.contains(l)).collect();
     assert!(
         extra.is_empty() && missing.is_empty(),
         "extra: {extra:#?}\nmissing: {missing:#?}"
@@ -447,7 +457,8 @@ fn continue_after_the_bundle_or_recipe_changed_or_with_a_dirty_checkout_is_refus
 
 // issue #26 §4: a --continue killed after every step of the commit protocol: after the next
 // command the bundle, recipe and lock are all old (before the commit point; a second
-// --continue then ends all new) or all new (after it).
+// --continue then ends all new) or all new (after it); and one killed before the protocol,
+// with its replay committed in the checkout.
 #[test]
 fn a_continue_killed_at_every_step_is_all_old_or_all_new() {
     if no_git() {
@@ -491,4 +502,25 @@ fn a_continue_killed_at_every_step_is_all_old_or_all_new() {
         assert!(!d.path().join(".pinforge-rebase.json").exists(), "step {n}");
         assert!(!d.path().join(".rebase-patches").exists(), "step {n}");
     }
+    // Killed after it committed 0003 onto the operator's commit in the checkout, before the
+    // protocol: nothing written; the next --continue undoes that commit and ends all new.
+    let d = up.copy();
+    let co = up.resolve(d.path());
+    commit_resolution(&co);
+    let operator = git(&co, &["rev-parse", "HEAD"]);
+    let o = pinforge_cmd(d.path())
+        .args(["rebase", RECIPE, "--continue"])
+        .env("PINFORGE_CRASH_AT", "rebase-resolve:replayed")
+        .output()
+        .expect("run");
+    assert_eq!(o.status.signal(), Some(9), "{}", stderr(&o));
+    assert_ne!(
+        git(&co, &["rev-parse", "HEAD"]),
+        operator,
+        "0003 was committed"
+    );
+    assert_eq!(State::of(d.path()), old);
+    let o = pinforge(d.path(), &["rebase", RECIPE, "--continue"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(State::of(d.path()), new);
 }

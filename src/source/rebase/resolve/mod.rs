@@ -167,6 +167,9 @@ pub(crate) fn resume(ws: &Workspace, recipe_path: &Path, today: &str) -> Result<
     if let Some(stop) = checkout::replay(ws, &repo, &at, &mut st, &l, &rows, last + 1, today)? {
         return Ok(Rebased::Resolving(stop));
     }
+    // Killed here, the checkout holds this run's commits past the operator's; the state names
+    // the operator's commit, so the next --continue undoes them first.
+    crate::base::hooks::crash_named("rebase-resolve:replayed");
     let (report, rows) = with_taken(&session.audit, rows, &st, &l)?;
     let done = finish(ws, &l, &onto, &session, report, rows, today)?;
     at.remove()?;
