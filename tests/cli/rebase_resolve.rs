@@ -28,6 +28,11 @@ struct Up {
 /// 0002 keeps as context (`w`, beside the line it changes: a conflict), c.c is untouched (0003
 /// carries as it is).
 fn up() -> Up {
+    up_with(false)
+}
+
+/// [`up`]; with `two`, v2 also changes c.c beside 0003's line: a second conflict.
+fn up_with(two: bool) -> Up {
     let dir = tempfile::tempdir().expect("tempdir");
     let upstream = dir.path().join("upstream");
     let repo = Repository::init(&upstream).expect("init");
@@ -53,11 +58,11 @@ fn up() -> Up {
         &[("b.c".into(), src("b", 5, 1, 0, 0, 9))],
         "b: a license header",
     );
-    let v2 = put(
-        &repo,
-        &[("a.c".into(), src("a", 0, 1, 5, 0, 9))],
-        "a: w at 5",
-    );
+    let mut changed = vec![("a.c".to_string(), src("a", 0, 1, 5, 0, 9))];
+    if two {
+        changed.push(("c.c".to_string(), src("c", 0, 1, 5, 0, 9)));
+    }
+    let v2 = put(&repo, &changed, "a, c: w at 5");
     tag("v2", v2);
 
     let ws = dir.path().join("template");
@@ -175,13 +180,19 @@ fn no_git() -> bool {
 
 /// The operator's resolution: the markers edited away, added, committed.
 fn commit_resolution(co: &Path) {
-    let text = std::fs::read_to_string(co.join("a.c")).expect("a.c");
+    commit_resolution_of(co, "a");
+}
+
+/// [`commit_resolution`] in X.c.
+fn commit_resolution_of(co: &Path, x: &str) {
+    let file = format!("{x}.c");
+    let text = std::fs::read_to_string(co.join(&file)).expect("conflicted file");
     let start = text.find("<<<<<<<").expect("conflict start");
     let end = text.find(">>>>>>>").expect("conflict end");
     let end = end + text[end..].find('\n').expect("eol") + 1;
     let fixed = format!("{}{RESOLVED_LINE}{}", &text[..start], &text[end..]);
-    std::fs::write(co.join("a.c"), fixed).expect("write");
-    git(co, &["add", "a.c"]);
+    std::fs::write(co.join(&file), fixed).expect("write");
+    git(co, &["add", &file]);
     git(co, &["commit", "--no-edit"]);
 }
 
@@ -269,6 +280,7 @@ fn a_conflict_resolved_through_resolve_commit_continue_ends_as_a_plain_rebase() 
     let o = pinforge(d.path(), &["rebase", RECIPE, "--continue", "--json"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let j: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
+    assert_eq!(crate::schemas::validate(&j), "pinforge.rebase/v1");
     assert_eq!(j["completed"], true);
     let actions: Vec<&str> = j["patches"]
         .as_array()
@@ -523,4 +535,42 @@ fn a_continue_killed_at_every_step_is_all_old_or_all_new() {
     let o = pinforge(d.path(), &["rebase", RECIPE, "--continue"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(State::of(d.path()), new);
+}
+
+// issue #26 §4: where a second patch conflicts too, --continue stops again as --resolve does
+// (exit 1, the checkout holding the operator's first resolution and the second conflict, the
+// state naming both); the second --continue ends with both patches regenerated.
+#[test]
+fn a_second_conflict_stops_the_continue_again_and_the_next_continue_ends_it() {
+    if no_git() {
+        return;
+    }
+    let up = up_with(true);
+    let old = State::of(&up.template);
+    let d = up.copy();
+    let co = up.resolve(d.path());
+    commit_resolution_of(&co, "a");
+    let o = pinforge(d.path(), &["rebase", RECIPE, "--continue", "--json"]);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
+    assert_eq!(crate::schemas::validate(&j), "pinforge.rebase/v1");
+    assert_eq!(j["completed"], false);
+    assert_eq!(j["patch"], "0003-c.patch");
+    assert_eq!(j["conflicts"], serde_json::json!(["c.c"]));
+    assert_eq!(j["resolved"], serde_json::json!(["0002-a.patch"]));
+    assert_eq!(State::of(d.path()), old, "nothing written yet");
+    let c = std::fs::read_to_string(co.join("c.c")).expect("c.c");
+    assert!(c.contains("|||||||"), "{c}");
+    commit_resolution_of(&co, "c");
+    let o = pinforge(d.path(), &["rebase", RECIPE, "--continue"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let new = State::of(d.path());
+    for f in ["0002-a.patch", "0003-c.patch"] {
+        let (_, diff) = header_and_diff(&new.bundle[f]);
+        assert!(
+            diff.contains("+    int v = 2;\n") && diff.contains("\n     int w = 5;\n"),
+            "{f}: {diff}"
+        );
+    }
+    assert!(!d.path().join("rebase-resolve").exists());
 }

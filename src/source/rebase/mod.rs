@@ -472,8 +472,8 @@ fn stopped(report: &audit::Audit, blocked: &[&audit::PatchAudit], dir: &Path) ->
         detail: detail.trim_end().to_string(),
         hint: "for each: `--drop FILE` if upstream has the fix (confirms superseded), `--keep FILE` \
                to carry a carries-review patch after review (or a reverted one upstream took back), \
-               or refresh a conflicting patch against the new tree (a checkout of it: `pinforge patch apply`, fix, commit, `pinforge patch export`) \
-               and run the rebase again"
+               or resolve a conflicting one: run the rebase again with `--resolve` (a checkout of the new pin \
+               with the conflict in it; edit, `git add`, `git commit`, then `pinforge rebase RECIPE --continue`)"
             .into(),
         stopped: names,
         audit: report.clone(),

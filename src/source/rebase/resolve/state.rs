@@ -205,3 +205,52 @@ impl State {
         fsx::write_atomic(&at.state, format!("{text}\n").as_bytes())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ws() -> (tempfile::TempDir, Workspace) {
+        let d = tempfile::tempdir().expect("tempdir");
+        let ws = Workspace::new(d.path()).expect("workspace");
+        (d, ws)
+    }
+
+    // The recipe's file stem becomes a folder name: a control character or a dot name is
+    // refused at input (exit 2), a plain one names both paths.
+    #[test]
+    fn the_recipe_stem_names_the_checkout_and_the_state_or_is_refused() {
+        let (_d, ws) = ws();
+        let at = Paths::of(&ws, Path::new("/x/recipes/up.toml")).expect("paths");
+        assert_eq!(at.checkout, ws.root().join("rebase-resolve/up"));
+        assert_eq!(at.state, ws.root().join("rebase-resolve/up.json"));
+        assert!(!at.exists());
+        for bad in [
+            "/x/recipes/u\u{1b}p.toml",
+            "/x/recipes/.toml",
+            "/x/recipes/.up.toml",
+        ] {
+            let e = Paths::of(&ws, Path::new(bad)).err().expect(bad);
+            assert_eq!(e.exit_code(), 2, "{bad}");
+        }
+    }
+
+    // A state of another format, or none, is a usage error naming the file.
+    #[test]
+    fn a_missing_or_foreign_state_is_refused() {
+        let (_d, ws) = ws();
+        let at = Paths::of(&ws, Path::new("/x/up.toml")).expect("paths");
+        let e = State::load(&at, Path::new("/x/up.toml"))
+            .err()
+            .expect("missing");
+        assert_eq!(e.exit_code(), 2);
+        fsx::create_dir_all(&fsx::parent_of(&at.state)).expect("mkdir");
+        std::fs::write(&at.state, "{\"format\": \"other\"}").expect("write");
+        let e = State::load(&at, Path::new("/x/up.toml"))
+            .err()
+            .expect("foreign");
+        assert_eq!(e.exit_code(), 2);
+        at.remove().expect("remove");
+        assert!(!ws.root().join(DIR).exists(), "the empty folder goes too");
+    }
+}
