@@ -240,15 +240,11 @@ mod tests {
     fn a_missing_or_foreign_state_is_refused() {
         let (_d, ws) = ws();
         let at = Paths::of(&ws, Path::new("/x/up.toml")).expect("paths");
-        let e = State::load(&at, Path::new("/x/up.toml"))
-            .err()
-            .expect("missing");
+        let e = State::load(&at, Path::new("/x/up.toml")).expect_err("missing");
         assert_eq!(e.exit_code(), 2);
         fsx::create_dir_all(&fsx::parent_of(&at.state)).expect("mkdir");
         std::fs::write(&at.state, "{\"format\": \"other\"}").expect("write");
-        let e = State::load(&at, Path::new("/x/up.toml"))
-            .err()
-            .expect("foreign");
+        let e = State::load(&at, Path::new("/x/up.toml")).expect_err("foreign");
         assert_eq!(e.exit_code(), 2);
         at.remove().expect("remove");
         assert!(!ws.root().join(DIR).exists(), "the empty folder goes too");
