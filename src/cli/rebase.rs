@@ -146,6 +146,12 @@ pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<i32> {
                 p.verdict.as_str(),
                 text::shown(au)
             ),
+            None if p.resolved => outln!(
+                "  {} {} ({}; resolved by the operator's commit)",
+                p.action,
+                p.file,
+                p.verdict.as_str()
+            ),
             None => outln!("  {} {} ({})", p.action, p.file, p.verdict.as_str()),
         }
     }

@@ -289,6 +289,13 @@ fn a_conflict_resolved_through_resolve_commit_continue_ends_as_a_plain_rebase() 
         .map(|p| p["action"].as_str().expect("action"))
         .collect();
     assert_eq!(actions, ["refreshed", "refreshed", "carried"]);
+    let resolved: Vec<bool> = j["patches"]
+        .as_array()
+        .expect("patches")
+        .iter()
+        .map(|p| p["resolved"] == true)
+        .collect();
+    assert_eq!(resolved, [false, true, false]);
     assert!(
         !d.path().join("rebase-resolve").exists(),
         "resolution removed"

@@ -103,6 +103,9 @@ pub(crate) struct Moved {
     /// For a dropped patch: its `Applied-Upstream`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub applied_upstream: Option<String>,
+    /// Taken from the operator's commit in a `--resolve` checkout (present only then).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resolved: bool,
 }
 
 /// The result of a completed rebase.
@@ -444,6 +447,7 @@ pub(super) fn decide<'a>(
             verdict: p.verdict,
             action,
             applied_upstream: applied,
+            resolved: false,
         });
     }
     (rows, blocked)

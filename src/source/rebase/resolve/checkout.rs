@@ -113,7 +113,10 @@ pub(super) fn take_commit(
     let taken = PatchFile::from_bytes(p.id.clone(), p.origin.clone(), bytes.clone());
     apply::parse_diff(&taken)?;
     crate::base::git::write_patch_note(repo, head.id(), &bytes)?;
-    st.done.push(done(&st.in_progress, bytes)?);
+    st.done.push(Done {
+        resolved: true,
+        ..done(&st.in_progress, bytes)?
+    });
     st.resumed_from = Some(GitOid::new(head.id()));
     Ok(())
 }
@@ -151,6 +154,7 @@ fn done(file: &str, bytes: Vec<u8>) -> Result<Done> {
     Ok(Done {
         file: file.into(),
         patch,
+        resolved: false,
     })
 }
 

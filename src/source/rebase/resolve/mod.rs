@@ -204,6 +204,7 @@ fn with_taken(
             Action::Refreshed
         };
         rows[i].applied_upstream = None;
+        rows[i].resolved = d.resolved;
     }
     if let Some(r) = rows.iter().find(|r| r.action == Action::Stopped) {
         return Err(Error::Internal(format!(

@@ -78,6 +78,9 @@ pub(crate) struct Done {
     pub file: String,
     /// Its new bytes (patch files are text).
     pub patch: String,
+    /// Taken from the operator's commit (else carried onto it by the replay).
+    #[serde(default)]
+    pub resolved: bool,
 }
 
 /// The recorded state of a stopped resolution.
@@ -148,10 +151,19 @@ impl State {
                     at.state.display()
                 ),
             )
-            .with_hint(format!(
-                "start one with `pinforge rebase {} --onto PIN --resolve`",
-                recipe.display()
-            )));
+            .with_hint(if at.exists() {
+                // A --resolve killed before it recorded its state leaves its checkout only.
+                format!(
+                    "{} is left by a --resolve that did not finish: `pinforge rebase {} --abort` removes it",
+                    at.checkout.display(),
+                    recipe.display()
+                )
+            } else {
+                format!(
+                    "start one with `pinforge rebase {} --onto PIN --resolve`",
+                    recipe.display()
+                )
+            }));
         };
         let st: State = serde_json::from_slice(&bytes).map_err(|e| {
             Error::input(at.state.display(), format!("not a resolution state: {e}"))
