@@ -581,3 +581,55 @@ fn a_second_conflict_stops_the_continue_again_and_the_next_continue_ends_it() {
     }
     assert!(!d.path().join("rebase-resolve").exists());
 }
+
+// issue #26 §4: a --continue that fails after it took the operator's commit (here the
+// recipe's lock became a FIFO, refused when the audit reads it) leaves the state as it found
+// it and the checkout at that commit: the operator amends the resolution, and the next
+// --continue takes the amended commit, not the first one.
+#[test]
+fn a_failed_continue_leaves_the_resolution_to_amend_and_the_next_takes_the_amended_commit() {
+    if no_git() {
+        return;
+    }
+    let up = up();
+    let d = up.copy();
+    let co = up.resolve(d.path());
+    commit_resolution(&co);
+    let first = git(&co, &["rev-parse", "HEAD"]);
+    let lock = d.path().join("recipes/up.lock");
+    let saved = std::fs::read(&lock).expect("lock");
+    std::fs::remove_file(&lock).expect("rm");
+    if !Command::new("mkfifo")
+        .arg(&lock)
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        crate::skip("mkfifo (coreutils) is needed to make a FIFO");
+        return;
+    }
+    let o = pinforge(d.path(), &["rebase", RECIPE, "--continue"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert_eq!(
+        git(&co, &["rev-parse", "HEAD"]),
+        first,
+        "0003 was not left committed"
+    );
+    let state: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(d.path().join("rebase-resolve/up.json")).expect("state"),
+    )
+    .expect("json");
+    assert!(state["resumed_from"].is_null(), "{state:#}");
+    assert_eq!(state["done"], serde_json::json!([]));
+    std::fs::remove_file(&lock).expect("rm fifo");
+    std::fs::write(&lock, saved).expect("lock back");
+
+    // The operator changes their mind: v = 4.
+    let a = std::fs::read_to_string(co.join("a.c")).expect("a.c");
+    std::fs::write(co.join("a.c"), a.replace("int v = 2;", "int v = 4;")).expect("write");
+    git(&co, &["commit", "-qa", "--amend", "--no-edit"]);
+    let o = pinforge(d.path(), &["rebase", RECIPE, "--continue"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let new = State::of(d.path());
+    let (_, diff) = header_and_diff(&new.bundle["0002-a.patch"]);
+    assert!(diff.contains("+    int v = 4;\n"), "{diff}");
+}

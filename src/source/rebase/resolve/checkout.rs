@@ -55,10 +55,7 @@ pub(super) fn take_commit(
 ) -> Result<()> {
     let subject = at.checkout.display().to_string();
     if let Some(c) = st.resumed_from {
-        let obj = repo.find_object(c.raw(), None).git_at(&subject)?;
-        repo.reset(&obj, git2::ResetType::Hard, None)
-            .git_at(&subject)?;
-        return Ok(());
+        return reset_to(repo, at, c);
     }
     let fix = format!(
         "edit the conflict markers away, `git -C {subject} add FILE...`, `git -C {subject} commit`, then continue"
@@ -119,6 +116,14 @@ pub(super) fn take_commit(
     });
     st.resumed_from = Some(GitOid::new(head.id()));
     Ok(())
+}
+
+/// Move the checkout back to `c` (its work tree and index too), dropping the commits after it.
+pub(super) fn reset_to(repo: &Repository, at: &Paths, c: GitOid) -> Result<()> {
+    let subject = at.checkout.display().to_string();
+    let obj = repo.find_object(c.raw(), None).git_at(&subject)?;
+    repo.reset(&obj, git2::ResetType::Hard, None)
+        .git_at(&subject)
 }
 
 /// The files `git status` would list.

@@ -153,25 +153,53 @@ pub(crate) fn resume(ws: &Workspace, recipe_path: &Path, today: &str) -> Result<
     let decisions = st.decisions();
     check_decisions(&l.bundle, &decisions)?;
     let repo = checkout::open(&at)?;
+    let before = st.clone();
     checkout::take_commit(&repo, &at, &mut st, &l, today)?;
     // Saved before anything more is committed: a --continue killed from here on is undone
     // back to the operator's commit by the next one.
     st.save(&at)?;
-    let session = audit::run_locked(ws, &l.recipe, &l.bundle, &onto, today, &decisions.drop)?;
-    let (rows, _) = decide(&session.audit, &l.bundle, &decisions);
+    let taken = st.resumed_from;
+    let ended = carry_on(ws, &repo, &at, &mut st, &l, &onto, &decisions, today);
+    if ended.is_err() {
+        // A --continue that failed (not one that was killed) leaves the checkout at the
+        // operator's commit and the state as it found it: the operator may amend the
+        // resolution before the next --continue, which takes it afresh.
+        if let Some(c) = taken {
+            let _ = checkout::reset_to(&repo, &at, c);
+        }
+        let _ = before.save(&at);
+    }
+    ended
+}
+
+/// The rest of a `--continue` once the operator's commit is taken: audit again with the
+/// recorded decisions, replay the rest of the series, and end as a plain rebase ends.
+#[allow(clippy::too_many_arguments)]
+fn carry_on(
+    ws: &Workspace,
+    repo: &git2::Repository,
+    at: &Paths,
+    st: &mut State,
+    l: &Loaded,
+    onto: &audit::Onto,
+    decisions: &Decisions,
+    today: &str,
+) -> Result<Rebased> {
+    let session = audit::run_locked(ws, &l.recipe, &l.bundle, onto, today, &decisions.drop)?;
+    let (rows, _) = decide(&session.audit, &l.bundle, decisions);
     let last = st
         .done
         .last()
         .and_then(|d| session.audit.patches.iter().position(|p| p.file == d.file))
         .ok_or_else(|| Error::Internal("the resolved patch is not in the audit".into()))?;
-    if let Some(stop) = checkout::replay(ws, &repo, &at, &mut st, &l, &rows, last + 1, today)? {
+    if let Some(stop) = checkout::replay(ws, repo, at, st, l, &rows, last + 1, today)? {
         return Ok(Rebased::Resolving(stop));
     }
     // Killed here, the checkout holds this run's commits past the operator's; the state names
     // the operator's commit, so the next --continue undoes them first.
     crate::base::hooks::crash_named("rebase-resolve:replayed");
-    let (report, rows) = with_taken(&session.audit, rows, &st, &l)?;
-    let done = finish(ws, &l, &onto, &session, report, rows, today)?;
+    let (report, rows) = with_taken(&session.audit, rows, st, l)?;
+    let done = finish(ws, l, onto, &session, report, rows, today)?;
     at.remove()?;
     Ok(Rebased::Done(done))
 }
