@@ -101,25 +101,7 @@ pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<i32> {
             eprintln!("hint: {}", stop.hint);
             return Ok(exit::CHECK_FAILED);
         }
-        Rebased::Resolving(r) => {
-            if a.out.json {
-                print_json(
-                    super::schema::id::REBASE,
-                    &RebaseOut {
-                        completed: false,
-                        outcome: RebaseOutcome::Resolving(&r),
-                    },
-                )?;
-            }
-            eprintln!("error: {}", text::shown(&r.message));
-            eprintln!("  checkout: {}", text::shown(&r.checkout));
-            for f in &r.conflicts {
-                eprintln!("  conflict: {}", text::shown(f));
-            }
-            eprintln!("  state: {}", text::shown(&r.state));
-            eprintln!("hint: {}", text::shown(&r.hint));
-            return Ok(exit::CHECK_FAILED);
-        }
+        Rebased::Resolving(r) => return print_resolving(a.out.json, &r),
     };
     if a.out.json {
         print_json(
@@ -159,6 +141,28 @@ pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<i32> {
         outln!("ledger: {}", text::shown(l));
     }
     Ok(exit::OK)
+}
+
+/// Where a `--resolve` or `--continue` waits for the operator: the checkout, the conflicted
+/// files, the state and what to do; exit 1.
+fn print_resolving(json: bool, r: &rebase::Resolving) -> Result<i32> {
+    if json {
+        print_json(
+            super::schema::id::REBASE,
+            &RebaseOut {
+                completed: false,
+                outcome: RebaseOutcome::Resolving(r),
+            },
+        )?;
+    }
+    eprintln!("error: {}", text::shown(&r.message));
+    eprintln!("  checkout: {}", text::shown(&r.checkout));
+    for f in &r.conflicts {
+        eprintln!("  conflict: {}", text::shown(f));
+    }
+    eprintln!("  state: {}", text::shown(&r.state));
+    eprintln!("hint: {}", text::shown(&r.hint));
+    Ok(exit::CHECK_FAILED)
 }
 
 /// Settle a rebase killed in this workspace before a command that reads a recipe or a bundle
