@@ -10,7 +10,8 @@
 //! | variable | effect |
 //! |---|---|
 //! | `PINFORGE_CRASH_AT=op:N` | SIGKILL right after step N of `op` (install or rollback) |
-//! | `PINFORGE_CRASH_AT=rebase:N` | SIGKILL right after step N (1-8) of a rebase's commit protocol (`source::rebase::commit`) |
+//! | `PINFORGE_CRASH_AT=rebase:N` | SIGKILL right after step N (1-8) of a rebase's commit protocol (`source::rebase::commit`), a `rebase --continue`'s too |
+//! | `PINFORGE_CRASH_AT=rebase-resolve:replayed` | SIGKILL after a `rebase --continue` committed the rest of the series in its checkout, before the commit protocol (`source::rebase::resolve`) |
 //! | `PINFORGE_FAIL_WRITE_AFTER=BYTES` | staging copies fail with ENOSPC after that many bytes |
 //! | `PINFORGE_FS_PROBE=nosymlink` | the install root's filesystem probe reports no symlinks |
 //! | `PINFORGE_CRASH_AT=flip:registered` | SIGKILL right after a flip's pre-registration is written |

@@ -191,9 +191,10 @@ build/mrope-cpu/patched/manifest.json"
     Audit(audit::AuditArgs),
     /// Move the recipe's pin and its bundle onto a newer upstream: carried patches refreshed
     /// (headers kept, only Last-Update changes), merged and confirmed-superseded patches moved
-    /// to the ledger; a conflict stops with nothing written.
+    /// to the ledger; a conflict stops with nothing written (with `--resolve`: left in a
+    /// checkout for the operator, then `--continue` or `--abort`).
     #[command(
-        after_help = "Examples:\n  pinforge rebase recipes/mrope-cpu.toml --onto crate:llama-cpp-sys-2@0.1.137\n  pinforge rebase recipes/mrope-cpu.toml --onto crate:llama-cpp-sys-2@0.1.140 --drop 0001-batch-size-ubatch-reserve-pos-for-mrope.patch"
+        after_help = "Examples:\n  pinforge rebase recipes/mrope-cpu.toml --onto crate:llama-cpp-sys-2@0.1.137\n  pinforge rebase recipes/mrope-cpu.toml --onto crate:llama-cpp-sys-2@0.1.140 --drop 0001-batch-size-ubatch-reserve-pos-for-mrope.patch\n  pinforge rebase recipes/mrope-cpu.toml --onto crate:llama-cpp-sys-2@0.1.137 --resolve\n  pinforge rebase recipes/mrope-cpu.toml --continue"
     )]
     Rebase(rebase::RebaseArgs),
     /// Build and smoke two variants that differ in exactly one axis, with a hypothesis

@@ -15,8 +15,20 @@ pub struct RebaseArgs {
     /// Recipe TOML whose pin and bundle move
     pub recipe: PathBuf,
     /// The newer upstream: crate:NAME@VERSION, git:URL@REV (commit or tag), tarball:PATH, dir:PATH
-    #[arg(long)]
-    pub onto: String,
+    #[arg(long, required_unless_present_any = ["resume", "abort"])]
+    pub onto: Option<String>,
+    /// Where a patch conflicts, leave a git checkout of the new pin (`rebase-resolve/NAME/`)
+    /// with the series applied up to it and its conflict as diff3 markers, and stop; resolve,
+    /// `git commit`, then `--continue`
+    #[arg(long, requires = "onto")]
+    pub resolve: bool,
+    /// Take the resolution committed in the checkout back as the patch file and go on with the
+    /// rest of the series; ends as a rebase without conflicts ends
+    #[arg(long = "continue", conflicts_with_all = ["onto", "drop", "keep", "resolve", "abort"])]
+    pub resume: bool,
+    /// Remove the checkout and the state of a stopped `--resolve`; nothing else is written
+    #[arg(long, conflicts_with_all = ["onto", "drop", "keep", "resolve"])]
+    pub abort: bool,
     /// A patch to take out of the series (confirms `superseded`; also drops a carries-review,
     /// conflicting or reverted one); repeatable
     #[arg(long = "drop", value_name = "FILE")]
@@ -31,7 +43,9 @@ pub struct RebaseArgs {
 /// Run `rebase`.
 pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<i32> {
     // Values that become recipe keys and patch header lines (issue #19): refused before use.
-    text::refuse_control("--onto", &a.onto)?;
+    if let Some(onto) = &a.onto {
+        text::refuse_control("--onto", onto)?;
+    }
     for v in &a.drop {
         text::refuse_control("--drop", v)?;
     }
@@ -39,20 +53,34 @@ pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<i32> {
         text::refuse_control("--keep", v)?;
     }
     let ws = Workspace::new(&ctx.ws_root)?;
-    let onto = crate::source::audit::parse_onto(&a.onto)?;
-    let decisions = Decisions {
-        drop: a.drop.into_iter().collect(),
-        keep: a.keep.into_iter().collect(),
+    if a.abort {
+        let removed = rebase::abort(&ws, &a.recipe)?;
+        outln!(
+            "aborted: removed {} and its state; nothing else was written",
+            text::shown(&removed.display().to_string())
+        );
+        return Ok(exit::OK);
+    }
+    let today = crate::source::audit::today();
+    let report = match &a.onto {
+        _ if a.resume => rebase::resume(&ws, &a.recipe, &today)?,
+        Some(onto) => {
+            let onto = crate::source::audit::parse_onto(onto)?;
+            let decisions = Decisions {
+                drop: a.drop.into_iter().collect(),
+                keep: a.keep.into_iter().collect(),
+            };
+            // The recipe is read under the workspace lock, inside the rebase, after any
+            // leftover rebase is settled.
+            rebase::rebase(&ws, &a.recipe, &onto, &decisions, &today, a.resolve)?
+        }
+        None => {
+            return Err(crate::base::error::Error::input(
+                "rebase",
+                "--onto PIN is required (or --continue, --abort)",
+            ))
+        }
     };
-    // The recipe is read under the workspace lock, inside the rebase, after any leftover
-    // rebase is settled.
-    let report = rebase::rebase(
-        &ws,
-        &a.recipe,
-        &onto,
-        &decisions,
-        &crate::source::audit::today(),
-    )?;
     let report = match report {
         Rebased::Done(r) => r,
         Rebased::Stopped(stop) => {
@@ -73,6 +101,7 @@ pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<i32> {
             eprintln!("hint: {}", stop.hint);
             return Ok(exit::CHECK_FAILED);
         }
+        Rebased::Resolving(r) => return print_resolving(a.out.json, &r),
     };
     if a.out.json {
         print_json(
@@ -99,6 +128,12 @@ pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<i32> {
                 p.verdict.as_str(),
                 text::shown(au)
             ),
+            None if p.resolved => outln!(
+                "  {} {} ({}; resolved by the operator's commit)",
+                p.action,
+                p.file,
+                p.verdict.as_str()
+            ),
             None => outln!("  {} {} ({})", p.action, p.file, p.verdict.as_str()),
         }
     }
@@ -106,6 +141,28 @@ pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<i32> {
         outln!("ledger: {}", text::shown(l));
     }
     Ok(exit::OK)
+}
+
+/// Where a `--resolve` or `--continue` waits for the operator: the checkout, the conflicted
+/// files, the state and what to do; exit 1.
+fn print_resolving(json: bool, r: &rebase::Resolving) -> Result<i32> {
+    if json {
+        print_json(
+            super::schema::id::REBASE,
+            &RebaseOut {
+                completed: false,
+                outcome: RebaseOutcome::Resolving(r),
+            },
+        )?;
+    }
+    eprintln!("error: {}", text::shown(&r.message));
+    eprintln!("  checkout: {}", text::shown(&r.checkout));
+    for f in &r.conflicts {
+        eprintln!("  conflict: {}", text::shown(f));
+    }
+    eprintln!("  state: {}", text::shown(&r.state));
+    eprintln!("hint: {}", text::shown(&r.hint));
+    Ok(exit::CHECK_FAILED)
 }
 
 /// Settle a rebase killed in this workspace before a command that reads a recipe or a bundle
@@ -143,4 +200,7 @@ pub(super) enum RebaseOutcome<'a> {
     Done(&'a rebase::Report),
     /// The rebase stopped at a decision or a conflict; nothing was written.
     Stopped(&'a rebase::Stop),
+    /// `--resolve`/`--continue` stopped at a conflict, left in a checkout for the operator;
+    /// nothing of the bundle or the recipe was written.
+    Resolving(&'a rebase::Resolving),
 }

@@ -25,6 +25,7 @@ mod inputs;
 mod noop;
 mod output;
 mod patch_apply;
+mod rebase_resolve;
 mod schemas;
 mod smoke_trust;
 mod snapshots_cli;

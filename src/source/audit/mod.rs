@@ -31,6 +31,8 @@ mod judge;
 mod onto;
 pub(crate) mod revert;
 
+// A resolved rebase (`rebase --continue`) refreshes the operator's patch by the same rule.
+pub(crate) use judge::refreshed;
 pub(crate) use onto::{moved_recipe, parse_onto, Onto};
 
 use crate::base::digest::GitOid;

@@ -24,10 +24,12 @@ mod commit;
 mod journal;
 mod ledger;
 mod recovery;
+mod resolve;
 mod stage;
 mod text;
 
 pub(crate) use recovery::recover;
+pub(crate) use resolve::{abort, resume, Resolving};
 pub(crate) use text::with_applied_upstream;
 
 use crate::base::error::{Error, IoContext, Result};
@@ -101,6 +103,9 @@ pub(crate) struct Moved {
     /// For a dropped patch: its `Applied-Upstream`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub applied_upstream: Option<String>,
+    /// Taken from the operator's commit in a `--resolve` checkout (present only then).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resolved: bool,
 }
 
 /// The result of a completed rebase.
@@ -142,70 +147,126 @@ pub(crate) enum Rebased {
     Done(Report),
     /// Nothing written.
     Stopped(Stop),
+    /// Nothing of the bundle or the recipe written: a conflict waits in a checkout for the
+    /// operator (`--resolve`, `--continue`).
+    Resolving(Resolving),
 }
-
 /// Rebase the recipe at `recipe_path` onto `onto`, holding the workspace lock from the first
 /// read to the last write: settle a leftover rebase, load the recipe and its bundle, check the
 /// decisions, audit, decide every patch, then stage and commit the new bundle, lock and recipe
 /// as one journaled transaction ([`commit`]). Nothing is written when a patch still needs a
-/// decision.
+/// decision. With `resolve`, a stop where every blocked patch conflicts leaves a checkout of
+/// the new pin with the conflict in it instead ([`resolve`]); still nothing of the bundle or
+/// the recipe is written.
 pub(crate) fn rebase(
     ws: &Workspace,
     recipe_path: &Path,
     onto: &audit::Onto,
     decisions: &Decisions,
     today: &str,
+    resolve: bool,
 ) -> Result<Rebased> {
     // `--onto`, `--drop` and `--keep` were refused at input when they hold a control character
     // (`cli::rebase`); the values this writes are checked again where they become text
     // (`text::pin_keys`, the `Applied-Upstream` line in `stage`).
     let _lock = ws.lock()?;
     recovery::recover_locked(ws)?;
-    // One read of the recipe: its bytes are what the journal's digest and the rewrite use.
-    let recipe_path = fsx::absolute(recipe_path)?;
-    let old_bytes = fsx::read(&recipe_path).map_err(|e| match e {
-        Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
-            Error::input(recipe_path.display(), "recipe not found")
-                .with_hint("give the path of a recipe TOML file, e.g. recipes/mrope-cpu.toml")
-        }
-        other => other,
-    })?;
-    let base_dir = fsx::parent_of(&recipe_path);
-    let recipe = Recipe::parse_bytes(&old_bytes, &recipe_path, Some(&base_dir))?;
-    let dir = recipe.patches_dir.clone().ok_or_else(|| {
-        Error::input(
-            recipe.path.display(),
-            "the embedded recipe's bundle cannot be rebased in place",
-        )
-        .with_hint("copy recipes/ and patches/ into a workspace and rebase that recipe")
-    })?;
-    refuse_unjournaled_stages(&dir)?;
-    let bundle = Bundle::load(&dir)?;
-    check_decisions(&bundle, decisions)?;
-    let session = audit::run_locked(ws, &recipe, &bundle, onto, today, &decisions.drop)?;
+    let l = Loaded::read(recipe_path)?;
+    resolve::refuse_in_progress(ws, &l)?;
+    check_decisions(&l.bundle, decisions)?;
+    let session = audit::run_locked(ws, &l.recipe, &l.bundle, onto, today, &decisions.drop)?;
     let report = &session.audit;
     check_no_merged_keep(report, decisions)?;
 
     // Every decision is made before anything is written.
-    let (rows, blocked) = decide(report, &bundle, decisions);
+    let (rows, blocked) = decide(report, &l.bundle, decisions);
     if !blocked.is_empty() {
-        return Ok(Rebased::Stopped(stopped(report, &blocked, &dir)));
+        if resolve && blocked.iter().all(|p| p.verdict == Verdict::Conflicts) {
+            return resolve::start(ws, &l, onto, decisions, &session, rows, today);
+        }
+        return Ok(Rebased::Stopped(stopped(report, &blocked, &l.dir)));
     }
+    let report = session.audit.clone();
+    finish(ws, &l, onto, &session, report, rows, today).map(Rebased::Done)
+}
 
-    // The new recipe text, parsed as a recipe before anything moves.
-    let old_text = std::str::from_utf8(&old_bytes)
+/// What a rebase reads under its lock before anything else: the recipe (its bytes as read,
+/// which the journal's digest and the rewrite use) and its bundle.
+pub(super) struct Loaded {
+    /// The recipe (absolute).
+    pub recipe_path: std::path::PathBuf,
+    /// Its bytes.
+    pub old_bytes: Vec<u8>,
+    /// Its folder.
+    pub base_dir: std::path::PathBuf,
+    /// Parsed.
+    pub recipe: Recipe,
+    /// The bundle folder.
+    pub dir: std::path::PathBuf,
+    /// The bundle.
+    pub bundle: Bundle,
+}
+
+impl Loaded {
+    /// One read of the recipe, then its bundle.
+    pub(super) fn read(recipe_path: &Path) -> Result<Loaded> {
+        let recipe_path = fsx::absolute(recipe_path)?;
+        let old_bytes = fsx::read(&recipe_path).map_err(|e| match e {
+            Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                Error::input(recipe_path.display(), "recipe not found")
+                    .with_hint("give the path of a recipe TOML file, e.g. recipes/mrope-cpu.toml")
+            }
+            other => other,
+        })?;
+        let base_dir = fsx::parent_of(&recipe_path);
+        let recipe = Recipe::parse_bytes(&old_bytes, &recipe_path, Some(&base_dir))?;
+        let dir = recipe.patches_dir.clone().ok_or_else(|| {
+            Error::input(
+                recipe.path.display(),
+                "the embedded recipe's bundle cannot be rebased in place",
+            )
+            .with_hint("copy recipes/ and patches/ into a workspace and rebase that recipe")
+        })?;
+        refuse_unjournaled_stages(&dir)?;
+        let bundle = Bundle::load(&dir)?;
+        Ok(Loaded {
+            recipe_path,
+            old_bytes,
+            base_dir,
+            recipe,
+            dir,
+            bundle,
+        })
+    }
+}
+
+/// The end every completed rebase shares, with or without a resolution: the new recipe text
+/// (parsed as a recipe before anything moves), the lock, and the one journaled transaction
+/// that swaps the staged bundle in ([`commit`]). `report` is the audit with the outcome of
+/// every carried patch as it is to be written.
+pub(super) fn finish(
+    ws: &Workspace,
+    l: &Loaded,
+    onto: &audit::Onto,
+    session: &audit::Session,
+    report: audit::Audit,
+    rows: Vec<Moved>,
+    today: &str,
+) -> Result<Report> {
+    let recipe_path = &l.recipe_path;
+    let old_text = std::str::from_utf8(&l.old_bytes)
         .map_err(|_| Error::input(recipe_path.display(), "recipe is not UTF-8 text"))?;
     let new_text = moved_recipe_text(
         old_text,
-        &recipe_path,
+        recipe_path,
         &session.new_tree.pin,
         onto,
         &report.from,
         today,
     )?;
-    let moved = Recipe::parse(&new_text, &recipe_path, Some(&base_dir))?;
+    let moved = Recipe::parse(&new_text, recipe_path, Some(&l.base_dir))?;
     if !pins_match(&moved.pin.source, &onto.source, &session.new_tree.pin)
-        || moved.patches_dir != recipe.patches_dir
+        || moved.patches_dir != l.recipe.patches_dir
     {
         return Err(Error::Internal(format!(
             "{}: the rewritten recipe does not pin {}",
@@ -216,7 +277,7 @@ pub(crate) fn rebase(
     let lock = match (
         &onto.source,
         session.new_tree.pin.git_commit,
-        recipe.lock_path(),
+        l.recipe.lock_path(),
     ) {
         (PinSource::Git { url, tag, .. }, Some(commit), Some(lock)) => {
             let text = crate::source::upstream::git_lock_text(&lock, url, tag.as_deref(), commit)?;
@@ -226,23 +287,23 @@ pub(crate) fn rebase(
     };
     let change = commit::Change {
         recipe: recipe_path.clone(),
-        old_recipe: old_bytes.clone(),
+        old_recipe: l.old_bytes.clone(),
         new_recipe: new_text.into_bytes(),
         lock,
-        bundle: dir.clone(),
+        bundle: l.dir.clone(),
     };
     commit::run(ws, &change, |new_dir| {
-        stage::fill(new_dir, &bundle, report, &rows, today)
+        stage::fill(new_dir, &l.bundle, &report, &rows, today)
     })?;
     let dropped = rows.iter().any(|r| r.action == Action::Dropped);
-    Ok(Rebased::Done(Report {
+    Ok(Report {
         from: report.from.clone(),
         onto: report.onto.clone(),
         recipe: recipe_path.display().to_string(),
-        ledger: dropped.then(|| dir.join(LEDGER).display().to_string()),
+        ledger: dropped.then(|| l.dir.join(LEDGER).display().to_string()),
         patches: rows,
-        audit: session.audit.clone(),
-    }))
+        audit: report,
+    })
 }
 
 /// Whether the rewritten recipe's pin is the one named: same kind and digest (a git pin: the
@@ -290,7 +351,7 @@ fn refuse_unjournaled_stages(dir: &Path) -> Result<()> {
 }
 
 /// Every `--drop`/`--keep` names a patch of the series, and none is both.
-fn check_decisions(bundle: &Bundle, decisions: &Decisions) -> Result<()> {
+pub(super) fn check_decisions(bundle: &Bundle, decisions: &Decisions) -> Result<()> {
     for name in decisions.drop.iter().chain(&decisions.keep) {
         if !bundle.series.iter().any(|e| e.id.as_str() == name) {
             return Err(Error::input(
@@ -333,7 +394,7 @@ fn check_no_merged_keep(report: &audit::Audit, decisions: &Decisions) -> Result<
 }
 
 /// One row per patch in series order, and the patches that still need a decision.
-fn decide<'a>(
+pub(super) fn decide<'a>(
     report: &'a audit::Audit,
     bundle: &Bundle,
     decisions: &Decisions,
@@ -386,6 +447,7 @@ fn decide<'a>(
             verdict: p.verdict,
             action,
             applied_upstream: applied,
+            resolved: false,
         });
     }
     (rows, blocked)
@@ -414,8 +476,8 @@ fn stopped(report: &audit::Audit, blocked: &[&audit::PatchAudit], dir: &Path) ->
         detail: detail.trim_end().to_string(),
         hint: "for each: `--drop FILE` if upstream has the fix (confirms superseded), `--keep FILE` \
                to carry a carries-review patch after review (or a reverted one upstream took back), \
-               or refresh a conflicting patch against the new tree (a checkout of it: `pinforge patch apply`, fix, commit, `pinforge patch export`) \
-               and run the rebase again"
+               or resolve a conflicting one: run the rebase again with `--resolve` (a checkout of the new pin \
+               with the conflict in it; edit, `git add`, `git commit`, then `pinforge rebase RECIPE --continue`)"
             .into(),
         stopped: names,
         audit: report.clone(),
