@@ -302,8 +302,10 @@ pub(crate) struct CheckSpec {
 
 /// The architectures the smoke's tiny model generator knows.
 pub(crate) const CHECK_ARCHES: &[&str] = &["qwen2vl", "qwen2"];
-/// Tokens a check may ask for: a smoke is a short decode.
-pub(crate) const CHECK_MAX_TOKENS: usize = 4096;
+/// The most tokens a check may ask for: what smoke decodes at most.
+pub(crate) const CHECK_MAX_TOKENS: usize = 64;
+/// The fewest tokens a smoke decodes (it saves the state halfway).
+pub(crate) const CHECK_MIN_TOKENS: usize = 2;
 
 impl CheckSpec {
     /// Parse a `Pinforge-Check:` value (unfolded: continuation lines joined by one space).
@@ -340,10 +342,10 @@ impl CheckSpec {
         let tokens = match get("tokens") {
             None => 16,
             Some(t) => match t.parse::<usize>() {
-                Ok(n) if (1..=CHECK_MAX_TOKENS).contains(&n) => n,
+                Ok(n) if (CHECK_MIN_TOKENS..=CHECK_MAX_TOKENS).contains(&n) => n,
                 _ => {
                     return Err(format!(
-                        "tokens `{t}` is not a number from 1 to {CHECK_MAX_TOKENS}"
+                        "tokens `{t}` is not a number from {CHECK_MIN_TOKENS} to {CHECK_MAX_TOKENS} (what a smoke decodes)"
                     ))
                 }
             },
