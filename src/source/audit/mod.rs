@@ -195,7 +195,9 @@ pub(crate) struct CheckBuild {
     pub variant: String,
     /// The build folder's recipe and variant (`build/RECIPE/VARIANT`).
     pub built_as: String,
-    /// Wall seconds of the build (a cached build: the check of the stamp).
+    /// Wall seconds of the build call (a current build: the check of its stamp). This counts
+    /// any wait for the workspace lock another command held: the build's own time is in its
+    /// build folder's stamp.
     pub seconds: f64,
     /// Nothing was rebuilt: the outputs equal the previous build's.
     pub cached: bool,
