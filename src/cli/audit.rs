@@ -1,6 +1,8 @@
 //! `pinforge audit RECIPE --onto PIN`: every patch of the recipe's bundle against a newer
 //! upstream, with a verdict and its evidence (issue #9). Exit 0 when every patch carries, 1
-//! when anything needs a decision.
+//! when anything needs a decision. `--check` adds behaviour (issue #26 §2): every patch's
+//! `Pinforge-Check` built and smoked on both pins (`trial::check`); a check that is invalid or
+//! gives no answer is also exit 1.
 
 use super::{print_json, JsonArg};
 use crate::base::error::{exit, Result};
@@ -19,6 +21,13 @@ pub struct AuditArgs {
     /// The newer upstream: crate:NAME@VERSION, git:URL@REV (commit or tag), tarball:PATH, dir:PATH
     #[arg(long)]
     pub onto: String,
+    /// Build and smoke every patch's Pinforge-Check (its sanitizer variant, without the patch)
+    /// on the old and the new pin, and record what it shows as evidence
+    #[arg(long)]
+    pub check: bool,
+    /// Ninja parallelism of the --check builds
+    #[arg(long, short = 'j', requires = "check")]
+    pub jobs: Option<usize>,
     #[command(flatten)]
     pub out: JsonArg,
 }
@@ -29,16 +38,34 @@ pub(super) fn run(ctx: &super::Ctx, a: AuditArgs) -> Result<i32> {
     let recipe = Recipe::load(&a.recipe)?;
     let bundle = crate::artifact::build::bundle_for(&recipe)?;
     let onto = audit::parse_onto(&a.onto)?;
-    let session = audit::run(
-        &ws,
-        &recipe,
-        &bundle,
-        &onto,
-        &audit::today(),
-        &Default::default(),
-    )?;
+    let session = if a.check {
+        let reporter = super::reporter::TermReporter::new(ctx.verbosity == super::Verbosity::Quiet);
+        crate::trial::check::audit(
+            &ws,
+            &recipe,
+            &bundle,
+            &onto,
+            &audit::today(),
+            &build_options(a.jobs, &reporter),
+        )?
+    } else {
+        audit::run(
+            &ws,
+            &recipe,
+            &bundle,
+            &onto,
+            &audit::today(),
+            &Default::default(),
+        )?
+    };
     let report = &session.audit;
-    let code = if report.all_carry() {
+    let unanswered = report.patches.iter().any(|p| {
+        matches!(
+            p.check,
+            Some(audit::Behaviour::CheckInvalid | audit::Behaviour::Undetermined)
+        )
+    });
+    let code = if report.all_carry() && !unanswered {
         exit::OK
     } else {
         exit::CHECK_FAILED
@@ -49,6 +76,45 @@ pub(super) fn run(ctx: &super::Ctx, a: AuditArgs) -> Result<i32> {
     }
     render(report);
     Ok(code)
+}
+
+/// `rebase --check`: the checked audit before the rebase ([`crate::trial::check::gate`]); an
+/// error (exit 1, nothing written) when a still-needed patch would be dropped. Each check's
+/// finding is said on standard error.
+pub(super) fn check_before_rebase(
+    ctx: &super::Ctx,
+    ws: &Workspace,
+    recipe: &std::path::Path,
+    onto: &audit::Onto,
+    drop: &std::collections::BTreeSet<String>,
+) -> Result<()> {
+    let reporter = super::reporter::TermReporter::new(ctx.verbosity == super::Verbosity::Quiet);
+    let checked = crate::trial::check::gate(
+        ws,
+        recipe,
+        onto,
+        drop,
+        &audit::today(),
+        &build_options(None, &reporter),
+    )?;
+    for p in &checked.patches {
+        if let Some(b) = p.check {
+            eprintln!("check: {}: {}", p.file, audit::word(&b));
+        }
+    }
+    Ok(())
+}
+
+/// The build options of `--check`: the environment's compile cache.
+fn build_options<'a>(
+    jobs: Option<usize>,
+    reporter: &'a dyn crate::base::progress::Reporter,
+) -> crate::artifact::build::BuildOptions<'a> {
+    crate::artifact::build::BuildOptions {
+        jobs,
+        reporter,
+        compile_cache: crate::artifact::build::cache::Settings::from_env(),
+    }
 }
 
 /// A commit id as the evidence shows it (nine digits).
@@ -103,4 +169,15 @@ pub(super) fn render(report: &audit::Audit) {
         report.patches.len(),
         report.patches.len() - decide
     );
+    if let Some(c) = &report.check {
+        outln!(
+            "check: {} build(s) ({} current), {:.1} s building, {:.1} s smoking; compile cache {} hits, {} misses",
+            c.builds.len(),
+            c.cached_builds,
+            c.build_seconds,
+            c.smoke_seconds,
+            c.compile_cache_hits,
+            c.compile_cache_misses
+        );
+    }
 }

@@ -36,6 +36,10 @@ pub struct RebaseArgs {
     /// A carries-review (or reverted) patch to carry after review; repeatable
     #[arg(long = "keep", value_name = "FILE")]
     pub keep: Vec<String>,
+    /// First run `audit --check` (issue #26 §2): refuse, writing nothing, when the rebase would
+    /// drop a patch whose Pinforge-Check still shows the defect on the new pin
+    #[arg(long)]
+    pub check: bool,
     #[command(flatten)]
     pub out: JsonArg,
 }
@@ -70,6 +74,9 @@ pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<i32> {
                 drop: a.drop.into_iter().collect(),
                 keep: a.keep.into_iter().collect(),
             };
+            if a.check {
+                super::audit::check_before_rebase(ctx, &ws, &a.recipe, &onto, &decisions.drop)?;
+            }
             // The recipe is read under the workspace lock, inside the rebase, after any
             // leftover rebase is settled.
             rebase::rebase(&ws, &a.recipe, &onto, &decisions, &today, a.resolve)?

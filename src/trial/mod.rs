@@ -3,6 +3,7 @@
 
 pub(crate) mod ablate;
 pub(crate) mod axis;
+pub(crate) mod check;
 pub(crate) mod config;
 pub(crate) mod flip;
 pub(crate) mod record;

@@ -14,6 +14,7 @@
 mod artifacts;
 mod attribution;
 mod audit;
+mod audit_check;
 mod audit_revert;
 mod bundle;
 mod compile_cache;

@@ -499,6 +499,7 @@ mod tests {
             applied_upstream: None,
             last_update: None,
             date: None,
+            check: None,
         }
     }
 

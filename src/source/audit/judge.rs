@@ -2,7 +2,10 @@
 //! cherry-pick, placement, what upstream changed around the hunks), the verdict reached from them
 //! and the history evidence by one rule ([`ruling`]), and the refreshed bytes of a carried patch.
 
-use super::{content, Evidence, EvidenceKind, Outcome, PatchAudit, RevertPair, Strength, Verdict};
+use super::{
+    content, Behaviour, CheckFinding, Evidence, EvidenceKind, Outcome, PatchAudit, RevertPair,
+    Strength, Verdict,
+};
 use crate::base::digest::GitOid;
 use crate::base::error::{Error, GitContext, Result};
 use crate::source::patch::apply::{self, HunkOffset};
@@ -25,6 +28,7 @@ pub(super) fn judge(
     new_base: &git2::Tree,
     mut ev: Vec<Evidence>,
     reverts: Vec<RevertPair>,
+    check: Option<&CheckFinding>,
     onto: &str,
     today: &str,
     carry: bool,
@@ -36,8 +40,16 @@ pub(super) fn judge(
     };
     let content = content_says(&pr);
     let history = history_says(&ev);
-    let rule = ruling(&content, &history);
+    let behaviour = check.map(|c| c.behaviour);
+    if let Some(c) = check {
+        ev.push(c.behaviour.evidence(c.detail.clone()));
+    }
+    let by_text = ruling(&content, &history, None);
+    let rule = ruling(&content, &history, behaviour);
     if let Some(e) = contradiction(&content, &history, rule) {
+        ev.push(e);
+    }
+    if let Some(e) = behaviour_contradiction(by_text, rule, all_superseded(&pr)) {
         ev.push(e);
     }
     let (verdict, outcome) = match rule {
@@ -69,7 +81,14 @@ pub(super) fn judge(
         }
         Ruling::NotMerged => by_content(repo, p, &pr, &subject, &mut ev, today, None)?,
         Ruling::Content => by_content(repo, p, &pr, &subject, &mut ev, today, Some(&dropped))?,
+        // The text may say the change is there; the behaviour says the defect is: never a
+        // drop. Carried as the content allows; the change already in the tree is a review.
+        Ruling::StillNeeded => match content {
+            Content::Present(_) => (Verdict::Merged, Outcome::Stopped),
+            _ => by_content(repo, p, &pr, &subject, &mut ev, today, None)?,
+        },
     };
+    let (verdict, outcome) = held(rule, verdict, outcome);
     ev.sort_by_key(|e| e.strength);
 
     // A carried patch goes onto the scratch tree, so the next patch sees what it would.
@@ -87,8 +106,50 @@ pub(super) fn judge(
         verdict,
         evidence: ev,
         reverts,
+        check: behaviour,
+        merged_by_text: matches!(by_text, Ruling::Merged | Ruling::MergedByHistory),
         outcome,
     })
+}
+
+/// The rule's guarantee, applied to the verdict reached (issue #26 §2): under a
+/// `still-needed` ruling nothing leaves the series — a `merged` or `superseded` verdict, or
+/// any drop, becomes `carries-review` with nothing decided (a person refreshes or drops it).
+fn held(rule: Ruling, verdict: Verdict, outcome: Outcome) -> (Verdict, Outcome) {
+    let drops = matches!(outcome, Outcome::Dropped { .. });
+    match rule {
+        Ruling::StillNeeded
+            if drops || matches!(verdict, Verdict::Merged | Verdict::Superseded) =>
+        {
+            (Verdict::CarriesReview, Outcome::Stopped)
+        }
+        _ => (verdict, outcome),
+    }
+}
+
+/// Every hunk that no longer applies looks superseded (what `by_content` drops as superseded).
+fn all_superseded(pr: &Probe) -> bool {
+    pr.forward.is_err()
+        && !pr.three_way_clean
+        && !pr.versions.is_empty()
+        && pr.versions.iter().all(|v| v.superseded)
+}
+
+/// The evidence naming what disagreed when the behaviour overruled the text: the text alone
+/// would have dropped the patch (merged, or superseded), the check says it is still needed.
+fn behaviour_contradiction(by_text: Ruling, rule: Ruling, superseded: bool) -> Option<Evidence> {
+    let said = match (by_text, rule) {
+        (Ruling::Merged | Ruling::MergedByHistory, Ruling::StillNeeded) => "merged",
+        (Ruling::Content, Ruling::StillNeeded) if superseded => "superseded",
+        _ => return None,
+    };
+    Some(Evidence::new(
+        EvidenceKind::Contradicted,
+        format!(
+            "the text evidence says {said}, but the new pin without the patch still shows the defect (Pinforge-Check): not {said}, the patch stays until a person decides (upstream's fix may be incomplete, or not the same fix)"
+        ),
+        Strength::Strong,
+    ))
 }
 
 /// What the content says about the patch's change in the new tree.
@@ -127,12 +188,19 @@ enum Ruling {
     NotMerged,
     /// No history either way: the content decides alone.
     Content,
+    /// The check shows the defect on the new pin: whatever the text says, the patch stays.
+    StillNeeded,
 }
 
 /// The one rule over the whole verdict (issue #26 §1): the content showing the change decides
 /// `merged` on its own; ancestry, a log reference or a cherry-pick line never does when the
-/// content says the change is absent; a standing revert always asks for a decision.
-fn ruling(content: &Content, history: &Says) -> Ruling {
+/// content says the change is absent; a standing revert always asks for a decision. And
+/// behaviour outranks text (issue #26 §2): a check that still shows the defect on the new pin
+/// rules `still-needed`, which [`held`] keeps from ever being `merged` or `superseded`.
+fn ruling(content: &Content, history: &Says, behaviour: Option<Behaviour>) -> Ruling {
+    if behaviour == Some(Behaviour::StillNeeded) {
+        return Ruling::StillNeeded;
+    }
     match (content, history) {
         (Content::Present(_), _) => Ruling::Merged,
         (_, Says::Reverted(_)) => Ruling::Reverted,
@@ -609,15 +677,15 @@ mod tests {
     fn history_alone_never_rules_merged_against_content_that_says_absent() {
         let present = Content::Present("the patch reverse-applies");
         for h in [merged(), reverted(), Says::Silent] {
-            assert_eq!(ruling(&present, &h), Ruling::Merged, "{h:?}");
+            assert_eq!(ruling(&present, &h, None), Ruling::Merged, "{h:?}");
         }
         for c in [absent(), Content::Unclear] {
-            assert_eq!(ruling(&c, &reverted()), Ruling::Reverted, "{c:?}");
-            assert_eq!(ruling(&c, &Says::Silent), Ruling::Content, "{c:?}");
+            assert_eq!(ruling(&c, &reverted(), None), Ruling::Reverted, "{c:?}");
+            assert_eq!(ruling(&c, &Says::Silent, None), Ruling::Content, "{c:?}");
         }
-        assert_eq!(ruling(&absent(), &merged()), Ruling::NotMerged);
+        assert_eq!(ruling(&absent(), &merged(), None), Ruling::NotMerged);
         assert_eq!(
-            ruling(&Content::Unclear, &merged()),
+            ruling(&Content::Unclear, &merged(), None),
             Ruling::MergedByHistory
         );
     }
@@ -648,5 +716,81 @@ mod tests {
         assert!(contradiction(&absent(), &reverted(), Ruling::Reverted).is_none());
         assert!(contradiction(&present, &merged(), Ruling::Merged).is_none());
         assert!(contradiction(&absent(), &Says::Silent, Ruling::Content).is_none());
+    }
+
+    // issue #26 §2: still-needed outranks every text evidence, and nothing it rules is dropped.
+    #[test]
+    fn still_needed_forbids_merged_and_superseded_whatever_the_text_says() {
+        let present = Content::Present("the patch reverse-applies");
+        for c in [present, absent(), Content::Unclear] {
+            for h in [merged(), reverted(), Says::Silent] {
+                let rule = ruling(&c, &h, Some(Behaviour::StillNeeded));
+                assert_eq!(rule, Ruling::StillNeeded, "{c:?} {h:?}");
+                // The other findings leave the text's ruling as it was.
+                for b in [
+                    None,
+                    Some(Behaviour::FixedUpstream),
+                    Some(Behaviour::CheckInvalid),
+                    Some(Behaviour::Undetermined),
+                ] {
+                    assert_eq!(ruling(&c, &h, b), ruling(&c, &h, None), "{c:?} {h:?} {b:?}");
+                }
+            }
+        }
+        let drop = || Outcome::Dropped {
+            applied_upstream: "crate:x@1 (content)".into(),
+        };
+        for v in [
+            Verdict::Merged,
+            Verdict::Superseded,
+            Verdict::Carries,
+            Verdict::CarriesReview,
+            Verdict::Conflicts,
+            Verdict::Reverted,
+        ] {
+            for o in [drop(), Outcome::Stopped] {
+                let (verdict, outcome) = held(Ruling::StillNeeded, v, o);
+                assert!(
+                    !matches!(verdict, Verdict::Merged | Verdict::Superseded),
+                    "{v:?} stayed {verdict:?}"
+                );
+                assert!(!matches!(outcome, Outcome::Dropped { .. }), "{v:?} dropped");
+            }
+        }
+        // A carried patch stays carried, as it was.
+        let (v, o) = held(
+            Ruling::StillNeeded,
+            Verdict::Carries,
+            Outcome::Carried { bytes: vec![1] },
+        );
+        assert!(matches!(
+            (v, o),
+            (Verdict::Carries, Outcome::Carried { .. })
+        ));
+        // Without still-needed the verdict is the text's.
+        let (v, o) = held(Ruling::Content, Verdict::Superseded, drop());
+        assert!(matches!(
+            (v, o),
+            (Verdict::Superseded, Outcome::Dropped { .. })
+        ));
+    }
+
+    #[test]
+    fn the_evidence_names_the_text_verdict_the_behaviour_overruled() {
+        for (by_text, sup, said) in [
+            (Ruling::Merged, false, "merged"),
+            (Ruling::MergedByHistory, false, "merged"),
+            (Ruling::Content, true, "superseded"),
+        ] {
+            let e = behaviour_contradiction(by_text, Ruling::StillNeeded, sup).expect("said");
+            assert_eq!(e.kind, EvidenceKind::Contradicted);
+            assert!(
+                e.detail.contains(&format!("text evidence says {said}")),
+                "{}",
+                e.detail
+            );
+        }
+        assert!(behaviour_contradiction(Ruling::Content, Ruling::StillNeeded, false).is_none());
+        assert!(behaviour_contradiction(Ruling::Merged, Ruling::Merged, false).is_none());
     }
 }

@@ -22,6 +22,11 @@
 //! `reverted` (a standing revert explains it) or `carries-review` / `conflicts`, and a
 //! `contradicted` evidence names the two pieces of evidence that disagree.
 //!
+//! Behaviour (issue #26 §2, `audit --check`, run by `trial::check`): a patch's
+//! `Pinforge-Check` is built and smoked on both pins without the patch, and what it showed
+//! comes in as a [`CheckFinding`]. In the same rule, `still-needed` (the new pin still shows
+//! the defect) outranks every text evidence: such a patch is never `merged` or `superseded`.
+//!
 //! A carried patch is committed onto the scratch tree before the next patch is examined, so
 //! that a later patch is judged against what it would really apply on.
 
@@ -127,8 +132,117 @@ pub(crate) enum EvidenceKind {
     /// A three-way merge conflicts: the conflict.
     Conflict,
     /// History and content disagree (history says merged or reverted, the content says
-    /// otherwise): which said what, and which one the verdict follows.
+    /// otherwise), or the text says merged/superseded and the check says still needed: which
+    /// said what, and which one the verdict follows.
     Contradicted,
+    /// `Pinforge-Check`: the new pin without the patch still shows the defect's signature.
+    StillNeeded,
+    /// `Pinforge-Check`: the old pin without the patch shows the signature, the new one runs
+    /// clean.
+    FixedUpstream,
+    /// `Pinforge-Check`: the old pin without the patch does not show the signature either: the
+    /// check does not show this defect, and says nothing about the new pin.
+    CheckInvalid,
+    /// `Pinforge-Check`: a build or smoke gave no answer, or the new pin fails otherwise.
+    CheckUndetermined,
+}
+
+/// What a patch's `Pinforge-Check` showed on the two pins (issue #26 §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Behaviour {
+    /// The new pin without the patch still shows the signature: the patch is needed, whatever
+    /// the text says.
+    StillNeeded,
+    /// The old pin shows the signature and the new one runs clean.
+    FixedUpstream,
+    /// The old pin does not show the signature: the check is wrong, not the patch.
+    CheckInvalid,
+    /// No answer: a build or smoke failed, or the new pin crashes otherwise.
+    Undetermined,
+}
+
+impl Behaviour {
+    /// The evidence kind and weight it is recorded as: still-needed and fixed-upstream are
+    /// observed behaviour (strong); an invalid check is worth a look (moderate); no answer is
+    /// context.
+    pub(crate) fn evidence(self, detail: String) -> Evidence {
+        let (kind, strength) = match self {
+            Behaviour::StillNeeded => (EvidenceKind::StillNeeded, Strength::Strong),
+            Behaviour::FixedUpstream => (EvidenceKind::FixedUpstream, Strength::Strong),
+            Behaviour::CheckInvalid => (EvidenceKind::CheckInvalid, Strength::Moderate),
+            Behaviour::Undetermined => (EvidenceKind::CheckUndetermined, Strength::Note),
+        };
+        Evidence::new(kind, detail, strength)
+    }
+}
+
+/// A patch's check as `trial::check` ran it: what it showed and how (pins, smokes, cost).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CheckFinding {
+    /// What it showed.
+    pub behaviour: Behaviour,
+    /// For a person: both smokes and what each build cost.
+    pub detail: String,
+}
+
+/// One build a check made (shared by every patch that declares the same variant) and its cost.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub(crate) struct CheckBuild {
+    /// `old` or `new`.
+    pub side: String,
+    /// The pin it was built from.
+    pub pin: String,
+    /// The declared variant.
+    pub variant: String,
+    /// The build folder's recipe and variant (`build/RECIPE/VARIANT`).
+    pub built_as: String,
+    /// Wall seconds of the build call (a current build: the check of its stamp). This counts
+    /// any wait for the workspace lock another command held: the build's own time is in its
+    /// build folder's stamp.
+    pub seconds: f64,
+    /// Nothing was rebuilt: the outputs equal the previous build's.
+    pub cached: bool,
+    /// Compile-cache hits and misses of this build.
+    pub compile_cache_hits: u64,
+    /// Compile-cache misses.
+    pub compile_cache_misses: u64,
+    /// Smoke runs made on it (one per distinct smoke setting).
+    pub smokes: Vec<CheckSmoke>,
+}
+
+/// One smoke of a check build.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub(crate) struct CheckSmoke {
+    /// The smoke settings (`arch=qwen2vl tokens=16` or `model=FILE tokens=N`).
+    pub settings: String,
+    /// Smoke verdict (`ok`, `crash`, `mismatch`, `error`).
+    pub verdict: String,
+    /// The normalized crash signature, if it crashed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+    /// Why it gave no answer (a failed build or smoke).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// Wall seconds.
+    pub seconds: f64,
+}
+
+/// What `audit --check` spent: every build and smoke, and the totals.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub(crate) struct CheckCost {
+    /// The builds, old pin first.
+    pub builds: Vec<CheckBuild>,
+    /// Seconds spent building.
+    pub build_seconds: f64,
+    /// Seconds spent smoking.
+    pub smoke_seconds: f64,
+    /// Builds that were already current.
+    pub cached_builds: usize,
+    /// Compile-cache hits over all builds.
+    pub compile_cache_hits: u64,
+    /// Compile-cache misses over all builds.
+    pub compile_cache_misses: u64,
 }
 
 /// One piece of evidence.
@@ -204,6 +318,13 @@ pub(crate) struct PatchAudit {
     /// a `reverted` verdict has at least one).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reverts: Vec<RevertPair>,
+    /// What its `Pinforge-Check` showed (`audit --check`); absent when it was not run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub check: Option<Behaviour>,
+    /// The text evidence alone (history and content, without the check) would drop it as
+    /// merged: what a rebase without `--check` does.
+    #[serde(skip)]
+    pub merged_by_text: bool,
     /// What a rebase does with it.
     #[serde(skip)]
     pub outcome: Outcome,
@@ -226,6 +347,9 @@ pub(crate) struct Audit {
     pub history: String,
     /// One entry per patch, in series order.
     pub patches: Vec<PatchAudit>,
+    /// What `--check` built and smoked, and its cost; absent without `--check`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub check: Option<CheckCost>,
 }
 
 impl Audit {
@@ -292,6 +416,37 @@ pub(crate) fn run_locked(
     today: &str,
     dropping: &std::collections::BTreeSet<String>,
 ) -> Result<Session> {
+    run_checked(
+        ws,
+        recipe,
+        bundle,
+        onto,
+        today,
+        dropping,
+        &Checks::default(),
+    )
+}
+
+/// What `audit --check` found per patch file, and what it cost.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Checks {
+    /// Per patch file.
+    pub findings: std::collections::BTreeMap<String, CheckFinding>,
+    /// The builds and smokes; None when no check ran.
+    pub cost: Option<CheckCost>,
+}
+
+/// [`run_locked`] with the checks' findings folded into each patch's evidence and verdict
+/// (the caller holds the workspace lock).
+pub(crate) fn run_checked(
+    ws: &Workspace,
+    recipe: &Recipe,
+    bundle: &Bundle,
+    onto: &Onto,
+    today: &str,
+    dropping: &std::collections::BTreeSet<String>,
+    checks: &Checks,
+) -> Result<Session> {
     let patches = bundle.select(None)?;
     let old_tree = upstream::pristine(ws, recipe)?;
     let old_patched = upstream::patched(ws, &old_tree, &patches)?;
@@ -357,6 +512,7 @@ pub(crate) fn run_locked(
             &new_base_tree,
             ev,
             reverts,
+            checks.findings.get(p.id.as_str()),
             &onto.spec,
             today,
             !dropping.contains(p.id.as_str()),
@@ -373,6 +529,7 @@ pub(crate) fn run_locked(
             None => history_note.unwrap_or_default(),
         },
         patches: rows,
+        check: checks.cost.clone(),
     };
     Ok(Session {
         audit,

@@ -279,9 +279,223 @@ impl fmt::Display for UpstreamStatus {
     }
 }
 
+/// A `Pinforge-Check:` field (issue #26 §2): the smoke that shows the patch's defect when the
+/// fix is absent. Written as `key=value` words, a value with blanks in double quotes:
+/// `variant=unpatched-asan arch=qwen2vl tokens=16 signature="heap-buffer-overflow in
+/// llama_kv_cache::apply_ubatch"`. `audit --check` builds `variant` (a sanitizer variant of the
+/// recipe, without this patch) on the old and the new pin and smokes both.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub(crate) struct CheckSpec {
+    /// The recipe variant to build: a sanitizer variant that does not apply the patch.
+    pub variant: String,
+    /// The tiny model's architecture (`qwen2vl`, `qwen2`), when no model file is named.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arch: Option<String>,
+    /// A GGUF model file (relative to the workspace), instead of `arch`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Tokens the smoke generates.
+    pub tokens: usize,
+    /// The crash signature expected without the fix, as smoke normalizes it (`KIND in FUNCTION`).
+    pub signature: String,
+}
+
+/// The architectures the smoke's tiny model generator knows.
+pub(crate) const CHECK_ARCHES: &[&str] = &["qwen2vl", "qwen2"];
+/// The most tokens a check may ask for: what smoke decodes at most.
+pub(crate) const CHECK_MAX_TOKENS: usize = 64;
+/// The fewest tokens a smoke decodes (it saves the state halfway).
+pub(crate) const CHECK_MIN_TOKENS: usize = 2;
+
+impl CheckSpec {
+    /// Parse a `Pinforge-Check:` value (unfolded: continuation lines joined by one space).
+    pub(crate) fn parse(value: &str) -> Result<CheckSpec, String> {
+        let mut seen: Vec<(String, String)> = Vec::new();
+        for (key, val) in check_words(value)? {
+            if seen.iter().any(|(k, _)| *k == key) {
+                return Err(format!("`{key}` is given twice"));
+            }
+            if !["variant", "arch", "model", "tokens", "signature"].contains(&key.as_str()) {
+                return Err(format!(
+                    "unknown key `{key}`; expected variant, arch or model, tokens, signature"
+                ));
+            }
+            seen.push((key, val));
+        }
+        let get = |k: &str| seen.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        let variant = get("variant").ok_or("no `variant=` (the sanitizer variant to build)")?;
+        if !crate::base::names::is_identifier(&variant) {
+            return Err(format!("variant `{variant}` is not a variant name"));
+        }
+        let (arch, model) = (get("arch"), get("model"));
+        match (&arch, &model) {
+            (Some(_), Some(_)) => return Err("give `arch=` or `model=`, not both".into()),
+            (None, None) => return Err("no `arch=` or `model=` (what the smoke decodes)".into()),
+            (Some(a), None) if !CHECK_ARCHES.contains(&a.as_str()) => {
+                return Err(format!(
+                    "arch `{a}` is not one of {}",
+                    CHECK_ARCHES.join(", ")
+                ))
+            }
+            _ => {}
+        }
+        let tokens = match get("tokens") {
+            None => 16,
+            Some(t) => match t.parse::<usize>() {
+                Ok(n) if (CHECK_MIN_TOKENS..=CHECK_MAX_TOKENS).contains(&n) => n,
+                _ => {
+                    return Err(format!(
+                        "tokens `{t}` is not a number from {CHECK_MIN_TOKENS} to {CHECK_MAX_TOKENS} (what a smoke decodes)"
+                    ))
+                }
+            },
+        };
+        let signature =
+            get("signature").ok_or("no `signature=` (the crash expected without the fix)")?;
+        match signature.split_once(" in ") {
+            Some((kind, func)) if !kind.trim().is_empty() && !func.trim().is_empty() => {}
+            _ => {
+                return Err(format!(
+                    "signature `{signature}` is not `KIND in FUNCTION` (e.g. `heap-buffer-overflow in llama_kv_cache::apply_ubatch`)"
+                ))
+            }
+        }
+        Ok(CheckSpec {
+            variant,
+            arch,
+            model,
+            tokens,
+            signature,
+        })
+    }
+}
+
+/// The `key=value` words of a check; a value may be double-quoted to hold blanks.
+fn check_words(value: &str) -> Result<Vec<(String, String)>, String> {
+    if value.chars().any(char::is_control) {
+        return Err("holds a control character".into());
+    }
+    let mut out = Vec::new();
+    let mut rest = value.trim_start();
+    while !rest.is_empty() {
+        let (key, after) = rest
+            .split_once('=')
+            .filter(|(k, _)| !k.is_empty() && !k.contains(char::is_whitespace))
+            .ok_or_else(|| {
+                let word = rest.split_whitespace().next().unwrap_or(rest);
+                format!("`{word}` is not `key=value`")
+            })?;
+        let (val, next) = match after.strip_prefix('"') {
+            Some(quoted) => {
+                let end = quoted
+                    .find('"')
+                    .ok_or_else(|| format!("the value of `{key}` has no closing `\"`"))?;
+                let next = &quoted[end + 1..];
+                if !next.is_empty() && !next.starts_with(char::is_whitespace) {
+                    return Err(format!("text right after the closing `\"` of `{key}`"));
+                }
+                (&quoted[..end], next)
+            }
+            None => {
+                let end = after.find(char::is_whitespace).unwrap_or(after.len());
+                (&after[..end], &after[end..])
+            }
+        };
+        if val.trim().is_empty() {
+            return Err(format!("`{key}` is empty"));
+        }
+        out.push((key.to_string(), val.to_string()));
+        rest = next.trim_start();
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const CHECK: &str = "variant=unpatched-asan arch=qwen2vl tokens=16 signature=\"heap-buffer-overflow in llama_kv_cache::apply_ubatch\"";
+
+    // issue #26 §2: the check field's syntax.
+    #[test]
+    fn a_check_reads_its_words_and_quoted_signature() {
+        let c = CheckSpec::parse(CHECK).expect("check");
+        assert_eq!(c.variant, "unpatched-asan");
+        assert_eq!(c.arch.as_deref(), Some("qwen2vl"));
+        assert_eq!(c.model, None);
+        assert_eq!(c.tokens, 16);
+        assert_eq!(
+            c.signature,
+            "heap-buffer-overflow in llama_kv_cache::apply_ubatch"
+        );
+        let m = CheckSpec::parse("signature=\"SEGV in f\" model=models/x.gguf variant=v")
+            .expect("model, default tokens");
+        assert_eq!((m.model.as_deref(), m.tokens), (Some("models/x.gguf"), 16));
+    }
+
+    // issue #26 §2: every malformed check says what is wrong.
+    #[test]
+    fn each_malformed_check_is_refused_with_its_reason() {
+        let sig = "signature=\"heap-buffer-overflow in f\"";
+        for (text, says) in [
+            (format!("arch=qwen2vl {sig}"), "no `variant=`"),
+            ("variant=v arch=qwen2vl".to_string(), "no `signature=`"),
+            (format!("variant=v {sig}"), "no `arch=` or `model=`"),
+            (
+                format!("variant=v arch=qwen2vl model=m.gguf {sig}"),
+                "not both",
+            ),
+            (format!("variant=v arch=llama9 {sig}"), "arch `llama9`"),
+            (
+                format!("variant=v arch=qwen2vl tokens=0 {sig}"),
+                "tokens `0`",
+            ),
+            (
+                format!("variant=v arch=qwen2vl tokens=many {sig}"),
+                "tokens `many`",
+            ),
+            (
+                format!("variant=v arch=qwen2vl tokens=99999 {sig}"),
+                "tokens `99999`",
+            ),
+            (format!("variant=v variant=w arch=qwen2vl {sig}"), "twice"),
+            (
+                format!("variant=v arch=qwen2vl colour=blue {sig}"),
+                "unknown key `colour`",
+            ),
+            (
+                format!("variant=v arch=qwen2vl oops {sig}"),
+                "`oops` is not `key=value`",
+            ),
+            (
+                format!("variant=../x arch=qwen2vl {sig}"),
+                "not a variant name",
+            ),
+            (
+                "variant=v arch=qwen2vl signature=\"heap in f".to_string(),
+                "no closing",
+            ),
+            (
+                "variant=v arch=qwen2vl signature=\"a in f\"x".to_string(),
+                "right after",
+            ),
+            (
+                "variant=v arch=qwen2vl signature=\"\"".to_string(),
+                "is empty",
+            ),
+            (
+                "variant=v arch=qwen2vl signature=crash".to_string(),
+                "KIND in FUNCTION",
+            ),
+            (
+                format!("variant=v\u{1b} arch=qwen2vl {sig}"),
+                "control character",
+            ),
+        ] {
+            let e = CheckSpec::parse(&text).expect_err(&text);
+            assert!(e.contains(says), "{text}: {e}");
+        }
+    }
 
     #[test]
     fn parses_fields_continuations_and_diff_start() {

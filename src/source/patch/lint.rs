@@ -2,7 +2,7 @@
 //! commit, Pending/Submitted name an issue or PR, every patch names a person), and every
 //! field that is present must be well-formed. Findings carry the line they point at.
 
-use super::header::{Header, UpstreamStatus};
+use super::header::{CheckSpec, Header, UpstreamStatus};
 use serde::Serialize;
 
 /// How serious a finding is: errors make `patch lint` exit 2 and block builds.
@@ -71,6 +71,9 @@ pub(crate) struct Attribution {
     pub last_update: Option<String>,
     /// `Date:` header as written (RFC 2822), used for deterministic commit times.
     pub date: Option<String>,
+    /// `Pinforge-Check:`: the smoke that shows the defect without the fix (issue #26 §2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub check: Option<CheckSpec>,
 }
 
 impl Attribution {
@@ -149,6 +152,7 @@ const KNOWN: &[&str] = &[
     "From",
     "Author",
     "Date",
+    "Pinforge-Check",
 ];
 const TOLERATED: &[&str] = &[
     "Forwarded",
@@ -174,6 +178,7 @@ const SINGLE: &[&str] = &[
     "Last-Update",
     "From",
     "Date",
+    "Pinforge-Check",
 ];
 
 struct Lint {
@@ -247,6 +252,7 @@ pub(crate) fn analyze(header: &Header) -> (Option<Attribution>, Vec<Finding>) {
 
     let origin = origin(header, missing_line, &mut lint);
     let last_update = last_update(header, &mut lint);
+    let check = check(header, &mut lint);
     let applied_upstream = header
         .get("Applied-Upstream")
         .map(|f| f.value.trim().to_string())
@@ -286,6 +292,7 @@ pub(crate) fn analyze(header: &Header) -> (Option<Attribution>, Vec<Finding>) {
             applied_upstream,
             last_update,
             date: header.get("Date").map(|f| f.value.clone()),
+            check,
         }),
         _ => None,
     };
@@ -315,7 +322,8 @@ fn check_fields(header: &Header, lint: &mut Lint) {
                 "unknown-field",
                 format!("unknown field `{}`", f.name),
                 "pinforge reads Description, Upstream-Status, Upstream-Issue, Upstream-PR, \
-                 Upstream-Commit, Upstream-Author, Reported-by, Origin, Applied-Upstream, Last-Update",
+                 Upstream-Commit, Upstream-Author, Reported-by, Origin, Applied-Upstream, Last-Update, \
+                 Pinforge-Check",
             );
         }
         if known && f.value.trim().is_empty() {
@@ -422,6 +430,26 @@ fn origin(header: &Header, missing_line: usize, lint: &mut Lint) -> Option<Strin
         );
     }
     origin
+}
+
+/// `Pinforge-Check` when it is well-formed (the field may be folded: read unfolded, as mail).
+fn check(header: &Header, lint: &mut Lint) -> Option<CheckSpec> {
+    let f = header.get("Pinforge-Check")?;
+    if f.mail.trim().is_empty() {
+        return None;
+    }
+    match CheckSpec::parse(&f.mail) {
+        Ok(c) => Some(c),
+        Err(why) => {
+            lint.error(
+                f.line,
+                "malformed-check",
+                format!("Pinforge-Check: {why}"),
+                "write `Pinforge-Check: variant=unpatched-asan arch=qwen2vl tokens=16 signature=\"heap-buffer-overflow in llama_kv_cache::apply_ubatch\"` (arch or model=FILE; the signature smoke reports without the fix)",
+            );
+            None
+        }
+    }
 }
 
 /// `Last-Update` when it is a date.
@@ -697,6 +725,39 @@ mod tests {
             rules(&GOOD.replace("---\ndiff --git a/x b/x\n", "")),
             vec![("no-diff", 8)]
         );
+    }
+
+    // issue #26 §2: the check field is linted at its line, once, and carried in the attribution.
+    #[test]
+    fn the_check_field_is_linted_and_carried() {
+        let with = |v: &str| {
+            GOOD.replace(
+                "Last-Update: 2026-11-30",
+                &format!("Last-Update: 2026-11-30\nPinforge-Check: {v}"),
+            )
+        };
+        let good = with("variant=unpatched-asan arch=qwen2vl tokens=8\n signature=\"heap-buffer-overflow in llama_kv_cache::apply_ubatch\"");
+        let (a, findings) = analyze(&Header::parse(good.as_bytes()));
+        assert!(findings.is_empty(), "{findings:?}");
+        let c = a.and_then(|a| a.check).expect("check");
+        assert_eq!((c.variant.as_str(), c.tokens), ("unpatched-asan", 8));
+        assert_eq!(
+            rules(&with("variant=v arch=qwen2vl")),
+            vec![("malformed-check", 9)]
+        );
+        assert_eq!(
+            rules(&with("arch=qwen2vl signature=\"a in f\"")),
+            vec![("malformed-check", 9)]
+        );
+        assert_eq!(rules(&with("")), vec![("empty-field", 9)]);
+        let twice = with("variant=v arch=qwen2 signature=\"a in f\"\nPinforge-Check: variant=v arch=qwen2 signature=\"a in f\"");
+        assert_eq!(rules(&twice), vec![("duplicate-field", 10)]);
+        // No check is no finding: a patch whose defect no smoke shows says nothing.
+        assert!(analyze(&Header::parse(GOOD.as_bytes()))
+            .0
+            .expect("a")
+            .check
+            .is_none());
     }
 
     #[test]
