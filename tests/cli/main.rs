@@ -124,7 +124,13 @@ fn outer_home_dir(var: &str, below_home: &str) -> Option<PathBuf> {
 /// A `pinforge` command in `ws` that starts from an empty environment: only what is set here,
 /// the [`PASSED_THROUGH`] variables, and what each test adds.
 fn pinforge_cmd(ws: &Path) -> Command {
-    in_test_env(env!("CARGO_BIN_EXE_pinforge"), ws)
+    in_test_env(pinforge_exe(), ws)
+}
+
+/// The binary under test, named in one place (a test that must wrap it, as `sh -c 'ulimit …;
+/// exec "$0"'` does, takes the path from here).
+fn pinforge_exe() -> &'static str {
+    env!("CARGO_BIN_EXE_pinforge")
 }
 
 /// `program` in `ws` with the environment of [`pinforge_cmd`] (apart from it, only the test of

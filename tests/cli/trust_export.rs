@@ -484,7 +484,7 @@ fn pinforge_with_file_limit(ws: &Path, kib: u64, args: &[String]) -> Output {
     in_test_env("sh", ws)
         .arg("-c")
         .arg(script)
-        .arg(env!("CARGO_BIN_EXE_pinforge"))
+        .arg(crate::pinforge_exe())
         .args(args)
         .output()
         .expect("run sh")

@@ -269,7 +269,12 @@ fn recheck_rows(
     out: &mut EvidenceCheck,
 ) -> Result<()> {
     let prompts_path = dir.join("prompts.jsonl");
-    let got = Sha256::of_bytes(&fsx::read(&prompts_path)?);
+    // A missing prompt file is already a mismatch of the run's own file set: nothing to
+    // check the rows against, and not an I/O failure.
+    let Some(prompt_bytes) = fsx::read_if_present(&prompts_path)? else {
+        return Ok(());
+    };
+    let got = Sha256::of_bytes(&prompt_bytes);
     if got != ev.settings.prompt_set_sha256 {
         out.mismatches.push(EvidenceMismatch {
             path: prompts_path.display().to_string(),
