@@ -9,7 +9,9 @@
 //!
 //! "Control" here means Unicode's `Cc` class (C0, DEL, C1) plus the format characters that
 //! change how the surrounding text is drawn (bidi embeddings, overrides and isolates, the zero-
-//! width joiners and marks, the BOM): the Trojan Source set. Plain tabs count too: a tab in a
+//! width joiners and marks, the BOM, the Arabic letter mark, the Mongolian vowel separator, the
+//! interlinear annotation marks, the invisible tag characters): the Trojan Source set and the
+//! characters that hide text. Plain tabs count too: a tab in a
 //! name aligns a forged column as well as a newline forges a row.
 
 use std::borrow::Cow;
@@ -22,10 +24,14 @@ pub(crate) fn is_unsafe_char(c: char) -> bool {
     c.is_control()
         || matches!(
             c,
-            '\u{200B}'..='\u{200F}'
+            '\u{061C}'
+                | '\u{180E}'
+                | '\u{200B}'..='\u{200F}'
                 | '\u{2028}'..='\u{202E}'
                 | '\u{2060}'..='\u{2069}'
                 | '\u{FEFF}'
+                | '\u{FFF9}'..='\u{FFFB}'
+                | '\u{E0000}'..='\u{E007F}'
         )
 }
 
@@ -152,7 +158,18 @@ mod tests {
             .chain(0x7f..0xa0)
             .filter_map(char::from_u32)
             .collect();
-        unsafe_chars.extend(['\u{202e}', '\u{2066}', '\u{200b}', '\u{feff}', '\u{2028}']);
+        unsafe_chars.extend([
+            '\u{202e}',
+            '\u{2066}',
+            '\u{200b}',
+            '\u{feff}',
+            '\u{2028}',
+            '\u{061c}',
+            '\u{180e}',
+            '\u{fff9}',
+            '\u{e0001}',
+            '\u{e007f}',
+        ]);
         for c in unsafe_chars {
             let v = format!("a{c}b");
             let e = refuse_control("--onto", &v).expect_err(&format!("{c:?}"));

@@ -145,6 +145,7 @@ pub(super) fn run(ctx: &super::Ctx, c: PatchCommand) -> Result<i32> {
             allow_empty,
             out,
         } => cmd_export(
+            ctx,
             &repo,
             &bundle_dir(dir),
             base.as_deref(),
@@ -420,12 +421,18 @@ fn cmd_bundle(dir: &std::path::Path, output: &std::path::Path, json: bool) -> Re
 }
 
 fn cmd_export(
+    ctx: &super::Ctx,
     repo: &std::path::Path,
     dir: &std::path::Path,
     base: Option<&str>,
     allow_empty: bool,
     json: bool,
 ) -> Result<i32> {
+    // The workspace lock, as rebase holds it from its first read to its last write: an export
+    // never swaps the bundle under a rebase that audited the old one (and vendor/, which the
+    // checkout may be, is not rewritten meanwhile).
+    let ws = crate::base::workspace::Workspace::new(&ctx.ws_root)?;
+    let _lock = ws.lock()?;
     let exported = crate::source::patch::export::export(repo, base, allow_empty)?;
     // Staged whole and swapped in once: a failure leaves the old bundle as it was.
     crate::source::patch::export::write_bundle(dir, &exported)?;

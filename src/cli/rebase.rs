@@ -24,10 +24,10 @@ pub struct RebaseArgs {
     pub resolve: bool,
     /// Take the resolution committed in the checkout back as the patch file and go on with the
     /// rest of the series; ends as a rebase without conflicts ends
-    #[arg(long = "continue", conflicts_with_all = ["onto", "drop", "keep", "resolve", "abort"])]
+    #[arg(long = "continue", conflicts_with_all = ["onto", "drop", "keep", "resolve", "abort", "check"])]
     pub resume: bool,
     /// Remove the checkout and the state of a stopped `--resolve`; nothing else is written
-    #[arg(long, conflicts_with_all = ["onto", "drop", "keep", "resolve"])]
+    #[arg(long, conflicts_with_all = ["onto", "drop", "keep", "resolve", "check"])]
     pub abort: bool,
     /// A patch to take out of the series (confirms `superseded`; also drops a carries-review,
     /// conflicting or reverted one); repeatable

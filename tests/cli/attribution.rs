@@ -252,3 +252,39 @@ fn shipped_bundle_without_history_says_so_and_checks_content() {
         assert_eq!(p["content"], "absent", "{p}");
     }
 }
+
+/// A PR that landed and was reverted has not landed: the revert names the PR too, and neither
+/// it nor the undone landing makes a Pending patch a false claim (review finding).
+#[test]
+fn a_pending_patch_whose_pr_landed_and_was_reverted_is_still_pending() {
+    let t = tempfile::tempdir().expect("tmp");
+    let (up, _) = upstream(t.path());
+    std::fs::write(up.join("g.c"), "int g30;\n").expect("write");
+    git_as(
+        &up,
+        OTHER,
+        1_700_000_400,
+        &["commit", "-qam", "land thirty (#30)"],
+    );
+    let landed = git_as(&up, OTHER, 1_700_000_400, &["rev-parse", "HEAD"]);
+    git_as(&up, OTHER, 1_700_000_500, &["revert", "--no-edit", &landed]);
+    git_as(&up, OTHER, 1_700_000_500, &["tag", "v4"]);
+    let ws = t.path().join("ws");
+    let pending = "From: Rep <rep@example.org>\nSubject: pending thirty\nDescription: pending\nUpstream-Status: Pending\nUpstream-PR: https://github.com/o/r/pull/30\nReported-by: rep\nOrigin: https://github.com/o/r/pull/30\nLast-Update: 2026-12-01\n\n---\ndiff --git a/g.c b/g.c\n--- a/g.c\n+++ b/g.c\n@@ -1 +1 @@\n-int g2;\n+int g31;\n".to_string();
+    bundle(
+        &ws.join("patches"),
+        &[("0001-pending-thirty.patch", pending)],
+    );
+    let spec = format!("git:{}@v4", up.display());
+    let o = pinforge(
+        &ws,
+        &["patch", "check-attribution", "--upstream", &spec, "--json"],
+    );
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    let j = json(&o);
+    assert_eq!(
+        j["patches"][0]["findings"].as_array().map(Vec::len),
+        Some(0),
+        "{j:#}"
+    );
+}

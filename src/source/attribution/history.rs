@@ -7,6 +7,7 @@ use crate::base::error::{Error, GitContext, Result};
 use crate::base::git::{is_ancestor, resolve_commit};
 use crate::base::workspace::Workspace;
 use crate::source::audit::history::{mentions, ref_slug};
+use crate::source::audit::revert;
 use crate::source::patch::header::UpstreamStatus;
 use crate::source::patch::lint::Attribution;
 use crate::source::patch::PatchFile;
@@ -289,10 +290,14 @@ impl History {
         let line = field_line(p, "Upstream-Status");
         for pr in &a.prs {
             let slug = ref_slug(&pr.url);
+            // A revert names the PR too (`Revert "foo (#N)"`): it is not a landing, and a
+            // landing that a revert undid leaves the patch pending after all.
             let landed = self.log.iter().find(|(_, m)| {
-                let subject = m.lines().next().unwrap_or("");
+                let (subject, body) = m.split_once('\n').unwrap_or((m, ""));
                 names_number(subject, pr.number, slug.as_deref())
+                    && !revert::Marks::read(&self.repo, subject, body).is_revert()
             });
+            let landed = landed.filter(|(id, _)| !self.reverted(*id));
             if let Some((id, m)) = landed {
                 row.findings.push(Finding {
                     line,
@@ -331,6 +336,30 @@ impl History {
                 });
             }
         }
+    }
+
+    /// Whether a revert in the history undid `id` (and no revert of that revert restored it),
+    /// by the audit's own revert rule.
+    fn reverted(&self, id: Oid) -> bool {
+        let marks: Vec<revert::Marks> = self
+            .log
+            .iter()
+            .map(|(_, m)| {
+                let (subject, body) = m.split_once('\n').unwrap_or((m, ""));
+                revert::Marks::read(&self.repo, subject, body)
+            })
+            .collect();
+        let candidates: Vec<revert::Candidate> = self
+            .log
+            .iter()
+            .zip(&marks)
+            .map(|((oid, m), marks)| revert::Candidate {
+                id: *oid,
+                subject: m.lines().next().unwrap_or(""),
+                marks,
+            })
+            .collect();
+        revert::fate(&self.repo, &candidates, id).reverted()
     }
 
     fn first_tag_containing(&self, oid: Oid) -> Option<&Tag> {

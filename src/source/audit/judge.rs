@@ -262,15 +262,18 @@ fn history_says(ev: &[Evidence]) -> Says {
             .find(|e| e.strength == Strength::Strong && kinds.contains(&e.kind))
             .map(|e| e.detail.lines().next().unwrap_or_default().to_string())
     };
-    if let Some(d) = first(&[
+    // A standing revert speaks first: another strong reference (a later commit naming the
+    // same PR, a follow-up) does not undo it, so unless the content shows the change in the new
+    // tree a person decides; history alone never drops a reverted change.
+    if let Some(d) = first(&[EvidenceKind::Reverted]) {
+        return Says::Reverted(d);
+    }
+    match first(&[
         EvidenceKind::UpstreamCommitAncestor,
         EvidenceKind::CherryPicked,
         EvidenceKind::LogReference,
     ]) {
-        return Says::Merged(d);
-    }
-    match first(&[EvidenceKind::Reverted]) {
-        Some(d) => Says::Reverted(d),
+        Some(d) => Says::Merged(d),
         None => Says::Silent,
     }
 }
@@ -688,6 +691,27 @@ mod tests {
             ruling(&Content::Unclear, &merged(), None),
             Ruling::MergedByHistory
         );
+    }
+
+    // Review finding: a strong log reference to a follow-up commit beside a standing revert of
+    // the patch's own commit must not read as "merged" (and be dropped) on history alone.
+    #[test]
+    fn a_standing_revert_outranks_another_strong_reference() {
+        let ev = vec![
+            Evidence::new(
+                EvidenceKind::LogReference,
+                "fix warning after #12 (#13) names PR #12",
+                Strength::Strong,
+            ),
+            Evidence::new(
+                EvidenceKind::Reverted,
+                "Upstream-Commit abc was reverted by def",
+                Strength::Strong,
+            ),
+        ];
+        let h = history_says(&ev);
+        assert!(matches!(h, Says::Reverted(_)), "{h:?}");
+        assert_eq!(ruling(&Content::Unclear, &h, None), Ruling::Reverted);
     }
 
     #[test]

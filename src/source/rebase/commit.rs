@@ -37,6 +37,8 @@ pub(super) struct Change {
     pub lock: Option<(PathBuf, Vec<u8>)>,
     /// The bundle folder (absolute, as the recipe names it).
     pub bundle: PathBuf,
+    /// Its digest when the rebase read it.
+    pub bundle_read: Sha256,
 }
 
 /// Reach the crash point after `step`.
@@ -70,8 +72,24 @@ pub(super) fn run(
         old_bundle: journal::bundle_digest(&change.bundle)?,
         new_bundle: None,
     };
+    // The bundle is what was audited, or nothing moves: a bundle written meanwhile by a
+    // process that does not hold this workspace's lock (another workspace, a hand edit)
+    // would otherwise be swapped out with its change lost.
+    if j.old_bundle != change.bundle_read {
+        return Err(Error::input(
+            change.bundle.display(),
+            "the bundle changed on disk while the rebase ran; nothing was written",
+        )
+        .with_hint("run the rebase again: it audits the bundle as it is now"));
+    }
     journal::write(ws, &j)?;
     step(1);
+    // The stage is created by this run or the run stops here, before anything could settle
+    // (and remove) a folder of that name that another rebase of the same bundle made.
+    if let Err(e) = std::fs::create_dir(&j.stage).at("create the stage folder", &j.stage) {
+        journal::remove(ws)?;
+        return Err(e);
+    }
     if let Err(e) = stage_and_commit(ws, &mut j, change, fill) {
         // Settled from the journal as a later command would: undone before the commit point.
         if let Err(again) = super::recovery::settle(ws, &j) {
@@ -92,8 +110,6 @@ fn stage_and_commit(
     change: &Change,
     fill: impl FnOnce(&Path) -> Result<()>,
 ) -> Result<()> {
-    // The stage is new: recovery removed any journaled one, and an unjournaled one was refused.
-    std::fs::create_dir(&j.stage).at("create the stage folder", &j.stage)?;
     let staged = j.stage.join(STAGED_BUNDLE);
     fill(&staged)?;
     let new_bundle = journal::bundle_digest(&staged)?;

@@ -205,6 +205,9 @@ pub(super) struct Loaded {
     pub dir: std::path::PathBuf,
     /// The bundle.
     pub bundle: Bundle,
+    /// The bundle folder's digest when it was read: the commit refuses a bundle that changed
+    /// on disk since (a `patch export` or a hand edit while the audit ran).
+    pub bundle_digest: crate::base::digest::Sha256,
 }
 
 impl Loaded {
@@ -228,6 +231,7 @@ impl Loaded {
             .with_hint("copy recipes/ and patches/ into a workspace and rebase that recipe")
         })?;
         refuse_unjournaled_stages(&dir)?;
+        let bundle_digest = journal::bundle_digest(&dir)?;
         let bundle = Bundle::load(&dir)?;
         Ok(Loaded {
             recipe_path,
@@ -236,6 +240,7 @@ impl Loaded {
             recipe,
             dir,
             bundle,
+            bundle_digest,
         })
     }
 }
@@ -291,6 +296,7 @@ pub(super) fn finish(
         new_recipe: new_text.into_bytes(),
         lock,
         bundle: l.dir.clone(),
+        bundle_read: l.bundle_digest,
     };
     commit::run(ws, &change, |new_dir| {
         stage::fill(new_dir, &l.bundle, &report, &rows, today)
