@@ -91,14 +91,20 @@ pub(super) fn run(
         return Err(e);
     }
     if let Err(e) = stage_and_commit(ws, &mut j, change, fill) {
-        // Settled from the journal as a later command would: undone before the commit point.
-        if let Err(again) = super::recovery::settle(ws, &j) {
-            return Err(Error::Internal(format!(
-                "{e}; and settling the rebase failed: {again} (the journal {} stays for the next command)",
-                journal::path(ws).display()
-            )));
+        // Settled from the journal as a later command would: undone before the commit point,
+        // finished after it. A failure after the commit point (removing the stage or the
+        // journal) is then no failure of the rebase: the recipe, lock and bundle are all new.
+        match super::recovery::settle(ws, &j) {
+            // Settling removed what the failed step had left (the stage, the journal).
+            Ok(r) if r.finished => return Ok(()),
+            Ok(_) => return Err(e),
+            Err(again) => {
+                return Err(Error::Internal(format!(
+                    "{e}; and settling the rebase failed: {again} (the journal {} stays for the next command)",
+                    journal::path(ws).display()
+                )))
+            }
         }
-        return Err(e);
     }
     Ok(())
 }
