@@ -633,3 +633,43 @@ fn a_failed_continue_leaves_the_resolution_to_amend_and_the_next_takes_the_amend
     let (_, diff) = header_and_diff(&new.bundle["0002-a.patch"]);
     assert!(diff.contains("+    int v = 4;\n"), "{diff}");
 }
+
+/// Review finding: `--continue` resolves `--onto` again; when it now names another tree (here
+/// the tag moved), the resolution was made on a tree the recipe would not be pinned to, so it
+/// is refused and nothing is written.
+#[test]
+fn continue_after_the_onto_pin_moved_is_refused() {
+    if no_git() {
+        return;
+    }
+    let up = up();
+    let d = up.copy();
+    let co = up.resolve(d.path());
+    commit_resolution(&co);
+    let before = State::of(d.path());
+    let work = tempfile::tempdir().expect("tmp");
+    let clone = work.path().join("c");
+    git(
+        work.path(),
+        &["clone", "-q", &up.upstream.display().to_string(), "c"],
+    );
+    std::fs::write(clone.join("extra.txt"), "moved\n").expect("write");
+    git(&clone, &["add", "extra.txt"]);
+    git(&clone, &["commit", "-qm", "after v2"]);
+    let moved = git(&clone, &["rev-parse", "HEAD"]);
+    git(
+        &clone,
+        &["push", "-q", "origin", &format!("{moved}:refs/heads/moved")],
+    );
+    git(&up.upstream, &["tag", "-f", "v2", &moved]);
+    let o = pinforge(d.path(), &["rebase", RECIPE, "--continue"]);
+    assert_eq!(code(&o), 2, "{}{}", stdout(&o), stderr(&o));
+    // Refused by whichever check meets it first: the vendor tree's source, or the resolution's
+    // recorded base (the one a re-hashed `dir:` pin meets).
+    assert!(
+        stderr(&o).contains("another tree") || stderr(&o).contains("different source"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(State::of(d.path()), before, "nothing was written");
+}

@@ -118,6 +118,7 @@ pub(super) fn start(
             .and_then(|h| h.peel_to_commit())
             .map_err(|e| Error::git(at.checkout.display(), e))?;
         let mut st = State::new(l, &onto.spec, decisions, GitOid::new(head.id()))?;
+        st.onto_base = Some(session.new_tree.base_commit);
         let stop = checkout::replay(ws, &repo, &at, &mut st, l, &rows, first, today)?;
         Ok::<_, Error>((stop, st))
     })();
@@ -186,6 +187,16 @@ fn carry_on(
     today: &str,
 ) -> Result<Rebased> {
     let session = audit::run_locked(ws, &l.recipe, &l.bundle, onto, today, &decisions.drop)?;
+    if st
+        .onto_base
+        .is_some_and(|b| b != session.new_tree.base_commit)
+    {
+        return Err(Error::input(
+            format!("--onto {}", st.onto),
+            "now resolves to another tree than the one the resolution was made on; nothing was written",
+        )
+        .with_hint("run `pinforge rebase RECIPE --abort`, then rebase again onto the pin as it is now"));
+    }
     let (rows, _) = decide(&session.audit, &l.bundle, decisions);
     let last = st
         .done

@@ -112,6 +112,11 @@ pub(crate) struct State {
     /// commits after it are that run's and are undone by the next one.
     #[serde(default)]
     pub resumed_from: Option<GitOid>,
+    /// The new pin's pristine base commit when the checkout was made from it: a `--continue`
+    /// whose `--onto` now resolves to another tree (a `dir:` pin that changed, a tag that
+    /// moved) is refused rather than pinning the recipe to a tree the resolution never saw.
+    #[serde(default)]
+    pub onto_base: Option<GitOid>,
 }
 
 impl State {
@@ -130,6 +135,7 @@ impl State {
             base,
             done: Vec::new(),
             resumed_from: None,
+            onto_base: None,
         })
     }
 
