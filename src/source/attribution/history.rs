@@ -464,9 +464,17 @@ fn resolve_rev(repo: &Repository, rev: &str) -> Option<Oid> {
 }
 
 /// Whether `text` names PR or issue `n`: `(#n)` as squash merges write it, the GitHub URL, or
-/// the spelling of a history synced from the other repository (`(llama/n)` in ggml's).
+/// a sync suffix of a history synced from the other repository (`(llama/n)` in ggml's), read
+/// by the audit's own suffix rule (`revert::split_sync_suffix`).
 pub(crate) fn names_number(text: &str, n: u64, slug: Option<&str>) -> bool {
-    mentions(text, n, slug) || text.contains(&format!("(llama/{n})"))
+    let n_text = n.to_string();
+    mentions(text, n, slug)
+        || text.lines().any(|line| {
+            revert::split_sync_suffix(line)
+                .1
+                .iter()
+                .any(|r| r.split_once('/').is_some_and(|(_, num)| num == n_text))
+        })
 }
 
 /// The `#N` numbers a message names, for a finding that says what it names instead.

@@ -163,15 +163,23 @@ fn is_sync_ref(inner: &str) -> bool {
 
 /// `s` without the sync references at its end: `fix foo (#123) (llama/456)` → `fix foo`.
 pub(crate) fn strip_sync_suffix(s: &str) -> &str {
+    split_sync_suffix(s).0
+}
+
+/// `s` split into its core and the sync references at its end, last first:
+/// `fix foo (#123) (llama/456)` → (`fix foo`, [`llama/456`, `#123`]).
+pub(crate) fn split_sync_suffix(s: &str) -> (&str, Vec<&str>) {
     let mut s = s.trim_end();
+    let mut refs = Vec::new();
     while let Some(head) = s.strip_suffix(')') {
         let Some(open) = head.rfind('(') else { break };
         if !is_sync_ref(&head[open + 1..]) {
             break;
         }
+        refs.push(&head[open + 1..]);
         s = head[..open].trim_end();
     }
-    s
+    (s, refs)
 }
 
 /// A subject as `(depth, core)`: how many reverts deep it is and the subject they revert,
