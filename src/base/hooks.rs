@@ -16,6 +16,7 @@
 //! | `PINFORGE_FS_PROBE=nosymlink` | the install root's filesystem probe reports no symlinks |
 //! | `PINFORGE_CRASH_AT=flip:registered` | SIGKILL right after a flip's pre-registration is written |
 //! | `PINFORGE_VALIDATE_CRASH_ROWS=N,M` | the validate engine crashes on those rows |
+//! | `PINFORGE_SOAK_FORCE_CLEAN=SIDE:R` | a soak flip reads the crash rows of SIDE's (`from`/`to`) run in repeat R as clean |
 //! | `PINFORGE_SMOKE_CRASH_TEST=1` | the smoke child crashes inside the engine call (set by `smoke --crash-test`) |
 
 /// Whether this binary was built with the test hooks.
@@ -50,6 +51,12 @@ mod imp {
             rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
     }
 
+    pub(crate) fn soak_force_clean() -> Option<(String, u32)> {
+        let v = var("PINFORGE_SOAK_FORCE_CLEAN")?;
+        let (side, r) = v.split_once(':')?;
+        Some((side.to_string(), r.parse().ok()?))
+    }
+
     pub(crate) fn fail_write_after() -> Option<u64> {
         var("PINFORGE_FAIL_WRITE_AFTER").and_then(|v| v.parse().ok())
     }
@@ -71,6 +78,9 @@ mod imp {
     pub(crate) fn crash_named(_at: &str) {}
     pub(crate) fn validate_crash_rows() -> Vec<u64> {
         Vec::new()
+    }
+    pub(crate) fn soak_force_clean() -> Option<(String, u32)> {
+        None
     }
     pub(crate) fn fail_write_after() -> Option<u64> {
         None
@@ -97,6 +107,12 @@ pub(crate) fn crash_named(at: &str) {
 /// those rows (the stub-engine containment test).
 pub(crate) fn validate_crash_rows() -> Vec<u64> {
     imp::validate_crash_rows()
+}
+
+/// `PINFORGE_SOAK_FORCE_CLEAN=to:2`: a soak flip reads the crash rows of that side's run in
+/// that repeat as clean (the flip-flop test of `--repeats`); the run's evidence is untouched.
+pub(crate) fn soak_force_clean() -> Option<(String, u32)> {
+    imp::soak_force_clean()
 }
 
 /// `PINFORGE_FAIL_WRITE_AFTER=BYTES`: staging copies fail with ENOSPC after that many bytes.

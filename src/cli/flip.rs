@@ -10,6 +10,8 @@ use crate::cli::output::{paint, Tone};
 use crate::outln;
 use crate::source::recipe::Recipe;
 use crate::trial::flip::{self, FlipRecord, FlipRequest, FlipVerdict};
+use crate::trial::soak::SoakOptions;
+use crate::trial::validate::{self, ArmSource};
 use std::path::PathBuf;
 
 /// Arguments of `flip`.
@@ -45,7 +47,89 @@ pub struct FlipArgs {
     #[arg(long, short = 'j')]
     pub jobs: Option<usize>,
     #[command(flatten)]
+    pub soak: SoakArgs,
+    #[command(flatten)]
     pub out: JsonArg,
+}
+
+/// The trial each side runs: one smoke, or a validation soak of `--rows` rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Trial {
+    /// One smoke decode per side (a defect that shows at the first state restore)
+    Smoke,
+    /// A validation run of --rows rows per side (a late or probabilistic onset)
+    Soak,
+}
+
+/// The soak trial's arguments (`flip` and `ablate`).
+#[derive(Debug, clap::Args)]
+pub struct SoakArgs {
+    /// What each side runs: one smoke, or a validation soak of --rows rows
+    #[arg(long, value_enum, default_value_t = Trial::Smoke)]
+    pub trial: Trial,
+    /// Rows per side and repeat of a soak
+    #[arg(long, required_if_eq("trial", "soak"))]
+    pub rows: Option<u64>,
+    /// Soak repeats, the sides interleaved (from to from to …); every repeat must agree
+    #[arg(long, default_value_t = 1)]
+    pub repeats: u32,
+    /// Seed of the soak's prompt generator
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Token budget per soak row
+    #[arg(long, default_value_t = 24)]
+    pub budget: u32,
+    /// Seconds a soak row may take before it counts as hung
+    #[arg(long, default_value_t = 120)]
+    pub row_timeout: u64,
+}
+
+impl SoakArgs {
+    /// The soak's options (None for a smoke trial), over the smoke's model and arch.
+    pub(super) fn options(
+        &self,
+        ws_root: &std::path::Path,
+        smoke: &crate::deploy::smoke::SmokeOptions,
+    ) -> Result<Option<SoakOptions>> {
+        if self.trial == Trial::Smoke {
+            for (set, flag) in [
+                (self.rows.is_some(), "--rows"),
+                (self.repeats != 1, "--repeats"),
+            ] {
+                if set {
+                    return Err(crate::base::error::Error::input(
+                        flag,
+                        "applies to a soak trial only",
+                    )
+                    .with_hint("add --trial soak"));
+                }
+            }
+            return Ok(None);
+        }
+        let ws_root = crate::base::fsx::absolute(ws_root)?;
+        Ok(Some(SoakOptions {
+            validate: validate::Options {
+                // Set by the trial to the two builds once they are built.
+                arms: [
+                    ArmSource::Manifest(PathBuf::new()),
+                    ArmSource::Manifest(PathBuf::new()),
+                ],
+                rows: self.rows.unwrap_or(0),
+                model: smoke.model.clone(),
+                arch: smoke.arch,
+                seed: self.seed,
+                prompts: None,
+                budget: self.budget,
+                schema: None,
+                jobs: 1,
+                resume: None,
+                timeout: std::time::Duration::from_secs(self.row_timeout),
+                threads: 1,
+                workspace: ws_root,
+            },
+            repeats: self.repeats,
+        }))
+    }
 }
 
 /// Run `flip`.
@@ -73,7 +157,8 @@ pub(super) fn run(ctx: &super::Ctx, a: FlipArgs) -> Result<i32> {
             outln!("  {line}");
         }
     }
-    let record = plan.register(&ws, &smoke_opts)?;
+    let soak = a.soak.options(&ctx.ws_root, &smoke_opts)?;
+    let record = plan.register(&ws, &smoke_opts, soak.as_ref())?;
     if !a.out.json && !quiet {
         outln!("registered {}", record.record.display());
     }
@@ -82,6 +167,7 @@ pub(super) fn run(ctx: &super::Ctx, a: FlipArgs) -> Result<i32> {
         &ws,
         record,
         &smoke_opts,
+        soak.as_ref(),
         &BuildOptions {
             jobs: a.jobs,
             reporter: &reporter,
@@ -134,12 +220,26 @@ fn render(r: &FlipRecord, verbosity: Verbosity) {
                 .unwrap_or("-")
         );
     }
+    if let Some(t) = &r.soak {
+        outln!(
+            "soak: {} rows per side, {} repeat(s), order {}",
+            t.settings.rows,
+            t.settings.repeats,
+            t.order.join(" ")
+        );
+        for line in crate::trial::soak::table_lines(t) {
+            outln!("  {line}");
+        }
+    }
     render_artifacts(r, verbosity);
     let verdict = r.verdict.map(|v| v.as_str()).unwrap_or("-");
     outln!(
         "verdict: {} — {}",
         paint(
-            if r.verdict == Some(FlipVerdict::Invalid) {
+            if matches!(
+                r.verdict,
+                Some(FlipVerdict::Invalid) | Some(FlipVerdict::Inconclusive)
+            ) {
                 Tone::Bad
             } else {
                 Tone::Good
@@ -206,4 +306,46 @@ fn render_artifacts(r: &FlipRecord, verbosity: Verbosity) {
             short(&a.to_sha256)
         );
     }
+}
+
+/// `verify` of a soak flip's record: every linked run's evidence re-checked.
+pub(super) fn verify_soak_record(path: &std::path::Path, json: bool) -> Result<i32> {
+    let c = crate::trial::soak::verify::verify_record(path)?;
+    if json {
+        print_json(super::schema::id::SOAK_CHECK, &c)?;
+    } else {
+        for r in &c.runs {
+            let ok = r.problem.is_none() && r.check.as_ref().is_some_and(|c| c.ok);
+            outln!(
+                "  {:<7} {:<4} run {} {}",
+                r.side,
+                if ok {
+                    paint(Tone::Good, "ok")
+                } else {
+                    paint(Tone::Bad, "BAD")
+                },
+                r.run,
+                r.problem.as_deref().unwrap_or("")
+            );
+            if let Some(check) = r.check.as_ref().filter(|c| !c.ok) {
+                for m in &check.mismatches {
+                    outln!("      {}: {} ({})", m.role, m.path, m.actual);
+                }
+            }
+        }
+        for f in &c.failed_runs {
+            outln!("  {f:<7} -    the run failed when the flip ran: nothing to re-check");
+        }
+        outln!(
+            "{}: {} linked run(s) of {}",
+            if c.ok {
+                paint(Tone::Good, "ok")
+            } else {
+                paint(Tone::Bad, "mismatch")
+            },
+            c.runs.len(),
+            c.record.display()
+        );
+    }
+    Ok(if c.ok { exit::OK } else { exit::CHECK_FAILED })
 }

@@ -92,6 +92,8 @@ pub mod id {
     pub const VALIDATE: &str = "pinforge.validate/v1";
     /// `verify EVIDENCE --json` (a validate run's evidence.json or its run folder).
     pub const VERIFY_EVIDENCE: &str = "pinforge.verify-evidence/v1";
+    /// `verify RECORD --json` (a soak flip's record.json or its record folder).
+    pub const SOAK_CHECK: &str = "pinforge.verify-soak/v1";
     /// `flip --json` and the flip record file.
     pub const FLIP: &str = crate::trial::flip::SCHEMA;
     /// `ablate --json` and the ablation record file.
@@ -123,6 +125,7 @@ pub const DOCUMENTS: &[Document] = &[
     doc::<crate::source::audit::Audit>(id::AUDIT),
     doc::<crate::trial::validate::Report>(id::VALIDATE),
     doc::<crate::trial::validate::EvidenceCheck>(id::VERIFY_EVIDENCE),
+    doc::<crate::trial::soak::verify::SoakCheck>(id::SOAK_CHECK),
     doc::<crate::trial::flip::FlipRecord>(id::FLIP),
     doc::<crate::trial::ablate::AblationRecord>(id::ABLATE),
 ];

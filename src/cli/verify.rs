@@ -13,8 +13,8 @@ use std::path::PathBuf;
 /// Arguments of `verify`.
 #[derive(Debug, clap::Args)]
 pub struct VerifyArgs {
-    /// A manifest written by `pinforge build`, or a validate run's evidence.json (or its run
-    /// folder)
+    /// A manifest written by `pinforge build`, a validate run's evidence.json (or its run
+    /// folder), or a soak flip's record.json (or its record folder)
     #[arg(required_unless_present = "installed")]
     pub manifest: Option<PathBuf>,
     /// Verify the install root instead: `current`, or the named layer
@@ -40,6 +40,9 @@ pub(super) fn run(ctx: &super::Ctx, a: VerifyArgs) -> Result<i32> {
 fn cmd_verify(path: &std::path::Path, json: bool) -> Result<i32> {
     if crate::trial::validate::is_evidence(path) {
         return cmd_verify_evidence(path, json);
+    }
+    if crate::trial::soak::verify::is_soak_record(path) {
+        return super::flip::verify_soak_record(path, json);
     }
     let report = manifest::verify(path)?;
     if json {

@@ -29,6 +29,7 @@ use crate::trial::record::{
     SmokeSide,
 };
 use crate::trial::report::summary_markdown;
+use crate::trial::soak::{SoakOptions, SoakTrial};
 use crate::trial::verdict::{decide, smoke_word, SideResult};
 use std::path::Path;
 use std::time::Instant;
@@ -170,7 +171,16 @@ fn values_of(rows: &[AxisRow]) -> Pair<String> {
 impl FlipPlan<'_> {
     /// Register the trial: claim its folder and write the pre-registration record (hypothesis,
     /// prediction, axis, both configurations, version, time) before anything is built.
-    pub(crate) fn register(&self, ws: &Workspace, smoke: &SmokeOptions) -> Result<FlipRecord> {
+    /// A soak trial (`soak`) registers its settings too; its runs come later.
+    pub(crate) fn register(
+        &self,
+        ws: &Workspace,
+        smoke: &SmokeOptions,
+        soak: Option<&SoakOptions>,
+    ) -> Result<FlipRecord> {
+        if let Some(s) = soak {
+            crate::trial::soak::check(s)?;
+        }
         let stem = format!(
             "{}--{}--{}",
             self.recipe.name, self.configs.from.variant, self.configs.to.variant
@@ -218,6 +228,7 @@ impl FlipPlan<'_> {
                 from: None,
                 to: None,
             },
+            soak: soak.map(SoakTrial::registered),
             verdict: None,
             reason: None,
             record: dir.join("record.json"),
@@ -228,14 +239,16 @@ impl FlipPlan<'_> {
         Ok(record)
     }
 
-    /// Build both sides, smoke both with the same settings, and complete the record (JSON and
-    /// summary). Build and smoke failures become an `invalid` verdict with the reason; only a
-    /// failure to write the record itself is an error.
+    /// Build both sides, smoke both with the same settings (or, with `soak`, run each side's
+    /// validation soak, interleaved), and complete the record (JSON and summary). Build, smoke
+    /// and soak failures become an `invalid` verdict with the reason; only a failure to write
+    /// the record itself is an error.
     pub(crate) fn run(
         &self,
         ws: &Workspace,
         mut record: FlipRecord,
         smoke_opts: &SmokeOptions,
+        soak: Option<&SoakOptions>,
         build_opts: &BuildOptions,
     ) -> Result<FlipRecord> {
         let mut results: Vec<SideResult> = Vec::new();
@@ -259,6 +272,30 @@ impl FlipPlan<'_> {
             manifests.push(built.statement);
             outcomes.push(built.outcome);
         }
+        if let (Some(a), Some(b)) = (&manifests[0], &manifests[1]) {
+            record.artifacts = artifact_rows(a, b);
+        }
+        if let (Some(opts), Some(trial)) = (soak, record.soak.as_mut()) {
+            let (verdict, reason) = match (&outcomes[0], &outcomes[1]) {
+                (Some(f), Some(t)) => crate::trial::soak::run(
+                    opts,
+                    Pair {
+                        from: f.manifest.clone(),
+                        to: t.manifest.clone(),
+                    },
+                    trial,
+                    build_opts.reporter,
+                ),
+                _ => decide(&results[0], &results[1]),
+            };
+            let note = self.no_sanitizer_note(verdict, trial);
+            let mut builds = builds.into_iter();
+            record.builds = Pair {
+                from: builds.next().flatten(),
+                to: builds.next().flatten(),
+            };
+            return self.complete(record, verdict, reason + &note);
+        }
         // Both built: the same model and settings for both smokes.
         let mut smokes: Vec<Option<SmokeSide>> = vec![None, None];
         if outcomes.iter().all(Option::is_some) {
@@ -268,9 +305,6 @@ impl FlipPlan<'_> {
                 results[i] = result;
                 smokes[i] = Some(side);
             }
-        }
-        if let (Some(a), Some(b)) = (&manifests[0], &manifests[1]) {
-            record.artifacts = artifact_rows(a, b);
         }
         let (verdict, mut reason) = decide(&results[0], &results[1]);
         reason.push_str(&cpu_only_note(&smokes));
@@ -288,6 +322,16 @@ impl FlipPlan<'_> {
             from: builds.next().flatten(),
             to: builds.next().flatten(),
         };
+        self.complete(record, verdict, reason)
+    }
+
+    /// Write the verdict, the summary and the completed record.
+    fn complete(
+        &self,
+        mut record: FlipRecord,
+        verdict: FlipVerdict,
+        reason: String,
+    ) -> Result<FlipRecord> {
         record.verdict = Some(verdict);
         record.reason = Some(reason);
         record.state = "complete".into();
@@ -295,6 +339,25 @@ impl FlipPlan<'_> {
         fsx::write_atomic(&record.summary, summary_markdown(&record).as_bytes())?;
         write_json(&record.record, &record)?;
         Ok(record)
+    }
+
+    /// Why a soak's from side may show nothing: a build without a sanitizer does not stop at
+    /// a memory error (an over-read like #20093's is silent there, the same tokens come out).
+    fn no_sanitizer_note(&self, verdict: FlipVerdict, trial: &SoakTrial) -> String {
+        let silent = trial
+            .repeats
+            .iter()
+            .any(|r| r.runs.from.error.is_none() && r.runs.from.onset_row.is_none());
+        if verdict == FlipVerdict::Invalid && silent && self.configs.from.sanitizer.is_empty() {
+            format!(
+                " — the from build ({}, {}) has no sanitizer: an out-of-bounds read or write \
+                 is silent there (the decode goes on with the same tokens), so only a \
+                 sanitizer variant makes a memory error's signature visible",
+                self.configs.from.variant, self.configs.from.build_type
+            )
+        } else {
+            String::new()
+        }
     }
 }
 

@@ -8,5 +8,6 @@ pub(crate) mod config;
 pub(crate) mod flip;
 pub(crate) mod record;
 pub(crate) mod report;
+pub(crate) mod soak;
 pub(crate) mod validate;
 pub(crate) mod verdict;

@@ -161,7 +161,11 @@ pub(crate) struct FlipRecord {
     pub smoke: Pair<Option<String>>,
     /// Both smokes in full.
     pub smokes: Pair<Option<SmokeSide>>,
-    /// supported | falsified | invalid (None while registered).
+    /// The soak trial (`--trial soak`): each side's validation runs, per repeat; absent for a
+    /// smoke flip.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soak: Option<crate::trial::soak::SoakTrial>,
+    /// supported | falsified | invalid | inconclusive (None while registered).
     pub verdict: Option<FlipVerdict>,
     /// Why that verdict.
     pub reason: Option<String>,

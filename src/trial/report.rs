@@ -23,6 +23,9 @@ pub(crate) fn summary_markdown(r: &FlipRecord) -> String {
         ));
     }
     builds_and_smokes(&mut s, r);
+    if let Some(t) = &r.soak {
+        crate::trial::soak::summary_section(&mut s, t);
+    }
     if !r.artifacts.is_empty() {
         s.push_str(
             "\n## Artifacts\n\n| path | from sha256 | to sha256 | same |\n|---|---|---|---|\n",

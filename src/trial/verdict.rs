@@ -15,6 +15,8 @@ pub(crate) enum FlipVerdict {
     Falsified,
     /// The comparison could not be made; not evidence either way.
     Invalid,
+    /// Repeats of a soak trial disagree: not evidence either way until they agree.
+    Inconclusive,
 }
 
 impl FlipVerdict {
@@ -24,6 +26,7 @@ impl FlipVerdict {
             FlipVerdict::Supported => "supported",
             FlipVerdict::Falsified => "falsified",
             FlipVerdict::Invalid => "invalid",
+            FlipVerdict::Inconclusive => "inconclusive",
         }
     }
 }

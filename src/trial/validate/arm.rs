@@ -141,11 +141,12 @@ fn resolve_arm(src: &ArmSource) -> Result<ResolvedArm> {
     })
 }
 
-/// Both arms resolved and verified, baseline then candidate. Two arms of one name (the same
-/// layer twice, two manifests of one variant) are told apart as `NAME#1` and `NAME#2`.
-pub(super) fn resolve_arms(sources: &[ArmSource; 2]) -> Result<Vec<ResolvedArm>> {
-    let mut arms = vec![resolve_arm(&sources[0])?, resolve_arm(&sources[1])?];
-    if arms[0].record.name == arms[1].record.name {
+/// The arms resolved and verified, baseline then candidate (or one arm alone, a soak side).
+/// Two arms of one name (the same layer twice, two manifests of one variant) are told apart
+/// as `NAME#1` and `NAME#2`.
+pub(super) fn resolve_arms(sources: &[ArmSource]) -> Result<Vec<ResolvedArm>> {
+    let mut arms: Vec<ResolvedArm> = sources.iter().map(resolve_arm).collect::<Result<_>>()?;
+    if arms.len() == 2 && arms[0].record.name == arms[1].record.name {
         arms[0].record.name.push_str("#1");
         arms[1].record.name.push_str("#2");
     }

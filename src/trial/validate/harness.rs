@@ -83,12 +83,12 @@ pub(super) fn run_rows(
     let resumed_rows = recorded.rows.len() as u64;
     let torn_bytes = recorded.torn_bytes;
     let mut all_rows = recorded.rows;
-    let total = opts.rows * 2;
+    let total = opts.rows * arms.len() as u64;
 
     let (tx, rx) = mpsc::channel::<(usize, Row)>();
     let started = Instant::now();
-    let mut arm_last = [Duration::ZERO; 2];
-    let mut arm_rows = [0u64; 2];
+    let mut arm_last = vec![Duration::ZERO; arms.len()];
+    let mut arm_rows = vec![0u64; arms.len()];
     std::thread::scope(|scope| -> Result<()> {
         for (ai, a) in arms.iter().enumerate() {
             for w in 0..opts.jobs as u64 {
@@ -115,7 +115,7 @@ pub(super) fn run_rows(
             }
         }
         drop(tx);
-        let mut counts = [Counts::default(); 2];
+        let mut counts = vec![Counts::default(); arms.len()];
         for r in &all_rows {
             if let Some(ai) = arms.iter().position(|a| a.record.name == r.arm) {
                 counts[ai].add(r.outcome);
@@ -146,8 +146,8 @@ pub(super) fn run_rows(
 /// Rows per second per arm, rounded as recorded.
 fn throughput(
     arms: &[ResolvedArm],
-    arm_rows: &[u64; 2],
-    arm_last: &[Duration; 2],
+    arm_rows: &[u64],
+    arm_last: &[Duration],
 ) -> BTreeMap<String, Throughput> {
     arms.iter()
         .enumerate()
@@ -169,7 +169,7 @@ fn throughput(
         .collect()
 }
 
-fn progress_message(arms: &[ResolvedArm], counts: &[Counts; 2]) -> String {
+fn progress_message(arms: &[ResolvedArm], counts: &[Counts]) -> String {
     arms.iter()
         .zip(counts)
         .map(|(a, c)| {

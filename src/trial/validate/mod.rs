@@ -100,6 +100,22 @@ pub(crate) struct Report {
 /// Run (or resume) a validation: resolve the inputs and both arms, prepare the run folder,
 /// run the rows, and summarize them into `summary.json` and the evidence manifest.
 pub(crate) fn run(opts: &Options, reporter: &dyn Reporter) -> Result<Report> {
+    run_arms(opts, &opts.arms, reporter)
+}
+
+/// Run a validation of one of `opts.arms` alone (`arm` 0 or 1): the same inputs, settings and
+/// evidence as [`run`], over one build. A soak flip runs each side this way, one run per side
+/// and repeat, so that the sides can be interleaved and each side's evidence stands alone.
+pub(crate) fn run_one(opts: &Options, arm: usize, reporter: &dyn Reporter) -> Result<Report> {
+    let source = opts.arms.get(arm).ok_or_else(|| {
+        Error::Internal(format!(
+            "invariant: a validation has arms 0 and 1, not {arm}"
+        ))
+    })?;
+    run_arms(opts, std::slice::from_ref(source), reporter)
+}
+
+fn run_arms(opts: &Options, sources: &[ArmSource], reporter: &dyn Reporter) -> Result<Report> {
     check_options(opts)?;
     // Inputs first (exit 2 before anything is written), then the builds.
     let inputs = Inputs::load(opts)?;
@@ -107,7 +123,7 @@ pub(crate) fn run(opts: &Options, reporter: &dyn Reporter) -> Result<Report> {
     // The run folder's shape is an input too: a link there is refused before the builds are
     // looked at (and again when the folder is opened).
     run_dir::check_folder(ws.root(), opts.resume.as_deref())?;
-    let arms = arm::resolve_arms(&opts.arms)?;
+    let arms = arm::resolve_arms(sources)?;
     // The shims compile before the run folder exists: a build whose llama.h the shim does not
     // cover is an input error that leaves nothing behind.
     let cache = ws.root().join("build").join(".smoke");
@@ -116,11 +132,15 @@ pub(crate) fn run(opts: &Options, reporter: &dyn Reporter) -> Result<Report> {
         .map(|a| smoke::shim_for(&a.target, &cache))
         .collect::<Result<_>>()?;
     let run = RunDir::open(opts, ws.root(), &inputs, &arms)?;
+    let names: Vec<&str> = arms.iter().map(|a| a.record.name.as_str()).collect();
     reporter.stage(
         "validate",
         &format!(
-            "run {}: {} rows per arm, {} vs {} (candidate), jobs {}",
-            run.id, opts.rows, arms[0].record.name, arms[1].record.name, opts.jobs
+            "run {}: {} rows per arm, {} (candidate), jobs {}",
+            run.id,
+            opts.rows,
+            names.join(" vs "),
+            opts.jobs
         ),
     );
     let ran = harness::run_rows(opts, &arms, shims, &run, &inputs, reporter)?;
