@@ -21,6 +21,7 @@ mod compile_cache;
 mod cuda;
 mod diff;
 mod flip;
+mod flip_soak;
 mod history;
 mod inputs;
 mod noop;
