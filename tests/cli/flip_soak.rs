@@ -104,6 +104,8 @@ fn a_soak_flip_of_the_patch_set_under_asan_is_supported_with_the_from_onset_row(
     }
     let (c, v) = verify(&record);
     assert_eq!(c, 0, "{v}");
+    assert_eq!(crate::schemas::validate(&v), "pinforge.verify-soak/v1");
+    assert_eq!(crate::schemas::validate(&j), "pinforge.flip/v1");
     assert_eq!(v["runs"].as_array().map(Vec::len), Some(2), "{v}");
     // A copy of the record whose digest of one run's evidence is not the manifest's: exit 1,
     // naming the run; one that points at another path: refused without reading it.

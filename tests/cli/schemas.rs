@@ -321,6 +321,8 @@ fn real_output_of_every_command_validates_against_its_schema() {
         "pinforge.smoke/v1",
         "pinforge.validate/v1",
         "pinforge.verify-evidence/v1",
+        // A soak flip's record verified: real ASan builds (flip_soak).
+        "pinforge.verify-soak/v1",
     ];
     let want: BTreeSet<String> = pinforge::cli::schema::DOCUMENTS
         .iter()
