@@ -46,13 +46,12 @@ fn cmd_verify(path: &std::path::Path, json: bool) -> Result<i32> {
         print_json(super::schema::id::VERIFY, &report)?;
     } else if report.ok {
         outln!(
-            "{}: {} outputs and {} inputs match {} (input {}; {} bytes hashed)",
+            "{}: {} outputs and {} inputs match {} (input {})",
             paint(Tone::Good, "ok"),
             report.outputs_checked,
             report.inputs_checked,
             path.display(),
-            report.input_digest.short(16),
-            report.bytes_hashed
+            report.input_digest.short(16)
         );
         if !report.inputs_absent.is_empty() {
             outln!(
@@ -139,11 +138,10 @@ fn shown_list(names: &[String]) -> String {
 pub(super) fn render_verification(v: &Verification) {
     if v.ok {
         outln!(
-            "{}: {} file(s) verified through {} ({} bytes hashed)",
+            "{}: {} file(s) verified through {}",
             paint(Tone::Good, "ok"),
             v.files,
-            v.through,
-            v.bytes_hashed
+            v.through
         );
     } else {
         for m in &v.mismatches {
