@@ -10,14 +10,18 @@
 //! walks through no link on the way to an artifact.
 
 mod check;
+mod verify;
 
-use crate::base::digest::{GitOid, Sha256};
+use crate::base::digest::Sha256;
 use crate::base::error::{Error, Result};
 use crate::base::fsx;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+#[cfg(test)]
+use verify::hash_regular;
+pub(crate) use verify::{verify, VerifyReport};
 
 /// in-toto Statement type.
 pub(crate) const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
@@ -306,71 +310,6 @@ pub(crate) fn check_relative(p: &str) -> std::result::Result<(), &'static str> {
     Ok(())
 }
 
-/// Recompute a subject's normalized digest (`normalized` annotation: `rule`, `sha256`) from its
-/// bytes; a mismatch (or a rule this pinforge does not know) is returned for the report.
-fn check_normalized(bytes: &[u8], claimed: &Value) -> Option<Mismatch> {
-    let rule = claimed.get("rule").and_then(Value::as_str).unwrap_or("");
-    let want = claimed.get("sha256").and_then(Value::as_str).unwrap_or("");
-    let expected = format!("normalized {want} ({rule})");
-    let actual = if rule != crate::artifact::normalize::NVCC_TMPXFT {
-        format!("unknown normalization rule `{rule}`")
-    } else {
-        match crate::artifact::normalize::normalize(bytes) {
-            Some(n) if n.sha256.to_string() == want => return None,
-            Some(n) => format!("normalized {} ({rule})", n.sha256),
-            None => "the rule does not apply to this file".to_string(),
-        }
-    };
-    Some(Mismatch {
-        path: String::new(),
-        expected,
-        actual,
-        role: "output".into(),
-    })
-}
-
-/// A regular file's bytes (never a FIFO or device, a link not followed).
-fn read_regular(path: &Path, what: &str) -> Result<Vec<u8>> {
-    use std::io::Read;
-    let mut bytes = Vec::new();
-    fsx::open_regular(path, what, false)?
-        .read_to_end(&mut bytes)
-        .map_err(|e| Error::io("read", path, e))?;
-    Ok(bytes)
-}
-
-/// SHA-256 of a regular file, opened with [`fsx::open_regular`] (nothing else is read).
-fn hash_regular(path: &Path, follow: bool, what: &str) -> Result<Sha256> {
-    Ok(Sha256::of_reader(fsx::open_regular(path, what, follow)?, path)?.0)
-}
-
-/// `root/rel` when no component before the last is a link or a non-folder (`rel` was checked
-/// with [`check_relative`]); None when something on the way is missing.
-fn walk_inside(root: &Path, rel: &str) -> Result<Option<PathBuf>> {
-    let parts: Vec<&str> = rel.split('/').collect();
-    let mut cur = root.to_path_buf();
-    for (i, c) in parts.iter().enumerate() {
-        cur.push(c);
-        if i + 1 == parts.len() {
-            break;
-        }
-        match std::fs::symlink_metadata(&cur) {
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => {
-                return Err(Error::input(
-                    cur.display(),
-                    format!(
-                        "`{rel}` passes through something that is not a folder (a link?); refused"
-                    ),
-                ))
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(Error::io("stat", &cur, e)),
-        }
-    }
-    Ok(Some(cur))
-}
-
 /// Recursively sort object keys (serde_json keeps insertion order only with a feature some
 /// dependency might turn on; canonical form must not depend on that).
 fn sort(v: Value) -> Value {
@@ -421,178 +360,6 @@ pub(crate) struct Mismatch {
     pub actual: String,
     /// `output` or `input`.
     pub role: String,
-}
-
-/// The result of `verify`.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub(crate) struct VerifyReport {
-    /// No mismatch.
-    pub ok: bool,
-    /// Every difference.
-    pub mismatches: Vec<Mismatch>,
-    /// Outputs re-hashed.
-    pub outputs_checked: usize,
-    /// Inputs re-hashed (those still on disk).
-    pub inputs_checked: usize,
-    /// Inputs not on disk any more (not an error: a manifest outlives its workspace).
-    pub inputs_absent: Vec<String>,
-    /// The manifest's input digest.
-    pub input_digest: Sha256,
-}
-
-/// Re-hash every output and every input still on disk.
-pub(crate) fn verify(manifest_path: &Path) -> Result<VerifyReport> {
-    let st = Statement::read(manifest_path)?;
-    let root = st.checked_artifact_root(manifest_path)?;
-    let mut mismatches = verify_subjects(&st, &root, manifest_path)?;
-    mismatches.extend(verify_links(&st, &root)?);
-    let (inputs_checked, inputs_absent) = verify_inputs(&st, manifest_path, &mut mismatches)?;
-    Ok(VerifyReport {
-        ok: mismatches.is_empty(),
-        mismatches,
-        outputs_checked: st.subject.len(),
-        inputs_checked,
-        inputs_absent,
-        input_digest: st
-            .predicate
-            .build_definition
-            .internal_parameters
-            .input_digest,
-    })
-}
-
-/// Every subject re-hashed under the artifact root (and its normalized digest re-derived).
-fn verify_subjects(st: &Statement, root: &Path, manifest_path: &Path) -> Result<Vec<Mismatch>> {
-    let mut mismatches = Vec::new();
-    for s in &st.subject {
-        let path = root.join(&s.name);
-        let expected = s.sha256().ok_or_else(|| {
-            Error::input(
-                manifest_path.display(),
-                format!("subject `{}` has no sha256", s.name),
-            )
-        })?;
-        let shown = path.display().to_string();
-        let present = match walk_inside(root, &s.name)? {
-            None => None,
-            Some(p) => match std::fs::symlink_metadata(&p) {
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                Err(e) => return Err(Error::io("stat", &p, e)),
-                Ok(_) => Some(p),
-            },
-        };
-        match present {
-            None => mismatches.push(Mismatch {
-                path: shown,
-                expected: expected.to_string(),
-                actual: "missing".into(),
-                role: "output".into(),
-            }),
-            Some(p) => {
-                let claimed = s.annotations.get(annotation::NORMALIZED);
-                // A subject with a normalized digest is read once, into memory: its digest and
-                // its normalized digest come from the same bytes.
-                let (actual, bytes) = match claimed {
-                    None => (hash_regular(&p, false, "artifact")?, None),
-                    Some(_) => {
-                        let bytes = read_regular(&p, "artifact")?;
-                        (Sha256::of_bytes(&bytes), Some(bytes))
-                    }
-                };
-                if actual != expected {
-                    mismatches.push(Mismatch {
-                        path: shown,
-                        expected: expected.to_string(),
-                        actual: actual.to_string(),
-                        role: "output".into(),
-                    });
-                } else if let (Some(claimed), Some(bytes)) = (claimed, bytes) {
-                    // The bytes are right; the normalized digest a comparison will trust must
-                    // follow from them by the stated rule, or the manifest lies about noise.
-                    if let Some(m) = check_normalized(&bytes, claimed) {
-                        mismatches.push(Mismatch { path: shown, ..m });
-                    }
-                }
-            }
-        }
-    }
-    Ok(mismatches)
-}
-
-/// Every link among the outputs read back: it must still point where the manifest says.
-fn verify_links(st: &Statement, root: &Path) -> Result<Vec<Mismatch>> {
-    let mut mismatches = Vec::new();
-    for b in &st.predicate.run_details.byproducts {
-        if let Some(Value::String(target)) = b.annotations.get(annotation::LINK_TARGET) {
-            let path = root.join(&b.name);
-            let actual = walk_inside(root, &b.name)?
-                .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))
-                .and_then(std::fs::read_link)
-                .map(|t| t.display().to_string())
-                .unwrap_or_else(|_| "missing".into());
-            if &actual != target {
-                mismatches.push(Mismatch {
-                    path: path.display().to_string(),
-                    expected: format!("link to {target}"),
-                    actual,
-                    role: "output".into(),
-                });
-            }
-        }
-    }
-
-    Ok(mismatches)
-}
-
-/// Every input still on disk re-hashed (a git tree checked clean); returns how many were
-/// checked and which are absent.
-fn verify_inputs(
-    st: &Statement,
-    manifest_path: &Path,
-    mismatches: &mut Vec<Mismatch>,
-) -> Result<(usize, Vec<String>)> {
-    let internal = &st.predicate.build_definition.internal_parameters;
-    let base = fsx::parent_of(manifest_path);
-    let mut inputs_checked = 0;
-    let mut inputs_absent = Vec::new();
-    for dep in &st.predicate.build_definition.resolved_dependencies {
-        let Some(local) = internal.inputs.get(&dep.name) else {
-            continue;
-        };
-        let path = if local.is_absolute() {
-            local.clone()
-        } else {
-            base.join(local)
-        };
-        // symlink_metadata first: a dangling or looping link is absent, not an error.
-        if std::fs::symlink_metadata(&path).is_err() || std::fs::metadata(&path).is_err() {
-            inputs_absent.push(dep.name.clone());
-            continue;
-        }
-        inputs_checked += 1;
-        if let Some(commit) = dep.digest.get("gitCommit") {
-            let head: GitOid = commit.parse()?;
-            if let Err(e) = crate::base::git::check_clean(&path, head) {
-                mismatches.push(Mismatch {
-                    path: path.display().to_string(),
-                    expected: format!("git tree at {commit}, unmodified"),
-                    actual: e.to_string(),
-                    role: "input".into(),
-                });
-            }
-        } else if let Some(expected) = dep.sha256() {
-            let actual = hash_regular(&path, true, &format!("input `{}`", dep.name))?;
-            if actual != expected {
-                mismatches.push(Mismatch {
-                    path: path.display().to_string(),
-                    expected: expected.to_string(),
-                    actual: actual.to_string(),
-                    role: "input".into(),
-                });
-            }
-        }
-    }
-    Ok((inputs_checked, inputs_absent))
 }
 
 // Time formatting lives in `crate::base::time`; these names stay for callers of this module.
@@ -734,7 +501,7 @@ mod tests {
         std::fs::write(d.path().join("r"), b"abc").expect("write");
         assert_eq!(
             hash_regular(&d.path().join("r"), false, "artifact").expect("hash"),
-            Sha256::of_bytes(b"abc")
+            (Sha256::of_bytes(b"abc"), 3)
         );
     }
 

@@ -7,6 +7,7 @@ pub mod elf;
 pub mod error;
 pub(crate) mod fsx;
 pub(crate) mod git;
+pub(crate) mod hashing;
 pub(crate) mod hooks;
 pub(crate) mod names;
 pub(crate) mod proc_wait;

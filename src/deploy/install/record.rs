@@ -183,6 +183,9 @@ pub(crate) struct Verification {
     pub through: String,
     /// Files checked.
     pub files: usize,
+    /// Bytes re-hashed (receipts written before this field read as 0).
+    #[serde(default)]
+    pub bytes_hashed: u64,
     /// Differences.
     pub mismatches: Vec<crate::artifact::manifest::Mismatch>,
 }

@@ -185,6 +185,7 @@ fn sample_receipt() -> Vec<u8> {
             ok: true,
             through: "/r/current".into(),
             files: 1,
+            bytes_hashed: 0,
             mismatches: vec![],
         },
         reverted: false,

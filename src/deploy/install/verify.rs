@@ -79,6 +79,7 @@ impl Root {
             ok: false,
             through: through.display().to_string(),
             files: 0,
+            bytes_hashed: 0,
             mismatches: vec![crate::artifact::manifest::Mismatch {
                 path: through.display().to_string(),
                 expected: "the link chain pinforge wrote".into(),
@@ -112,6 +113,7 @@ impl Root {
                 ok: true,
                 through: self.path.join(name).display().to_string(),
                 files: 0,
+                bytes_hashed: 0,
                 mismatches: vec![],
             }))
     }
@@ -153,6 +155,71 @@ pub(super) struct ObservedEntry {
     /// Paths that are FIFOs, sockets or devices (never opened; already in `bad`).
     specials: BTreeSet<String>,
     record: Option<std::result::Result<Vec<u8>, String>>,
+    /// Files found by the walk, hashed afterwards on all cores: (path in the entry, path,
+    /// `lstat`, mode).
+    pending: Vec<(String, PathBuf, std::fs::Metadata, u32)>,
+    /// Bytes hashed.
+    bytes: u64,
+}
+
+/// What hashing one pending file found.
+enum Hashed {
+    Rec(FileRec),
+    /// Not a regular file any more (swapped since the walk): what stands there.
+    Special(String),
+    /// Replaced since the walk.
+    Changed,
+}
+
+/// Hash one file the walk found: opened without following and without blocking, tied to the
+/// walk's `lstat`, read once.
+fn hash_pending(p: &Path, m: &std::fs::Metadata, mode: u32) -> Result<Hashed> {
+    // Swapped for a FIFO or a link since the `lstat`: a failed check like any other
+    // (open_regular refuses it without blocking), not an error.
+    let f = match fsx::open_regular(p, "file", false) {
+        Ok(f) => f,
+        Err(e) if e.exit_code() == crate::base::error::exit::INPUT => {
+            return Ok(Hashed::Special(e.to_string()))
+        }
+        Err(e) => return Err(e),
+    };
+    let now = f.metadata().at("stat", p)?;
+    if !safe::same_file(m, &now) {
+        return Ok(Hashed::Changed);
+    }
+    let (sha256, size) = Sha256::of_reader(f, p)?;
+    Ok(Hashed::Rec(FileRec {
+        sha256,
+        size,
+        executable: mode & 0o111 != 0,
+    }))
+}
+
+/// Hash every file the walk found, in parallel, and file the results.
+fn hash_all(o: &mut ObservedEntry) -> Result<()> {
+    let pending = std::mem::take(&mut o.pending);
+    let hashed = crate::base::hashing::par_map(
+        &pending,
+        |(_, _, m, _)| m.len(),
+        |(_, p, m, mode)| hash_pending(p, m, *mode),
+    );
+    for ((r, _, _, mode), h) in pending.into_iter().zip(hashed) {
+        match h? {
+            Hashed::Rec(rec) => {
+                o.bytes += rec.size;
+                o.files.insert(r, (rec, mode));
+            }
+            Hashed::Special(why) => {
+                o.bad.push((r.clone(), "a regular file".into(), why));
+                o.specials.insert(r);
+            }
+            Hashed::Changed => {
+                o.bad
+                    .push((r, "a stable file".into(), "changed while read".into()));
+            }
+        }
+    }
+    Ok(())
 }
 
 pub(super) fn observe(dir: &Path, rel: &str, depth: u32, o: &mut ObservedEntry) -> Result<()> {
@@ -213,33 +280,7 @@ pub(super) fn observe(dir: &Path, rel: &str, depth: u32, o: &mut ObservedEntry) 
                         Some(safe::read_limited(&p, RECORD_LIMIT).map_err(|e| e.to_string()));
                 }
             }
-            Kind::File => {
-                // Swapped for a FIFO or a link since the `lstat`: a failed check like any
-                // other (open_regular refuses it without blocking), not an error.
-                let f = match fsx::open_regular(&p, "file", false) {
-                    Ok(f) => f,
-                    Err(e) if e.exit_code() == crate::base::error::exit::INPUT => {
-                        o.bad
-                            .push((r.clone(), "a regular file".into(), e.to_string()));
-                        o.specials.insert(r);
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                };
-                let now = f.metadata().at("stat", &p)?;
-                if !safe::same_file(&m, &now) {
-                    o.bad
-                        .push((r, "a stable file".into(), "changed while read".into()));
-                    continue;
-                }
-                let (sha256, size) = Sha256::of_reader(f, &p)?;
-                let rec = FileRec {
-                    sha256,
-                    size,
-                    executable: mode & 0o111 != 0,
-                };
-                o.files.insert(r, (rec, mode));
-            }
+            Kind::File => o.pending.push((r, p, m, mode)),
             Kind::Link => {
                 let t = std::fs::read_link(&p).at("read link", &p)?;
                 match t.to_str() {
@@ -327,11 +368,12 @@ impl Findings<'_> {
         self.shown.join(rel).display().to_string()
     }
 
-    fn done(self, files: usize) -> Verification {
+    fn done(self, files: usize, bytes_hashed: u64) -> Verification {
         Verification {
             ok: self.mismatches.is_empty(),
             through: self.shown.display().to_string(),
             files,
+            bytes_hashed,
             mismatches: self.mismatches,
         }
     }
@@ -353,7 +395,7 @@ pub(super) fn check_entry(dir: &Path, digest: &Sha256, shown: &Path) -> Result<V
             format!("store entry {digest}"),
             found,
         );
-        return Ok(f.done(0));
+        return Ok(f.done(0, 0));
     }
     let o = observe_entry(dir)?;
     for (rel, expected, found) in &o.bad {
@@ -378,11 +420,11 @@ pub(super) fn check_entry(dir: &Path, digest: &Sha256, shown: &Path) -> Result<V
                     format!("content with identity {found}"),
                 );
             }
-            return Ok(f.done(o.files.len()));
+            return Ok(f.done(o.files.len(), o.bytes));
         }
     };
     compare(&info, &o, &mut f);
-    Ok(f.done(info.files.len()))
+    Ok(f.done(info.files.len(), o.bytes))
 }
 
 /// What stands at `dir` when it is not a real folder (`None` when it is); a special file is
@@ -411,6 +453,7 @@ fn observe_entry(dir: &Path) -> Result<ObservedEntry> {
         ));
     }
     observe(dir, "", 0, &mut o)?;
+    hash_all(&mut o)?;
     if safe::kind(&dir.join(ENTRY_MANIFEST))? != Kind::File && !o.specials.contains(ENTRY_MANIFEST)
     {
         o.bad.push((
