@@ -30,16 +30,27 @@ pub struct GenerateArgs {
 /// Run a key command.
 pub(super) fn run(c: KeyCommand) -> Result<i32> {
     let KeyCommand::Generate(a) = c;
-    let pass = std::env::var(sign::PASSPHRASE_VAR).ok().filter(|p| !p.is_empty());
+    let pass = std::env::var(sign::PASSPHRASE_VAR)
+        .ok()
+        .filter(|p| !p.is_empty());
     let (private, public) = sign::generate(&a.comment, pass.as_deref())?;
     sign::write_pair(&a.output, &private, &public)?;
     outln!(
         "wrote {} ({}) and {}.pub",
         a.output.display(),
-        if pass.is_some() { "encrypted" } else { "not encrypted" },
+        if pass.is_some() {
+            "encrypted"
+        } else {
+            "not encrypted"
+        },
         a.output.display()
     );
     outln!("allowed_signers line:");
-    outln!("{} namespaces=\"{}\" {}", a.comment, sign::NAMESPACE, public);
+    outln!(
+        "{} namespaces=\"{}\" {}",
+        a.comment,
+        sign::NAMESPACE,
+        public
+    );
     Ok(exit::OK)
 }

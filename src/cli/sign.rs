@@ -25,7 +25,12 @@ pub(super) fn run(a: SignArgs) -> Result<i32> {
     if a.out.json {
         print_json(super::schema::id::SIGN, &s)?;
     } else {
-        outln!("signed {} as {} ({})", s.file.display(), s.keyid, s.payload_type);
+        outln!(
+            "signed {} as {} ({})",
+            s.file.display(),
+            s.keyid,
+            s.payload_type
+        );
         outln!("  envelope  {}", s.envelope.display());
         outln!("  sshsig    {}", s.sig.display());
     }

@@ -92,11 +92,7 @@ pub(super) struct VerifySigned<'a> {
 
 /// A manifest re-hashed as [`cmd_verify`] does, and its signature checked against the
 /// policy first: an unsigned or badly signed record fails (exit 1) before anything else.
-fn cmd_verify_signed(
-    path: &std::path::Path,
-    allowed: &std::path::Path,
-    json: bool,
-) -> Result<i32> {
+fn cmd_verify_signed(path: &std::path::Path, allowed: &std::path::Path, json: bool) -> Result<i32> {
     let policy = sign::Policy::load(allowed)?;
     let signer = sign::verify_signed(path, &policy)?;
     if !json {
@@ -123,7 +119,11 @@ fn cmd_verify_signed(
             signature: &signer,
         },
     )?;
-    Ok(if report.ok { exit::OK } else { exit::CHECK_FAILED })
+    Ok(if report.ok {
+        exit::OK
+    } else {
+        exit::CHECK_FAILED
+    })
 }
 
 /// A validate run's evidence manifest (or its run folder): files re-hashed, the summary

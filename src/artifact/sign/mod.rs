@@ -103,8 +103,11 @@ impl SigningKey {
         })?;
         let key = if key.is_encrypted() {
             let pass = std::env::var(PASSPHRASE_VAR).map_err(|_| {
-                Error::input(path.display(), "the key is encrypted and no passphrase was given")
-                    .with_hint(format!("set {PASSPHRASE_VAR} to the key's passphrase"))
+                Error::input(
+                    path.display(),
+                    "the key is encrypted and no passphrase was given",
+                )
+                .with_hint(format!("set {PASSPHRASE_VAR} to the key's passphrase"))
             })?;
             key.decrypt(pass.as_bytes()).map_err(|e| {
                 Error::input(path.display(), format!("cannot decrypt the key: {e}"))
@@ -256,8 +259,16 @@ pub(crate) fn verify_signed(file: &Path, policy: &Policy) -> Result<Verified> {
     allowed
         .key
         .verify(NAMESPACE, &bytes, &sshsig)
-        .map_err(|e| refused(&sig_path, format!("bad signature over {}: {e}", file.display())))?;
-    let keyid = allowed.key.fingerprint(ssh_key::HashAlg::Sha256).to_string();
+        .map_err(|e| {
+            refused(
+                &sig_path,
+                format!("bad signature over {}: {e}", file.display()),
+            )
+        })?;
+    let keyid = allowed
+        .key
+        .fingerprint(ssh_key::HashAlg::Sha256)
+        .to_string();
     if keyid != v.keyid {
         return Err(refused(
             &sig_path,
@@ -276,7 +287,10 @@ fn read_sidecar(path: &Path, what: &str) -> Result<Vec<u8>> {
         }
     };
     if bytes.len() > MAX_SIDECAR {
-        return Err(refused(path, format!("{what} of {} bytes is too large", bytes.len())));
+        return Err(refused(
+            path,
+            format!("{what} of {} bytes is too large", bytes.len()),
+        ));
     }
     Ok(bytes)
 }
@@ -395,7 +409,11 @@ pub(crate) mod zeroize_string {
 
 /// Write a generated pair: the private key 0600 and `PATH.pub` 0644, refusing to overwrite
 /// either (created with `O_EXCL`).
-pub(crate) fn write_pair(path: &Path, private: &zeroize_string::Secret, public: &str) -> Result<()> {
+pub(crate) fn write_pair(
+    path: &Path,
+    private: &zeroize_string::Secret,
+    public: &str,
+) -> Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let pub_path = {
@@ -405,8 +423,10 @@ pub(crate) fn write_pair(path: &Path, private: &zeroize_string::Secret, public: 
     };
     for p in [path, pub_path.as_path()] {
         if std::fs::symlink_metadata(p).is_ok() {
-            return Err(Error::input(p.display(), "already exists; not overwriting it")
-                .with_hint("choose another path with -o"));
+            return Err(
+                Error::input(p.display(), "already exists; not overwriting it")
+                    .with_hint("choose another path with -o"),
+            );
         }
     }
     let create = |p: &Path, mode: u32, bytes: &[u8]| -> Result<()> {

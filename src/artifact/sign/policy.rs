@@ -178,7 +178,8 @@ fn split_option(s: &str) -> (&str, &str) {
 mod tests {
     use super::*;
 
-    const KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEe+7LsFqK0YhQqcryI08xkxAbZj57j4Q8wfH4ZiHQD+";
+    const KEY: &str =
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEe+7LsFqK0YhQqcryI08xkxAbZj57j4Q8wfH4ZiHQD+";
 
     fn parse(s: &[u8]) -> Result<Policy> {
         Policy::parse(s, Path::new("allowed_signers"))
@@ -211,11 +212,23 @@ mod tests {
     #[test]
     fn hostile_lines_are_refused_with_their_line_number() {
         let cases: Vec<(Vec<u8>, &str)> = vec![
-            (b"alice ssh-ed25519 not*base64\n".to_vec(), "allowed_signers:1"),
-            (b"\nalice \xff\xfe\n".to_vec(), "allowed_signers:2: not UTF-8"),
+            (
+                b"alice ssh-ed25519 not*base64\n".to_vec(),
+                "allowed_signers:1",
+            ),
+            (
+                b"\nalice \xff\xfe\n".to_vec(),
+                "allowed_signers:2: not UTF-8",
+            ),
             (vec![b'a'; MAX_LINE + 1], "over"),
-            (format!("alice cert-authority {KEY}").into_bytes(), "cert-authority"),
-            (format!("alice valid-after=\"20200101\" {KEY}").into_bytes(), "valid-after"),
+            (
+                format!("alice cert-authority {KEY}").into_bytes(),
+                "cert-authority",
+            ),
+            (
+                format!("alice valid-after=\"20200101\" {KEY}").into_bytes(),
+                "valid-after",
+            ),
             (b"alice ssh-ed25519\n".to_vec(), "no key"),
             (b"# only a comment\n".to_vec(), "no allowed signer"),
         ];

@@ -28,8 +28,11 @@ fn a_signed_manifest_verifies_and_names_the_signer() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (key, policy) = key_in(dir.path());
     let f = dir.path().join("manifest.json");
-    std::fs::write(&f, br#"{"_type":"https://in-toto.io/Statement/v1","subject":[]}"#)
-        .expect("write");
+    std::fs::write(
+        &f,
+        br#"{"_type":"https://in-toto.io/Statement/v1","subject":[]}"#,
+    )
+    .expect("write");
     let s = sign_file(&f, &key).expect("sign");
     assert_eq!(s.payload_type, IN_TOTO_PAYLOAD_TYPE);
     assert!(s.keyid.starts_with("SHA256:"), "{}", s.keyid);
@@ -42,7 +45,10 @@ fn a_signed_manifest_verifies_and_names_the_signer() {
 
 #[test]
 fn a_record_that_is_not_a_statement_gets_the_pinforge_type() {
-    assert_eq!(payload_type_for(br#"{"schema":"x"}"#), PINFORGE_PAYLOAD_TYPE);
+    assert_eq!(
+        payload_type_for(br#"{"schema":"x"}"#),
+        PINFORGE_PAYLOAD_TYPE
+    );
     assert_eq!(payload_type_for(b"\xff"), PINFORGE_PAYLOAD_TYPE);
 }
 
@@ -61,7 +67,10 @@ fn tampering_unknown_keys_unsigned_and_wrong_types_are_refused() {
     let env_bytes = std::fs::read(&envp).expect("env");
     // The file changed after signing.
     let e = verify_envelope_bytes(&env_bytes, b"{}", &policy).expect_err("payload");
-    assert!(e.to_string().contains("payloadType") || e.to_string().contains("payload"), "{e}");
+    assert!(
+        e.to_string().contains("payloadType") || e.to_string().contains("payload"),
+        "{e}"
+    );
     // A flipped signature byte.
     let mut env: Envelope = serde_json::from_slice(&env_bytes).expect("parse");
     let mut raw = B64.decode(&env.signatures[0].sig).expect("b64");
