@@ -6,4 +6,5 @@ pub(crate) mod cudakit;
 pub(crate) mod diff;
 pub(crate) mod manifest;
 pub(crate) mod normalize;
+pub(crate) mod sign;
 pub(crate) mod toolchain;

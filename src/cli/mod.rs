@@ -13,6 +13,7 @@ mod generate;
 mod hint;
 mod history;
 mod install;
+mod key;
 mod model;
 pub(crate) mod output;
 mod patch;
@@ -20,6 +21,7 @@ mod rebase;
 mod reporter;
 mod rollback;
 pub mod schema;
+mod sign;
 mod smoke;
 mod status;
 mod toolkit;
@@ -149,6 +151,15 @@ pub enum Command {
         after_help = "Examples:\n  pinforge verify build/mrope-cpu/patched/manifest.json\n  pinforge verify --installed control --root /srv/llama/rollback"
     )]
     Verify(verify::VerifyArgs),
+    /// Sign a record pinforge wrote: a DSSE envelope (FILE.dsse.json) and a detached SSHSIG
+    /// (FILE.sig, namespace pinforge) that `ssh-keygen -Y verify` checks.
+    #[command(
+        after_help = "Example:\n  pinforge sign build/mrope-cpu/patched/manifest.json --key ~/.ssh/pinforge_ed25519"
+    )]
+    Sign(sign::SignArgs),
+    /// Signing key commands.
+    #[command(subcommand)]
+    Key(key::KeyCommand),
     /// Stage a build's outputs into the install root and commit a layer change with one rename.
     #[command(
         after_help = "Examples:\n  pinforge install build/mrope-cpu/patched/manifest.json --layer live --smoke\n  pinforge install recipes/mrope-cpu.toml --variant unpatched --layer control"
@@ -356,6 +367,8 @@ fn run(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Build(a) => build::run(&ctx, a),
         Command::Verify(a) => verify::run(&ctx, a),
+        Command::Sign(a) => sign::run(a),
+        Command::Key(c) => key::run(c),
         Command::Install(a) => install::run(&ctx, a),
         Command::Diff(a) => diff::run(a),
         Command::Flip(a) => flip::run(&ctx, a),

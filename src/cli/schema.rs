@@ -49,6 +49,10 @@ pub mod id {
     pub const BUILD: &str = "pinforge.build/v1";
     /// `verify MANIFEST --json`.
     pub const VERIFY: &str = "pinforge.verify/v1";
+    /// `verify MANIFEST --allowed-signers F --json`: the verify report and its signer.
+    pub const VERIFY_SIGNED: &str = "pinforge.verify-signed/v1";
+    /// `sign --json`.
+    pub const SIGN: &str = "pinforge.sign/v1";
     /// `verify --installed --json`.
     pub const VERIFY_INSTALLED: &str = "pinforge.verify-installed/v1";
     /// `diff --json`.
@@ -104,6 +108,8 @@ pub mod id {
 pub const DOCUMENTS: &[Document] = &[
     doc::<super::build::BuildLine<'static>>(id::BUILD),
     doc::<crate::artifact::manifest::VerifyReport>(id::VERIFY),
+    doc::<super::verify::VerifySigned<'static>>(id::VERIFY_SIGNED),
+    doc::<crate::artifact::sign::Signed>(id::SIGN),
     doc::<crate::deploy::install::Verification>(id::VERIFY_INSTALLED),
     doc::<crate::artifact::diff::ManifestDiff>(id::DIFF),
     doc::<super::install::InstallJson<'static>>(id::INSTALL),

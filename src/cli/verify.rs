@@ -3,6 +3,7 @@
 
 use super::{installed_layer, print_json, JsonArg, RootArg};
 use crate::artifact::manifest;
+use crate::artifact::sign;
 use crate::base::error::{exit, Error, Result};
 use crate::base::text::Shown;
 use crate::cli::output::{paint, Tone};
@@ -21,6 +22,10 @@ pub struct VerifyArgs {
     #[arg(long, num_args = 0..=1, default_missing_value = "current", value_name = "LAYER",
           value_parser = ["current", "live", "control", "original"])]
     pub installed: Option<String>,
+    /// Also require a good signature (FILE.dsse.json and FILE.sig) by a key this
+    /// allowed_signers file trusts for namespace pinforge; the report names the signer
+    #[arg(long, value_name = "FILE", conflicts_with = "installed")]
+    pub allowed_signers: Option<PathBuf>,
     #[command(flatten)]
     pub root: RootArg,
     #[command(flatten)]
@@ -32,7 +37,10 @@ pub(super) fn run(ctx: &super::Ctx, a: VerifyArgs) -> Result<i32> {
     let ws_root = ctx.ws_root.as_path();
     match (a.installed, a.manifest) {
         (Some(layer), _) => cmd_verify_installed(&a.root.resolve(ws_root), &layer, a.out.json),
-        (None, Some(m)) => cmd_verify(&m, a.out.json),
+        (None, Some(m)) => match a.allowed_signers {
+            Some(f) => cmd_verify_signed(&m, &f, a.out.json),
+            None => cmd_verify(&m, a.out.json),
+        },
         (None, None) => Err(Error::input("verify", "give a MANIFEST or --installed")),
     }
 }
@@ -70,6 +78,50 @@ fn cmd_verify(path: &std::path::Path, json: bool) -> Result<i32> {
             path.display()
         );
     }
+    Ok(if report.ok {
+        exit::OK
+    } else {
+        exit::CHECK_FAILED
+    })
+}
+
+/// The `verify --allowed-signers --json` document: the re-hash report and who signed it.
+#[derive(serde::Serialize, schemars::JsonSchema)]
+pub(super) struct VerifySigned<'a> {
+    #[serde(flatten)]
+    report: &'a manifest::VerifyReport,
+    signature: &'a sign::Verified,
+}
+
+/// A manifest re-hashed as [`cmd_verify`] does, and its signature checked against the
+/// policy first: an unsigned or badly signed record fails (exit 1) before anything else.
+fn cmd_verify_signed(path: &std::path::Path, allowed: &std::path::Path, json: bool) -> Result<i32> {
+    let policy = sign::Policy::load(allowed)?;
+    let signer = sign::verify_signed(path, &policy)?;
+    if !json {
+        outln!(
+            "{}: signed by {} (key {}, {}, trusted by {})",
+            paint(Tone::Good, "ok"),
+            signer
+                .principals
+                .iter()
+                .map(|p| Shown(p).to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            signer.keyid,
+            signer.payload_type,
+            Shown(&signer.policy_line)
+        );
+        return cmd_verify(path, false);
+    }
+    let report = manifest::verify(path)?;
+    print_json(
+        super::schema::id::VERIFY_SIGNED,
+        &VerifySigned {
+            report: &report,
+            signature: &signer,
+        },
+    )?;
     Ok(if report.ok {
         exit::OK
     } else {

@@ -1,0 +1,449 @@
+//! Signed records (issue #24): a DSSE envelope beside a record (`FILE.dsse.json`) and a
+//! detached SSHSIG over the record's own bytes (`FILE.sig`, namespace `pinforge`), both made
+//! with one OpenSSH key, so that stock tools verify them with no pinforge code:
+//! `ssh-keygen -Y verify -f allowed_signers -I ID -n pinforge -s FILE.sig < FILE`, and
+//! `openssl pkeyutl -verify -rawin` over the envelope's PAE for an Ed25519 key.
+//!
+//! Payload types: the envelope's payload is always FILE's bytes, unchanged (so "the payload
+//! is the file" is a byte comparison). A file that is an in-toto Statement (a build
+//! manifest) gets `application/vnd.in-toto+json`; any other record (flip and ablation
+//! records, validation evidence, install receipts) gets [`PINFORGE_PAYLOAD_TYPE`]. The type
+//! verify expects is derived from the file the same way, and any other type is refused: a
+//! manifest in a pinforge-typed envelope (or a receipt posing as a statement) fails.
+//!
+//! Writing: the envelope and the signature are staged as synced temp files, then renamed
+//! (envelope first). Both are derived from FILE and the key alone, so a crash between the
+//! two renames leaves at worst a pair that does not match the file, which verify refuses:
+//! never a state that verifies something that was not signed. Signing again repairs it.
+
+mod policy;
+
+pub(crate) use policy::{Policy, NAMESPACE};
+
+use crate::base::error::{Error, Result};
+use crate::base::fsx;
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// The DSSE payload type of an in-toto Statement.
+pub(crate) const IN_TOTO_PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
+/// The DSSE payload type of a pinforge record that is not a Statement.
+pub(crate) const PINFORGE_PAYLOAD_TYPE: &str = "application/vnd.pinforge.record+json";
+/// The environment variable an encrypted key's passphrase is read from.
+pub(crate) const PASSPHRASE_VAR: &str = "PINFORGE_KEY_PASSPHRASE";
+/// Envelopes and signatures larger than this are refused before parsing.
+const MAX_SIDECAR: usize = 1 << 20;
+
+const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
+
+/// A DSSE envelope.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct Envelope {
+    pub(crate) payload_type: String,
+    pub(crate) payload: String,
+    pub(crate) signatures: Vec<EnvelopeSignature>,
+}
+
+/// One signature of an envelope: the key id is the key's SSH fingerprint (`SHA256:…`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EnvelopeSignature {
+    pub(crate) keyid: String,
+    pub(crate) sig: String,
+}
+
+/// DSSE's pre-authentication encoding: `"DSSEv1" SP len(type) SP type SP len(body) SP body`.
+pub(crate) fn pae(payload_type: &str, body: &[u8]) -> Vec<u8> {
+    let mut out = format!(
+        "DSSEv1 {} {} {} ",
+        payload_type.len(),
+        payload_type,
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(body);
+    out
+}
+
+/// The payload type a record's bytes call for (see the module comment).
+pub(crate) fn payload_type_for(bytes: &[u8]) -> &'static str {
+    let is_statement = serde_json::from_slice::<serde_json::Value>(bytes)
+        .ok()
+        .and_then(|v| v.get("_type").and_then(|t| t.as_str().map(str::to_string)))
+        .is_some_and(|t| t == crate::artifact::manifest::STATEMENT_TYPE);
+    if is_statement {
+        IN_TOTO_PAYLOAD_TYPE
+    } else {
+        PINFORGE_PAYLOAD_TYPE
+    }
+}
+
+/// A private key to sign with, decrypted.
+pub(crate) struct SigningKey {
+    key: ssh_key::PrivateKey,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for SigningKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SigningKey({}, {})", self.path.display(), self.keyid())
+    }
+}
+
+impl SigningKey {
+    /// Load an OpenSSH private key; an encrypted one is decrypted with the passphrase from
+    /// [`PASSPHRASE_VAR`].
+    pub(crate) fn load(path: &Path) -> Result<SigningKey> {
+        let bytes = fsx::read(path)?;
+        let key = ssh_key::PrivateKey::from_openssh(&bytes).map_err(|e| {
+            Error::input(path.display(), format!("not an OpenSSH private key: {e}"))
+                .with_hint("make one with `pinforge key generate` or `ssh-keygen -t ed25519`")
+        })?;
+        let key = if key.is_encrypted() {
+            let pass = std::env::var(PASSPHRASE_VAR).map_err(|_| {
+                Error::input(
+                    path.display(),
+                    "the key is encrypted and no passphrase was given",
+                )
+                .with_hint(format!("set {PASSPHRASE_VAR} to the key's passphrase"))
+            })?;
+            key.decrypt(pass.as_bytes()).map_err(|e| {
+                Error::input(path.display(), format!("cannot decrypt the key: {e}"))
+                    .with_hint(format!("check {PASSPHRASE_VAR}"))
+            })?
+        } else {
+            key
+        };
+        match key.algorithm() {
+            ssh_key::Algorithm::Ed25519 => {}
+            other => {
+                return Err(Error::input(
+                    path.display(),
+                    format!("key type {other} is not supported for signing; use ssh-ed25519"),
+                ))
+            }
+        }
+        Ok(SigningKey {
+            key,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The key id: its SSH fingerprint, as `ssh-keygen -l` prints it (`SHA256:…`).
+    pub(crate) fn keyid(&self) -> String {
+        self.key
+            .public_key()
+            .fingerprint(ssh_key::HashAlg::Sha256)
+            .to_string()
+    }
+
+    fn dsse_sig(&self, message: &[u8]) -> Result<Vec<u8>> {
+        let sig: ssh_key::Signature = signature::Signer::try_sign(&self.key, message)
+            .map_err(|e| Error::Internal(format!("signing failed: {e}")))?;
+        Ok(sig.as_bytes().to_vec())
+    }
+}
+
+/// What a signing wrote.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub(crate) struct Signed {
+    pub(crate) file: PathBuf,
+    pub(crate) envelope: PathBuf,
+    pub(crate) sig: PathBuf,
+    pub(crate) keyid: String,
+    pub(crate) payload_type: String,
+}
+
+/// Who signed a verified record.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub(crate) struct Verified {
+    /// The principals the policy line names for the key.
+    pub(crate) principals: Vec<String>,
+    pub(crate) keyid: String,
+    pub(crate) payload_type: String,
+    /// `allowed_signers` file and line that trusted the key.
+    pub(crate) policy_line: String,
+}
+
+/// `FILE.dsse.json` and `FILE.sig`.
+pub(crate) fn sidecars(file: &Path) -> (PathBuf, PathBuf) {
+    let with = |ext: &str| {
+        let mut s = file.as_os_str().to_os_string();
+        s.push(ext);
+        PathBuf::from(s)
+    };
+    (with(".dsse.json"), with(".sig"))
+}
+
+/// The envelope and the SSHSIG of `bytes` (in memory).
+pub(crate) fn sign_bytes(bytes: &[u8], key: &SigningKey) -> Result<(Envelope, String)> {
+    let payload_type = payload_type_for(bytes);
+    let envelope = Envelope {
+        payload_type: payload_type.to_string(),
+        payload: B64.encode(bytes),
+        signatures: vec![EnvelopeSignature {
+            keyid: key.keyid(),
+            sig: B64.encode(key.dsse_sig(&pae(payload_type, bytes))?),
+        }],
+    };
+    let sshsig = key
+        .key
+        .sign(NAMESPACE, ssh_key::HashAlg::Sha512, bytes)
+        .and_then(|s| s.to_pem(ssh_key::LineEnding::LF))
+        .map_err(|e| Error::Internal(format!("SSHSIG signing failed: {e}")))?;
+    Ok((envelope, sshsig))
+}
+
+/// Sign `file`: write `FILE.dsse.json` and `FILE.sig` (see the module comment for the order).
+pub(crate) fn sign_file(file: &Path, key: &SigningKey) -> Result<Signed> {
+    let bytes = fsx::read(file)?;
+    let (envelope, sshsig) = sign_bytes(&bytes, key)?;
+    let (env_path, sig_path) = sidecars(file);
+    let mut env_json =
+        serde_json::to_vec_pretty(&envelope).map_err(|e| Error::Internal(e.to_string()))?;
+    env_json.push(b'\n');
+    let staged_env = fsx::stage_atomic_mode(&env_path, &env_json, 0o644)?;
+    let staged_sig = fsx::stage_atomic_mode(&sig_path, sshsig.as_bytes(), 0o644)?;
+    crate::base::hooks::crash_point("sign", 1);
+    staged_env
+        .persist(&env_path)
+        .map_err(|e| Error::io("rename into", &env_path, e.error))?;
+    crate::base::hooks::crash_point("sign", 2);
+    staged_sig
+        .persist(&sig_path)
+        .map_err(|e| Error::io("rename into", &sig_path, e.error))?;
+    fsx::sync_dir(&fsx::parent_of(file))?;
+    Ok(Signed {
+        file: file.to_path_buf(),
+        envelope: env_path,
+        sig: sig_path,
+        keyid: envelope.signatures[0].keyid.clone(),
+        payload_type: envelope.payload_type,
+    })
+}
+
+fn refused(subject: &Path, why: impl std::fmt::Display) -> Error {
+    Error::check(subject.display(), why)
+}
+
+/// Verify `file` against `policy`: its envelope (payload = the file's bytes, the expected
+/// payload type, a good signature by an allowed key) and its SSHSIG (same key, namespace
+/// `pinforge`). Any failure is a check error (exit 1) naming why.
+pub(crate) fn verify_signed(file: &Path, policy: &Policy) -> Result<Verified> {
+    let bytes = fsx::read(file)?;
+    let (env_path, sig_path) = sidecars(file);
+    let env_bytes = read_sidecar(&env_path, "envelope")?;
+    let v = verify_envelope_bytes(&env_bytes, &bytes, policy).map_err(|e| match e {
+        Error::Check { message, hint, .. } => Error::Check {
+            subject: env_path.display().to_string(),
+            message,
+            hint,
+        },
+        other => other,
+    })?;
+    let sig_bytes = read_sidecar(&sig_path, "SSH signature")?;
+    let sshsig = ssh_key::SshSig::from_pem(&sig_bytes)
+        .map_err(|e| refused(&sig_path, format!("not an SSH signature: {e}")))?;
+    let allowed = policy.allows(sshsig.public_key()).ok_or_else(|| {
+        refused(
+            &sig_path,
+            format!(
+                "signed by key {}, which {} does not allow for namespace {NAMESPACE}",
+                sshsig.public_key().fingerprint(ssh_key::HashAlg::Sha256),
+                policy.path.display()
+            ),
+        )
+    })?;
+    allowed
+        .key
+        .verify(NAMESPACE, &bytes, &sshsig)
+        .map_err(|e| {
+            refused(
+                &sig_path,
+                format!("bad signature over {}: {e}", file.display()),
+            )
+        })?;
+    let keyid = allowed
+        .key
+        .fingerprint(ssh_key::HashAlg::Sha256)
+        .to_string();
+    if keyid != v.keyid {
+        return Err(refused(
+            &sig_path,
+            format!("signed by {keyid}, the envelope by {}", v.keyid),
+        ));
+    }
+    Ok(v)
+}
+
+fn read_sidecar(path: &Path, what: &str) -> Result<Vec<u8>> {
+    let bytes = match fsx::read_if_present(path)? {
+        Some(b) => b,
+        None => {
+            return Err(refused(path, format!("unsigned: no {what}"))
+                .with_hint("sign it with `pinforge sign FILE --key KEY`"))
+        }
+    };
+    if bytes.len() > MAX_SIDECAR {
+        return Err(refused(
+            path,
+            format!("{what} of {} bytes is too large", bytes.len()),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Verify a DSSE envelope whose payload must be `payload_expected` (the file beside it, or
+/// a blob fetched by digest) against `policy`.
+pub(crate) fn verify_envelope_bytes(
+    envelope: &[u8],
+    payload_expected: &[u8],
+    policy: &Policy,
+) -> Result<Verified> {
+    let subject = Path::new("envelope");
+    let env: Envelope = serde_json::from_slice(envelope)
+        .map_err(|e| refused(subject, format!("not a DSSE envelope: {e}")))?;
+    let want = payload_type_for(payload_expected);
+    if env.payload_type != want {
+        return Err(refused(
+            subject,
+            format!(
+                "payloadType {:?}, expected {want:?} for this record",
+                env.payload_type
+            ),
+        ));
+    }
+    let payload = B64
+        .decode(env.payload.as_bytes())
+        .map_err(|e| refused(subject, format!("payload is not base64: {e}")))?;
+    if payload != payload_expected {
+        return Err(refused(
+            subject,
+            "payload does not match the file beside it (the record changed after signing)",
+        ));
+    }
+    let message = pae(&env.payload_type, &payload);
+    let mut why = vec![];
+    for s in &env.signatures {
+        match check_one(s, &message, &env.payload_type, policy) {
+            Ok(v) => return Ok(v),
+            Err(e) => why.push(e),
+        }
+    }
+    Err(refused(
+        subject,
+        if why.is_empty() {
+            "unsigned: the envelope has no signature".to_string()
+        } else {
+            why.join("; ")
+        },
+    ))
+}
+
+fn check_one(
+    s: &EnvelopeSignature,
+    message: &[u8],
+    payload_type: &str,
+    policy: &Policy,
+) -> std::result::Result<Verified, String> {
+    let allowed = policy
+        .entries
+        .iter()
+        .filter(|e| e.key.fingerprint(ssh_key::HashAlg::Sha256).to_string() == s.keyid)
+        .find_map(|e| policy.allows(e.key.key_data()))
+        .ok_or_else(|| {
+            format!(
+                "key {} is unknown: {} does not allow it for namespace {NAMESPACE}",
+                s.keyid,
+                policy.path.display()
+            )
+        })?;
+    let raw = B64
+        .decode(s.sig.as_bytes())
+        .map_err(|e| format!("signature is not base64: {e}"))?;
+    let sig = ssh_key::Signature::new(allowed.key.algorithm(), raw)
+        .map_err(|e| format!("bad signature by {}: {e}", s.keyid))?;
+    signature::Verifier::verify(&allowed.key, message, &sig)
+        .map_err(|_| format!("bad signature by {}", s.keyid))?;
+    Ok(Verified {
+        principals: allowed.principals.clone(),
+        keyid: s.keyid.clone(),
+        payload_type: payload_type.to_string(),
+        policy_line: format!("{}:{}", policy.path.display(), allowed.line),
+    })
+}
+
+/// A fresh Ed25519 key pair: the private key in OpenSSH format (encrypted when `passphrase`
+/// is given) and the public key line.
+pub(crate) fn generate(
+    comment: &str,
+    passphrase: Option<&str>,
+) -> Result<(zeroize_string::Secret, String)> {
+    let mut rng = ssh_key::rand_core::OsRng;
+    let mut key = ssh_key::PrivateKey::random(&mut rng, ssh_key::Algorithm::Ed25519)
+        .map_err(|e| Error::Internal(format!("key generation failed: {e}")))?;
+    key.set_comment(comment);
+    let public = key
+        .public_key()
+        .to_openssh()
+        .map_err(|e| Error::Internal(e.to_string()))?;
+    let key = match passphrase {
+        Some(p) => key
+            .encrypt(&mut rng, p.as_bytes())
+            .map_err(|e| Error::Internal(format!("key encryption failed: {e}")))?,
+        None => key,
+    };
+    let private = key
+        .to_openssh(ssh_key::LineEnding::LF)
+        .map_err(|e| Error::Internal(e.to_string()))?;
+    Ok((zeroize_string::Secret(private.to_string()), public))
+}
+
+/// The private key text (not yet wiped on drop: follow-up, use `zeroize`).
+pub(crate) mod zeroize_string {
+    /// A private key's OpenSSH text.
+    pub(crate) struct Secret(pub(crate) String);
+}
+
+/// Write a generated pair: the private key 0600 and `PATH.pub` 0644, refusing to overwrite
+/// either (created with `O_EXCL`).
+pub(crate) fn write_pair(
+    path: &Path,
+    private: &zeroize_string::Secret,
+    public: &str,
+) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let pub_path = {
+        let mut s = path.as_os_str().to_os_string();
+        s.push(".pub");
+        PathBuf::from(s)
+    };
+    for p in [path, pub_path.as_path()] {
+        if std::fs::symlink_metadata(p).is_ok() {
+            return Err(
+                Error::input(p.display(), "already exists; not overwriting it")
+                    .with_hint("choose another path with -o"),
+            );
+        }
+    }
+    let create = |p: &Path, mode: u32, bytes: &[u8]| -> Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(p)
+            .map_err(|e| Error::io("create", p, e))?;
+        f.write_all(bytes).map_err(|e| Error::io("write", p, e))?;
+        f.sync_all().map_err(|e| Error::io("fsync", p, e))
+    };
+    create(path, 0o600, private.0.as_bytes())?;
+    create(&pub_path, 0o644, format!("{public}\n").as_bytes())?;
+    fsx::sync_dir(&fsx::parent_of(path))
+}
+
+#[cfg(test)]
+mod tests;
