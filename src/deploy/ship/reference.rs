@@ -162,7 +162,10 @@ mod tests {
         assert_eq!(r.digest.map(|d| d.to_hex()), Some(hex));
         assert!(r.is_loopback());
         let r = Reference::parse("registry.example.com/a/b").expect("parses");
-        assert_eq!((r.tag, r.digest, r.is_loopback()), (None, None, false));
+        assert_eq!(
+            (r.tag.clone(), r.digest, r.is_loopback()),
+            (None, None, false)
+        );
         assert!(Reference::parse("[::1]:5000/x:y")
             .expect("v6")
             .is_loopback());
