@@ -16,6 +16,13 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::time::Duration;
 
+/// Builds one attempt of a request: the agent, and the Authorization header once learned.
+type MakeRequest<'a> = dyn FnMut(
+        &ureq::Agent,
+        Option<&str>,
+    ) -> std::result::Result<ureq::http::Response<ureq::Body>, ureq::Error>
+    + 'a;
+
 /// Attempts per request before the registry counts as unreachable.
 const ATTEMPTS: u32 = 3;
 /// The largest manifest or attestation document read into memory.
@@ -88,11 +95,7 @@ impl Client {
     fn send(
         &mut self,
         what: &str,
-        make: &mut dyn FnMut(
-            &ureq::Agent,
-            Option<&str>,
-        )
-            -> std::result::Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+        make: &mut MakeRequest<'_>,
     ) -> Result<ureq::http::Response<ureq::Body>> {
         let mut last = String::new();
         let mut logged_in = false;

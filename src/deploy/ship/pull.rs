@@ -53,6 +53,9 @@ pub(crate) struct PullOutcome {
     pub bytes: u64,
 }
 
+/// The DSSE envelope and SSHSIG bytes attached to an artifact, each when present.
+type Signatures = (Option<Vec<u8>>, Option<Vec<u8>>);
+
 /// What the registry holds for an artifact, all of it checked.
 struct Fetched {
     digest: Sha256,
@@ -221,11 +224,7 @@ fn fetch(c: &mut Client, r: &Reference, digest: Sha256) -> Result<Fetched> {
 
 /// The signatures attached to `digest`: the DSSE envelope and SSHSIG layers of the referrers
 /// whose subject is this artifact.
-fn attestation(
-    c: &mut Client,
-    r: &Reference,
-    digest: &Sha256,
-) -> Result<(Option<Vec<u8>>, Option<Vec<u8>>)> {
+fn attestation(c: &mut Client, r: &Reference, digest: &Sha256) -> Result<Signatures> {
     let index = match c.referrers(digest)? {
         Some(b) => Some(b),
         None => c
