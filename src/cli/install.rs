@@ -14,9 +14,15 @@ use std::path::PathBuf;
 /// Arguments of `install`.
 #[derive(Debug, clap::Args)]
 pub struct InstallArgs {
-    /// A manifest, or a recipe (with --variant) whose build is in the workspace
-    /// [default: the embedded recipe]
+    /// A manifest, a recipe (with --variant) whose build is in the workspace, or
+    /// oci://HOST/REPO@sha256:DIGEST (pulled and checked first) [default: the embedded recipe]
     pub target: Option<PathBuf>,
+    /// With oci://: require a signature by a key of this OpenSSH allowed_signers file
+    #[arg(long)]
+    pub allowed_signers: Option<PathBuf>,
+    /// With oci://: allow plain HTTP to a registry that is not on this machine
+    #[arg(long)]
+    pub insecure_registry: bool,
     /// Variant (when TARGET is a recipe)
     #[arg(long)]
     pub variant: Option<String>,
@@ -43,8 +49,27 @@ pub(super) fn run(ctx: &super::Ctx, a: InstallArgs) -> Result<i32> {
     let ws_root = ctx.ws_root.as_path();
     let root = a.root.resolve(ws_root);
     let layer = Layer::parse(&a.layer)?;
-    let manifest = manifest_for(ws_root, a.target, a.variant)?;
     let json = a.out.json;
+    let oci = a
+        .target
+        .as_ref()
+        .and_then(|t| t.to_str())
+        .filter(|t| t.starts_with("oci://"))
+        .map(str::to_string);
+    let manifest = match oci {
+        // Pulled, with every digest and the signature policy checked, before the install
+        // root is even opened: nothing enters it unless the pull succeeded.
+        Some(text) => pull_for_install(ws_root, &text, &a, json)?,
+        None => {
+            if a.allowed_signers.is_some() || a.insecure_registry {
+                return Err(Error::input(
+                    "--allowed-signers / --insecure-registry",
+                    "these go with an oci:// source",
+                ));
+            }
+            manifest_for(ws_root, a.target, a.variant)?
+        }
+    };
     let gate = match a.smoke.then_some(a.smoke_arch) {
         Some(arch) => Some(smoke_gate(ws_root, &manifest, &arch, json)?),
         None => None,
@@ -63,6 +88,36 @@ pub(super) fn run(ctx: &super::Ctx, a: InstallArgs) -> Result<i32> {
         render(layer, &out);
     }
     Ok(exit::OK)
+}
+
+/// `install oci://REF@sha256:…`: pull by digest only, under the signature policy; the
+/// manifest of the pulled folder.
+fn pull_for_install(
+    ws_root: &std::path::Path,
+    text: &str,
+    a: &InstallArgs,
+    json: bool,
+) -> Result<PathBuf> {
+    use crate::deploy::ship::{self, Access, PullOptions, Reference};
+    if a.variant.is_some() {
+        return Err(Error::input(
+            text,
+            "--variant goes with a recipe, not an oci:// source",
+        ));
+    }
+    let r = Reference::parse(text)?;
+    let opts = PullOptions {
+        access: Access {
+            insecure: a.insecure_registry,
+        },
+        allowed_signers: a.allowed_signers.clone(),
+        require_digest: true,
+    };
+    let out = ship::pull(ws_root, &r, &opts)?;
+    if !json {
+        super::pull::render(&out);
+    }
+    Ok(out.manifest)
 }
 
 /// The manifest an install names: a manifest file, or a recipe + variant built in the workspace.

@@ -17,6 +17,8 @@ mod key;
 mod model;
 pub(crate) mod output;
 mod patch;
+mod pull;
+mod push;
 mod rebase;
 mod reporter;
 mod rollback;
@@ -165,6 +167,19 @@ pub enum Command {
         after_help = "Examples:\n  pinforge install build/mrope-cpu/patched/manifest.json --layer live --smoke\n  pinforge install recipes/mrope-cpu.toml --variant unpatched --layer control"
     )]
     Install(install::InstallArgs),
+    /// Upload a verified build to an OCI registry as an artifact (its statement as the config,
+    /// its staged prefix as one deterministic tar layer) with its signatures attached; print
+    /// the artifact's digest.
+    #[command(
+        after_help = "Examples:\n  pinforge push build/mrope-cpu/patched/manifest.json 127.0.0.1:5000/llama/mrope-cpu:patched\n  pinforge push out/manifest.json registry.example.com/team/llama:cuda --json"
+    )]
+    Push(push::PushArgs),
+    /// Fetch an artifact by digest into pulled/<digest>/: every digest and (with
+    /// --allowed-signers) the signature checked before anything is unpacked.
+    #[command(
+        after_help = "Examples:\n  pinforge pull 127.0.0.1:5000/llama/mrope-cpu@sha256:<digest> --allowed-signers allowed_signers\n  pinforge install oci://127.0.0.1:5000/llama/mrope-cpu@sha256:<digest> --layer live --allowed-signers allowed_signers"
+    )]
+    Pull(pull::PullArgs),
     /// Compare two builds' manifests: parameters, pin, patches, tools, and every artifact
     /// and link, same or different. Exit 0 when identical, 1 when anything differs.
     #[command(
@@ -371,6 +386,8 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Key(c) => key::run(c),
         Command::Install(a) => install::run(&ctx, a),
         Command::Diff(a) => diff::run(a),
+        Command::Push(a) => push::run(a),
+        Command::Pull(a) => pull::run(&ctx, a),
         Command::Flip(a) => flip::run(&ctx, a),
         Command::Ablate(a) => ablate::run(&ctx, a),
         Command::Rollback(a) => rollback::run(&ctx, a),

@@ -102,6 +102,10 @@ pub mod id {
     pub const FLIP: &str = crate::trial::flip::SCHEMA;
     /// `ablate --json` and the ablation record file.
     pub const ABLATE: &str = crate::trial::ablate::SCHEMA;
+    /// `push --json`.
+    pub const PUSH: &str = "pinforge.push/v1";
+    /// `pull --json`.
+    pub const PULL: &str = "pinforge.pull/v1";
 }
 
 /// Every `--json` document pinforge prints: (schema id, type). One line per document kind.
@@ -134,6 +138,8 @@ pub const DOCUMENTS: &[Document] = &[
     doc::<crate::trial::soak::verify::SoakCheck>(id::SOAK_CHECK),
     doc::<crate::trial::flip::FlipRecord>(id::FLIP),
     doc::<crate::trial::ablate::AblationRecord>(id::ABLATE),
+    doc::<crate::deploy::ship::PushOutcome>(id::PUSH),
+    doc::<crate::deploy::ship::PullOutcome>(id::PULL),
 ];
 
 impl Document {

@@ -29,6 +29,7 @@ mod output;
 mod patch_apply;
 mod rebase_resolve;
 mod schemas;
+mod ship;
 mod smoke_trust;
 mod snapshots_cli;
 mod trust_export;

@@ -19,6 +19,8 @@ mod fetch;
 mod lock;
 pub(crate) use fetch::{git_cache_repo, pin_digest, registry_cksum};
 pub(crate) use lock::git_lock_text;
+// `pull` unpacks a registry layer with the same refusals as a pin (deploy::ship).
+pub(crate) use extract::extract_archive;
 // Their home is base::git (a plain git check); kept here for the callers outside source/.
 use crate::base::git::{check_clean, PRISTINE_TAG};
 
