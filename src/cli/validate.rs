@@ -28,7 +28,7 @@ pub struct ValidateArgs {
     pub root: RootArg,
     /// Rows per arm
     #[arg(long)]
-    pub rows: u64,
+    pub rows: Option<u64>,
     /// Run one shard of the rows: those with index ≡ I (mod N). `--shard /N` takes I from
     /// JOB_COMPLETION_INDEX (Kubernetes Indexed Job) or SLURM_ARRAY_TASK_ID (Slurm array)
     #[arg(long, value_name = "I/N")]
@@ -191,7 +191,9 @@ pub(super) fn run(ctx: &super::Ctx, a: ValidateArgs) -> Result<i32> {
     };
     let opts = Options {
         arms: arms(&a, &ctx.ws_root)?,
-        rows: a.rows,
+        rows: a
+            .rows
+            .ok_or_else(|| Error::input("validate", "--rows N is required"))?,
         shard,
         model: a.model.clone(),
         arch: Arch::parse(a.arch.as_deref().unwrap_or("qwen2vl"))?,
