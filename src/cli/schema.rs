@@ -94,6 +94,8 @@ pub mod id {
     pub const AUDIT: &str = "pinforge.audit/v1";
     /// `validate --json`.
     pub const VALIDATE: &str = "pinforge.validate/v1";
+    /// `validate merge --json`.
+    pub const VALIDATE_MERGE: &str = "pinforge.validate-merge/v1";
     /// `verify EVIDENCE --json` (a validate run's evidence.json or its run folder).
     pub const VERIFY_EVIDENCE: &str = "pinforge.verify-evidence/v1";
     /// `verify RECORD --json` (a soak flip's record.json or its record folder).
@@ -134,6 +136,7 @@ pub const DOCUMENTS: &[Document] = &[
     doc::<super::rebase::RebaseOut<'static>>(id::REBASE),
     doc::<crate::source::audit::Audit>(id::AUDIT),
     doc::<crate::trial::validate::Report>(id::VALIDATE),
+    doc::<crate::trial::validate::merge::MergeReport>(id::VALIDATE_MERGE),
     doc::<crate::trial::validate::EvidenceCheck>(id::VERIFY_EVIDENCE),
     doc::<crate::trial::soak::verify::SoakCheck>(id::SOAK_CHECK),
     doc::<crate::trial::flip::FlipRecord>(id::FLIP),

@@ -14,7 +14,10 @@ use std::time::Duration;
 
 /// Arguments of `validate`.
 #[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct ValidateArgs {
+    #[command(subcommand)]
+    pub action: Option<ValidateAction>,
     /// Two manifests written by `pinforge build`: baseline, then candidate
     #[arg(num_args = 0..=2, value_name = "MANIFEST")]
     pub manifests: Vec<PathBuf>,
@@ -25,7 +28,11 @@ pub struct ValidateArgs {
     pub root: RootArg,
     /// Rows per arm
     #[arg(long)]
-    pub rows: u64,
+    pub rows: Option<u64>,
+    /// Run one shard of the rows: those with index ≡ I (mod N). `--shard /N` takes I from
+    /// JOB_COMPLETION_INDEX (Kubernetes Indexed Job) or SLURM_ARRAY_TASK_ID (Slurm array)
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<String>,
     /// A GGUF model [default: the tiny model of --arch]
     #[arg(long, conflicts_with = "arch")]
     pub model: Option<PathBuf>,
@@ -60,6 +67,57 @@ pub struct ValidateArgs {
     pub resume: Option<String>,
     #[command(flatten)]
     pub out: JsonArg,
+}
+
+/// `validate merge`.
+#[derive(Debug, clap::Subcommand)]
+pub enum ValidateAction {
+    /// Merge the shards of a `validate --shard I/N` soak into one run folder (every shard's
+    /// evidence verified first; settings must agree; every index exactly once)
+    Merge(MergeArgs),
+}
+
+/// Arguments of `validate merge`.
+#[derive(Debug, clap::Args)]
+pub struct MergeArgs {
+    /// The shard run folders (or their evidence.json)
+    #[arg(required = true, value_name = "RUN")]
+    pub runs: Vec<PathBuf>,
+    /// The merged run folder to create [default: a new run under validate/]
+    #[arg(short = 'o', long = "out", value_name = "OUT")]
+    pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub json: JsonArg,
+}
+
+/// Run `validate merge`.
+fn run_merge(ctx: &super::Ctx, a: MergeArgs) -> Result<i32> {
+    let report = validate::merge::merge(&validate::merge::MergeOptions {
+        runs: a.runs,
+        out: a.out,
+        workspace: ctx.ws_root.clone(),
+    })?;
+    if a.json.json {
+        print_json(super::schema::id::VALIDATE_MERGE, &report)?;
+    } else {
+        outln!(
+            "merged {} shard(s) into run {} ({})",
+            report.shards.len(),
+            report.run,
+            report.run_dir.display()
+        );
+        outln!("verdict: {}", report.derived.verdict);
+        outln!(
+            "evidence: {} (sha256 {})",
+            report.evidence.manifest.display(),
+            report.evidence.sha256.short(16)
+        );
+    }
+    Ok(if validate::summary::candidate_passed(&report.derived) {
+        exit::OK
+    } else {
+        exit::CHECK_FAILED
+    })
 }
 
 /// Arguments of the hidden `__validate-engine` command.
@@ -121,9 +179,22 @@ fn arms(a: &ValidateArgs, ws_root: &std::path::Path) -> Result<[ArmSource; 2]> {
 
 /// Run `validate`.
 pub(super) fn run(ctx: &super::Ctx, a: ValidateArgs) -> Result<i32> {
+    let mut a = a;
+    if let Some(ValidateAction::Merge(m)) = a.action.take() {
+        return run_merge(ctx, m);
+    }
+    let shard = match &a.shard {
+        Some(t) => Some(validate::shard::Shard::parse(t, &|v| {
+            std::env::var(v).ok()
+        })?),
+        None => None,
+    };
     let opts = Options {
         arms: arms(&a, &ctx.ws_root)?,
-        rows: a.rows,
+        rows: a
+            .rows
+            .ok_or_else(|| Error::input("validate", "--rows N is required"))?,
+        shard,
         model: a.model.clone(),
         arch: Arch::parse(a.arch.as_deref().unwrap_or("qwen2vl"))?,
         seed: a.seed,

@@ -37,6 +37,22 @@ pub(crate) struct EvidenceManifest {
     pub files: BTreeMap<String, Sha256>,
     /// Jobs used by the last invocation.
     pub jobs: u32,
+    /// A merged run: the evidence of every shard it was merged from (`validate merge`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<ShardEvidence>,
+}
+
+/// One shard's evidence, as a merged run references it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub(crate) struct ShardEvidence {
+    /// The shard.
+    pub shard: super::shard::Shard,
+    /// The shard's run id.
+    pub run: String,
+    /// Its evidence.json, as given to the merge (absolute).
+    pub evidence: PathBuf,
+    /// sha256 of that evidence.json when it was merged.
+    pub sha256: Sha256,
 }
 
 /// Evidence schema id.
@@ -56,6 +72,15 @@ const RUN_FILES: &[&str] = &[
 /// Write `evidence.json`: the sha256 of every run file present (the summary is written
 /// before, so it is covered), the settings, and the jobs of this invocation.
 pub(super) fn write(run: &RunDir, jobs: u32) -> Result<EvidenceRef> {
+    write_with_shards(run, jobs, Vec::new())
+}
+
+/// [`write`] for a merged run, which also names the evidence of every shard it holds.
+pub(super) fn write_with_shards(
+    run: &RunDir,
+    jobs: u32,
+    shards: Vec<ShardEvidence>,
+) -> Result<EvidenceRef> {
     let mut files = BTreeMap::new();
     for name in RUN_FILES {
         let p = run.dir.join(name);
@@ -70,6 +95,7 @@ pub(super) fn write(run: &RunDir, jobs: u32) -> Result<EvidenceRef> {
         settings: run.settings.clone(),
         files,
         jobs,
+        shards,
     };
     let ev_bytes = canonical(&evidence)?;
     let ev_path = run.dir.join("evidence.json");
@@ -246,6 +272,16 @@ fn check_files(
         .any(|(n, w)| dir.join(n) == ev.settings.model && *w == ev.settings.model_sha256);
     if !model_listed {
         out.check_file(&ev.settings.model, "model", ev.settings.model_sha256, true)?;
+    }
+    // A merged run's shards: their evidence where it still is (a shard folder left on another
+    // host is absent, not a mismatch; one changed since the merge is).
+    for sh in &ev.shards {
+        out.check_file(
+            &sh.evidence,
+            &format!("evidence of shard {}", sh.shard),
+            sh.sha256,
+            false,
+        )?;
     }
     for a in &ev.settings.arms {
         out.check_file(

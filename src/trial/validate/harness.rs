@@ -83,7 +83,8 @@ pub(super) fn run_rows(
     let resumed_rows = recorded.rows.len() as u64;
     let torn_bytes = recorded.torn_bytes;
     let mut all_rows = recorded.rows;
-    let total = opts.rows * arms.len() as u64;
+    let mine = |r: &u64| opts.shard.is_none_or(|s| s.has(*r));
+    let total = (0..opts.rows).filter(mine).count() as u64 * arms.len() as u64;
 
     let (tx, rx) = mpsc::channel::<(usize, Row)>();
     let started = Instant::now();
@@ -92,10 +93,16 @@ pub(super) fn run_rows(
     std::thread::scope(|scope| -> Result<()> {
         for (ai, a) in arms.iter().enumerate() {
             for w in 0..opts.jobs as u64 {
+                // Within a shard the rows are striped over the jobs by their place in the
+                // shard, so every worker gets its share however the indices fall.
                 let todo: Vec<u64> = (0..opts.rows)
-                    .filter(|r| {
-                        r % opts.jobs as u64 == w && !done.contains(&(a.record.name.clone(), *r))
+                    .filter(mine)
+                    .enumerate()
+                    .filter(|(k, r)| {
+                        *k as u64 % opts.jobs as u64 == w
+                            && !done.contains(&(a.record.name.clone(), *r))
                     })
+                    .map(|(_, r)| r)
                     .collect();
                 if todo.is_empty() {
                     continue;

@@ -24,9 +24,11 @@ pub(crate) mod engine;
 pub(crate) mod evidence;
 pub(crate) mod grammar;
 mod harness;
+pub(crate) mod merge;
 pub(crate) mod row_check;
 pub(crate) mod rows;
 pub(crate) mod run_dir;
+pub(crate) mod shard;
 pub(crate) mod summary;
 
 pub(crate) use arm::ArmSource;
@@ -53,6 +55,8 @@ pub(crate) struct Options {
     pub arms: [ArmSource; 2],
     /// Rows per arm.
     pub rows: u64,
+    /// Run only this shard's rows (`--shard I/N`, see [`shard`]).
+    pub shard: Option<shard::Shard>,
     /// A GGUF model (None: the tiny model of `arch`).
     pub model: Option<PathBuf>,
     /// Architecture of the tiny model.
@@ -136,9 +140,12 @@ fn run_arms(opts: &Options, sources: &[ArmSource], reporter: &dyn Reporter) -> R
     reporter.stage(
         "validate",
         &format!(
-            "run {}: {} rows per arm, {} (candidate), jobs {}",
+            "run {}: {} rows per arm{}, {} (candidate), jobs {}",
             run.id,
             opts.rows,
+            opts.shard
+                .map(|s| format!(" (shard {s}: every {}th row from {})", s.count, s.index))
+                .unwrap_or_default(),
             names.join(" vs "),
             opts.jobs
         ),

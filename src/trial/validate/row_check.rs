@@ -30,6 +30,8 @@ pub(crate) struct RowRules {
     grammar: bool,
     /// Token budget per row.
     budget: u64,
+    /// The shard whose rows alone the run holds (`--shard I/N`), if any.
+    shard: Option<super::shard::Shard>,
 }
 
 impl RowRules {
@@ -50,7 +52,15 @@ impl RowRules {
                 .collect(),
             grammar,
             budget: u64::from(budget),
+            shard: None,
         }
+    }
+
+    /// The same rules for a run that holds only `shard`'s rows: a row of another shard is
+    /// then as foreign as a row of another run.
+    pub(crate) fn in_shard(mut self, shard: Option<super::shard::Shard>) -> RowRules {
+        self.shard = shard;
+        self
     }
 
     /// Check every row of the file at `path` (row `i` is on line `i + 1`: every whole line is
@@ -98,6 +108,9 @@ impl RowRules {
                 "{what}: the index is outside the run, whose rows are 0 to {}",
                 self.rows.saturating_sub(1)
             ));
+        }
+        if let Some(s) = self.shard.filter(|s| !s.has(r.row)) {
+            return Err(format!("{what}: the row is not in this run's shard {s}"));
         }
         match self.prompts.get(r.row as usize) {
             Some(p) if *p == r.prompt_digest => {}
@@ -202,6 +215,7 @@ mod tests {
         Settings {
             arms: vec![arm("control"), arm("live")],
             rows: ROWS,
+            shard: None,
             seed: Some(SEED),
             prompt_set_sha256: prompt_sha,
             budget: 16,

@@ -21,6 +21,9 @@ pub(crate) struct Settings {
     pub arms: Vec<ArmRecord>,
     /// Rows per arm.
     pub rows: u64,
+    /// The shard of the rows this run holds (absent: all of them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<super::shard::Shard>,
     /// Generator seed (None with a prompt file).
     pub seed: Option<u64>,
     /// sha256 of prompts.jsonl.
@@ -57,6 +60,7 @@ impl Settings {
             self.grammar_sha256.is_some(),
             self.budget,
         )
+        .in_shard(self.shard)
     }
 }
 
@@ -157,6 +161,7 @@ impl Inputs {
         Settings {
             arms: arms.iter().map(|a| a.record.clone()).collect(),
             rows: opts.rows,
+            shard: opts.shard,
             seed: opts.prompts.is_none().then_some(opts.seed),
             prompt_set_sha256: self.prompt_sha,
             budget: opts.budget,
@@ -389,7 +394,7 @@ pub(crate) fn check_folder(ws_root: &Path, resume: Option<&str>) -> Result<PathB
 }
 
 /// The top-level settings keys whose values differ, for the resume refusal.
-fn differing_keys(old: &Settings, new: &Settings) -> Vec<String> {
+pub(super) fn differing_keys(old: &Settings, new: &Settings) -> Vec<String> {
     let a = serde_json::to_value(old).unwrap_or_default();
     let b = serde_json::to_value(new).unwrap_or_default();
     match (a, b) {
