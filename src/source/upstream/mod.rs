@@ -14,6 +14,12 @@ use git2::{IndexAddOption, Repository, Time};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
+// Not yet wired into a pin kind (the npm/bundle pin is unfinished): only its tests use it.
+#[allow(
+    dead_code,
+    reason = "the npm/bundle pin that calls it is not written yet"
+)]
+mod bundle;
 mod extract;
 mod fetch;
 mod lock;
