@@ -1,0 +1,290 @@
+//! The outcome rules of a row sent to a real `llama-server` (issue #20): `validate --serve`
+//! and `--endpoint` see only HTTP, so each class is a mechanical rule over what the response
+//! (or its absence) showed, and the rule that fired is recorded with the row as its evidence.
+//!
+//! Order matters and is part of the contract: the harness failing comes first (never counted
+//! against a build), then every sign of a dead child (crash outranks whatever partial answer
+//! came back), then the two `finish_reason: length` cases told apart by the token counts
+//! (context first: a prompt that filled the context also stops at "length"), then an answer
+//! with nothing visible in it, then schema validity. `mismatch` compares two arms' `ok` rows.
+
+/// A served row's class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum ServeClass {
+    /// Complete, visible, schema-valid.
+    Ok,
+    /// The child died: 5xx from the proxy, a dropped connection, a cut stream, `/models`
+    /// reporting the preset failed.
+    Crash,
+    /// `length` with `completion_tokens == max_tokens` and output not valid under the schema.
+    TokenBudget,
+    /// `length` with prompt + completion filling the context.
+    ContextExhausted,
+    /// A complete response with no visible content (or none the schema accepts).
+    SemanticOutputAbsent,
+    /// The arms differ on this row at temperature 0.
+    Mismatch,
+    /// The harness could not run the row.
+    Error,
+}
+
+impl ServeClass {
+    /// The name used in rows and counts.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ServeClass::Ok => "ok",
+            ServeClass::Crash => "crash",
+            ServeClass::TokenBudget => "token-budget",
+            ServeClass::ContextExhausted => "context-exhausted",
+            ServeClass::SemanticOutputAbsent => "semantic-output-absent",
+            ServeClass::Mismatch => "mismatch",
+            ServeClass::Error => "error",
+        }
+    }
+}
+
+/// What one request showed, the input to [`classify`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Response {
+    /// The harness could not build or send the request (nothing reached the server).
+    pub harness_error: Option<String>,
+    /// HTTP status, when a status line came back.
+    pub status: Option<u16>,
+    /// The connection dropped after the request was sent, or a stream was cut: why.
+    pub cut: Option<String>,
+    /// `/models` reported the row's preset `failed` after the row.
+    pub child_failed: bool,
+    /// `finish_reason` of a complete answer.
+    pub finish_reason: Option<String>,
+    /// Usage of a complete answer.
+    pub prompt_tokens: u64,
+    /// Generated tokens.
+    pub completion_tokens: u64,
+    /// The answer's content.
+    pub content: Option<String>,
+    /// Whether the content is valid under the run's schema (None: no schema).
+    pub schema_valid: Option<bool>,
+}
+
+/// The limits a row ran under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Limits {
+    /// `max_tokens` sent.
+    pub max_tokens: u64,
+    /// The child's context per slot.
+    pub n_ctx: u64,
+}
+
+/// Tokens of slack for "the context is full": the server stops a few tokens short of it
+/// (BOS and the chat template's closing tokens are not all counted in `usage`).
+const CTX_SLACK: u64 = 4;
+
+/// The class of a row and the rule that gave it (recorded as the row's evidence).
+pub(crate) fn classify(r: &Response, lim: Limits) -> (ServeClass, String) {
+    if let Some(e) = &r.harness_error {
+        return (ServeClass::Error, format!("harness: {e}"));
+    }
+    if let Some(c) = &r.cut {
+        return (ServeClass::Crash, format!("cut: {c}"));
+    }
+    match r.status {
+        Some(s) if s >= 500 => return (ServeClass::Crash, format!("HTTP {s} from the proxy")),
+        _ if r.child_failed => {
+            return (
+                ServeClass::Crash,
+                "/models reports the preset failed".into(),
+            )
+        }
+        None => return (ServeClass::Crash, "no HTTP status came back".into()),
+        Some(200) => {}
+        Some(s) => {
+            return (
+                ServeClass::Error,
+                format!("HTTP {s}: the request was refused"),
+            )
+        }
+    }
+    let Some(finish) = r.finish_reason.as_deref() else {
+        return (ServeClass::Crash, "HTTP 200 without a finish_reason".into());
+    };
+    let valid = r.schema_valid.unwrap_or(true);
+    if finish == "length" {
+        let used = r.prompt_tokens + r.completion_tokens;
+        if used + CTX_SLACK >= lim.n_ctx {
+            return (
+                ServeClass::ContextExhausted,
+                format!(
+                    "length: prompt {} + completion {} of context {}",
+                    r.prompt_tokens, r.completion_tokens, lim.n_ctx
+                ),
+            );
+        }
+        if r.completion_tokens == lim.max_tokens && !valid {
+            return (
+                ServeClass::TokenBudget,
+                format!("length: completion_tokens == max_tokens {}", lim.max_tokens),
+            );
+        }
+    }
+    let visible = r.content.as_deref().is_some_and(|c| !c.trim().is_empty());
+    if !visible {
+        return (
+            ServeClass::SemanticOutputAbsent,
+            format!("finish_reason {finish}, no visible content"),
+        );
+    }
+    if !valid {
+        return (
+            ServeClass::SemanticOutputAbsent,
+            format!("finish_reason {finish}, content not valid under the schema"),
+        );
+    }
+    (ServeClass::Ok, format!("finish_reason {finish}"))
+}
+
+/// The cross-arm rule, applied to an arm's class of a row given the other arm's answer: two
+/// `ok` answers to the same row at temperature 0 must be equal, else the row is `mismatch`.
+pub(crate) fn against_other_arm(
+    mine: (ServeClass, &Response),
+    other: (ServeClass, &Response),
+) -> ServeClass {
+    match (mine.0, other.0) {
+        (ServeClass::Ok, ServeClass::Ok) if mine.1.content != other.1.content => {
+            ServeClass::Mismatch
+        }
+        (c, _) => c,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIM: Limits = Limits {
+        max_tokens: 16,
+        n_ctx: 256,
+    };
+
+    fn ok() -> Response {
+        Response {
+            status: Some(200),
+            finish_reason: Some("stop".into()),
+            prompt_tokens: 20,
+            completion_tokens: 9,
+            content: Some("{\"a\":1}".into()),
+            schema_valid: Some(true),
+            ..Default::default()
+        }
+    }
+
+    fn class(r: &Response) -> ServeClass {
+        classify(r, LIM).0
+    }
+
+    #[test]
+    fn every_sign_of_a_dead_child_is_a_crash() {
+        for r in [
+            Response {
+                status: Some(500),
+                ..ok()
+            },
+            Response {
+                cut: Some("no finish_reason".into()),
+                ..ok()
+            },
+            Response {
+                child_failed: true,
+                ..ok()
+            },
+            Response {
+                status: None,
+                ..ok()
+            },
+            Response {
+                finish_reason: None,
+                ..ok()
+            },
+        ] {
+            assert_eq!(class(&r), ServeClass::Crash, "{r:?}");
+        }
+        // A cut stream that had reached the budget is still a crash, never token-budget.
+        let r = Response {
+            cut: Some("no [DONE]".into()),
+            finish_reason: Some("length".into()),
+            completion_tokens: 16,
+            schema_valid: Some(false),
+            ..ok()
+        };
+        assert_eq!(class(&r), ServeClass::Crash);
+    }
+
+    #[test]
+    fn length_is_told_apart_by_the_token_counts() {
+        let budget = Response {
+            finish_reason: Some("length".into()),
+            completion_tokens: 16,
+            schema_valid: Some(false),
+            ..ok()
+        };
+        assert_eq!(class(&budget), ServeClass::TokenBudget);
+        let full = Response {
+            prompt_tokens: 240,
+            completion_tokens: 14,
+            ..budget.clone()
+        };
+        assert_eq!(class(&full), ServeClass::ContextExhausted);
+        // Valid output that happened to use the whole budget is ok.
+        let fits = Response {
+            schema_valid: Some(true),
+            ..budget
+        };
+        assert_eq!(class(&fits), ServeClass::Ok);
+    }
+
+    #[test]
+    fn harness_failures_refusals_and_empty_answers_have_their_own_classes() {
+        let r = Response {
+            harness_error: Some("connection refused".into()),
+            status: Some(500),
+            ..ok()
+        };
+        assert_eq!(class(&r), ServeClass::Error);
+        assert_eq!(
+            class(&Response {
+                status: Some(400),
+                ..ok()
+            }),
+            ServeClass::Error
+        );
+        for c in [None, Some(""), Some(" \n")] {
+            let r = Response {
+                content: c.map(String::from),
+                ..ok()
+            };
+            assert_eq!(class(&r), ServeClass::SemanticOutputAbsent);
+        }
+        let r = Response {
+            schema_valid: Some(false),
+            ..ok()
+        };
+        assert_eq!(class(&r), ServeClass::SemanticOutputAbsent);
+        let (c, why) = classify(&ok(), LIM);
+        assert_eq!((c, why.as_str()), (ServeClass::Ok, "finish_reason stop"));
+        assert_eq!(ServeClass::ContextExhausted.as_str(), "context-exhausted");
+        let ok_ = ServeClass::Ok;
+        assert_eq!(against_other_arm((ok_, &ok()), (ok_, &ok())), ok_);
+        let other = Response {
+            content: Some("{\"a\":2}".into()),
+            ..ok()
+        };
+        assert_eq!(
+            against_other_arm((ok_, &ok()), (ok_, &other)),
+            ServeClass::Mismatch
+        );
+        // A crash on the other arm is not a mismatch of this one.
+        assert_eq!(
+            against_other_arm((ok_, &ok()), (ServeClass::Crash, &other)),
+            ok_
+        );
+    }
+}
