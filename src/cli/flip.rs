@@ -126,6 +126,7 @@ impl SoakArgs {
                 timeout: std::time::Duration::from_secs(self.row_timeout),
                 threads: 1,
                 workspace: ws_root,
+                shard: None,
             },
             repeats: self.repeats,
         }))

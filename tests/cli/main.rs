@@ -30,6 +30,7 @@ mod patch_apply;
 mod rebase_resolve;
 mod schemas;
 mod ship;
+mod sign;
 mod smoke_trust;
 mod snapshots_cli;
 mod trust_export;

@@ -206,7 +206,7 @@ fn push(ws: &Path, manifest: &Path, reference: &str) -> String {
     );
     assert_eq!(code(&o), 0, "push: {}", stderr(&o));
     let j = crate::json(&o);
-    assert_eq!(j["schema"], "pinforge.push/v1");
+    assert_eq!(crate::schemas::validate(&j), "pinforge.push/v1");
     j["digest"].as_str().expect("digest").to_string()
 }
 
@@ -285,6 +285,7 @@ fn a_build_pushed_pulled_and_installed_by_digest_has_the_original_bytes() {
     );
     assert_eq!(code(&o), 0, "pull: {}", stderr(&o));
     let j = crate::json(&o);
+    assert_eq!(crate::schemas::validate(&j), "pinforge.pull/v1");
     assert_eq!(j["signer"], "builder@example");
     let pulled = PathBuf::from(j["manifest"].as_str().expect("manifest"));
     let pulled = if pulled.is_absolute() {
