@@ -43,6 +43,21 @@ pub(crate) struct ArmRecord {
     pub build: String,
 }
 
+/// A recorded arm for unit tests of what reads settings and rows (row checks, merge): the
+/// paths and digests are stand-ins, never opened.
+#[cfg(test)]
+pub(crate) fn test_record(name: &str) -> ArmRecord {
+    ArmRecord {
+        name: name.into(),
+        source: format!("installed:{name}"),
+        digest: Sha256::of_bytes(name.as_bytes()),
+        manifest: PathBuf::from(format!("/nonexistent/{name}/manifest.json")),
+        manifest_sha256: Sha256::of_bytes(b"manifest"),
+        libllama_sha256: Sha256::of_bytes(b"lib"),
+        build: format!("mrope-cpu/{name}"),
+    }
+}
+
 /// One arm resolved and verified.
 pub(super) struct ResolvedArm {
     /// What the settings and the evidence record.

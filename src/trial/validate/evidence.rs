@@ -5,7 +5,7 @@
 
 use super::rows;
 use super::run_dir::{canonical, RunDir, Settings};
-use super::summary::{self, ArmId, Derived};
+use super::summary::{self, Derived};
 use crate::base::digest::Sha256;
 use crate::base::error::{Error, Result};
 use crate::base::fsx;
@@ -358,16 +358,7 @@ fn recheck_settings_and_summary(
     let rows_bytes = fsx::read(&rows_path)?;
     let rec = rows::parse_rows(&rows_bytes, &rows_path)?;
     recheck_rows(ev, dir, &rec.rows, out)?;
-    let ids: Vec<ArmId> = ev
-        .settings
-        .arms
-        .iter()
-        .map(|a| ArmId {
-            name: a.name.clone(),
-            digest: a.digest,
-        })
-        .collect();
-    let recomputed = summary::derive(&ids, &rec.rows);
+    let recomputed = summary::derive(&ev.settings.arm_ids(), &rec.rows);
     let stored: Derived = serde_json::from_slice(&fsx::read(&dir.join("summary.json"))?)
         .map_err(|e| Error::input(dir.join("summary.json").display(), e.to_string()))?;
     out.checked

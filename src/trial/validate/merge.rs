@@ -23,7 +23,7 @@ use super::evidence::{self, EvidenceManifest, EvidenceRef, ShardEvidence};
 use super::rows::{self, Row};
 use super::run_dir::{canonical, differing_keys, RunDir, Settings};
 use super::shard::Shard;
-use super::summary::{self, ArmId, Derived};
+use super::summary::{self, Derived};
 use crate::base::digest::Sha256;
 use crate::base::error::{Error, IoContext, Result};
 use crate::base::{fsx, hooks, text::shown};
@@ -355,16 +355,8 @@ fn write(shards: &[Loaded], out: &Path, id: &str) -> Result<MergeReport> {
         bytes.push(b'\n');
     }
     fsx::write_atomic(&stage.join("rows.jsonl"), &bytes)?;
-    let ids: Vec<ArmId> = settings
-        .arms
-        .iter()
-        .map(|a| ArmId {
-            name: a.name.clone(),
-            digest: a.digest,
-        })
-        .collect();
     let rows: Vec<Row> = all.into_iter().cloned().collect();
-    let derived = summary::derive(&ids, &rows);
+    let derived = summary::derive(&settings.arm_ids(), &rows);
     fsx::write_atomic(&stage.join("summary.json"), &canonical(&derived)?)?;
     let mut refs: Vec<ShardEvidence> = shards
         .iter()
@@ -414,20 +406,13 @@ fn rename_noreplace(from: &Path, to: &Path) -> Result<()> {
 mod tests {
     use super::super::arm::ArmRecord;
     use super::super::rows::{Evidence, Outcome};
+    use super::super::summary::ArmId;
     use super::*;
 
     const ROWS: u64 = 6;
 
     fn arm(name: &str) -> ArmRecord {
-        ArmRecord {
-            name: name.into(),
-            source: format!("installed:{name}"),
-            digest: Sha256::of_bytes(name.as_bytes()),
-            manifest: PathBuf::from(format!("/nonexistent/{name}/manifest.json")),
-            manifest_sha256: Sha256::of_bytes(b"manifest"),
-            libllama_sha256: Sha256::of_bytes(b"lib"),
-            build: format!("mrope-cpu/{name}"),
-        }
+        super::super::arm::test_record(name)
     }
 
     fn prompts() -> Vec<String> {

@@ -174,13 +174,7 @@ fn summarize(
     rows: &[rows::Row],
     jobs: u32,
 ) -> Result<(Derived, EvidenceRef)> {
-    let ids: Vec<ArmId> = arms
-        .iter()
-        .map(|a| ArmId {
-            name: a.record.name.clone(),
-            digest: a.record.digest,
-        })
-        .collect();
+    let ids: Vec<ArmId> = arms.iter().map(|a| ArmId::of(&a.record)).collect();
     let derived = summary::derive(&ids, rows);
     fsx::write_atomic(&run.dir.join("summary.json"), &canonical(&derived)?)?;
     let evidence = evidence::write(run, jobs)?;

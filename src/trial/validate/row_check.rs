@@ -199,15 +199,7 @@ mod tests {
     }
 
     fn arm(name: &str) -> ArmRecord {
-        ArmRecord {
-            name: name.into(),
-            source: format!("installed:{name}"),
-            digest: Sha256::of_bytes(name.as_bytes()),
-            manifest: PathBuf::from(format!("/nonexistent/{name}/manifest.json")),
-            manifest_sha256: Sha256::of_bytes(b"manifest"),
-            libllama_sha256: Sha256::of_bytes(b"lib"),
-            build: format!("mrope-cpu/{name}"),
-        }
+        super::super::arm::test_record(name)
     }
 
     fn settings(model: PathBuf) -> Settings {
@@ -513,15 +505,7 @@ mod tests {
                 .map(|r| serde_json::to_string(r).expect("json") + "\n")
                 .collect();
             std::fs::write(run_dir.join("rows.jsonl"), text).expect("rows");
-            let ids: Vec<summary::ArmId> = s
-                .arms
-                .iter()
-                .map(|a| summary::ArmId {
-                    name: a.name.clone(),
-                    digest: a.digest,
-                })
-                .collect();
-            let derived = summary::derive(&ids, rows);
+            let derived = summary::derive(&s.arm_ids(), rows);
             std::fs::write(
                 run_dir.join("summary.json"),
                 canonical(&derived).expect("json"),

@@ -47,6 +47,11 @@ pub(crate) struct Settings {
 }
 
 impl Settings {
+    /// The arms as the summary names them, in run order.
+    pub(crate) fn arm_ids(&self) -> Vec<super::summary::ArmId> {
+        self.arms.iter().map(super::summary::ArmId::of).collect()
+    }
+
     /// What these settings determine about every row of the run, over `prompts` (the
     /// prompt of each row index).
     pub(crate) fn row_rules(&self, prompts: &[String]) -> RowRules {

@@ -16,6 +16,16 @@ pub(crate) struct ArmId {
     pub digest: Sha256,
 }
 
+impl ArmId {
+    /// The summary's name for a recorded arm (every summary, written or recomputed, uses it).
+    pub(crate) fn of(a: &super::arm::ArmRecord) -> ArmId {
+        ArmId {
+            name: a.name.clone(),
+            digest: a.digest,
+        }
+    }
+}
+
 /// One arm's figures.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct ArmSummary {
