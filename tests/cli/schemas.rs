@@ -328,8 +328,7 @@ fn real_output_of_every_command_validates_against_its_schema() {
         "pinforge.pull/v1",
         "pinforge.sign/v1",
         "pinforge.verify-signed/v1",
-        // Not yet validated from real output anywhere: the merge CLI test of issue #21 is
-        // unwritten (its unit tests build shards by hand). Listed so the gap is visible here.
+        // validate merge: shards of stub engines and of real ASan builds (shard).
         "pinforge.validate-merge/v1",
     ];
     let want: BTreeSet<String> = pinforge::cli::schema::DOCUMENTS

@@ -10,7 +10,7 @@ use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// A command that runs longer than this is a hang.
-const HANG: Duration = Duration::from_secs(30);
+pub(crate) const HANG: Duration = Duration::from_secs(30);
 
 fn sha_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
@@ -25,13 +25,13 @@ const FAKE_HEADER: &[u8] = b"/* not llama.h: declares nothing the shim needs */\
 const FAKE_GGML: &[u8] = b"/* ggml.h */\n";
 
 /// A workspace and a synthetic build of a fake llama.cpp under `builds/<name>/out`.
-struct Fx {
+pub(crate) struct Fx {
     dir: tempfile::TempDir,
-    ws: PathBuf,
+    pub(crate) ws: PathBuf,
 }
 
 impl Fx {
-    fn new() -> Fx {
+    pub(crate) fn new() -> Fx {
         let dir = tempfile::tempdir().expect("tempdir");
         let ws = dir.path().join("ws");
         std::fs::create_dir_all(&ws).expect("mkdir");
@@ -109,7 +109,7 @@ impl Fx {
         self.ws.join("rollback")
     }
 
-    fn run(&self, args: &[&str]) -> Output {
+    pub(crate) fn run(&self, args: &[&str]) -> Output {
         let mut c = crate::pinforge_cmd(&self.ws);
         c.args(args);
         run_timeout(c, HANG).unwrap_or_else(|| panic!("pinforge {args:?} hung (> {HANG:?})"))
@@ -133,7 +133,7 @@ impl Fx {
     }
 }
 
-fn run_timeout(mut c: std::process::Command, limit: Duration) -> Option<Output> {
+pub(crate) fn run_timeout(mut c: std::process::Command, limit: Duration) -> Option<Output> {
     let mut child = c
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -161,7 +161,7 @@ fn mkfifo(p: &Path) {
     assert_eq!(rc, 0, "mkfifo {}", p.display());
 }
 
-fn report(o: &Output) -> String {
+pub(crate) fn report(o: &Output) -> String {
     format!("{}{}", crate::stdout(o), crate::stderr(o))
 }
 
@@ -683,7 +683,7 @@ fn a_verified_stub_libllama_is_compiled_against_loaded_and_gets_the_error_verdic
 
 /// Compile `engine` (C, against the stub headers) into a real libllama.so.0 and write a
 /// synthetic build of it with the stub headers; returns the manifest and the library's bytes.
-fn stub_build(fx: &Fx, name: &str, engine: &str) -> (PathBuf, Vec<u8>) {
+pub(crate) fn stub_build(fx: &Fx, name: &str, engine: &str) -> (PathBuf, Vec<u8>) {
     let src = fx.dir.path().join(format!("stub-src-{name}"));
     std::fs::create_dir_all(&src).expect("mkdir");
     std::fs::write(src.join("llama.h"), STUB_LLAMA_H).expect("write");
@@ -713,7 +713,7 @@ fn stub_build(fx: &Fx, name: &str, engine: &str) -> (PathBuf, Vec<u8>) {
 
 /// A deterministic engine: the logits depend only on the last token and its position, and
 /// the state round-trips, so a save/clear/restore decode equals the reference (verdict ok).
-const STUB_ENGINE_OK_C: &str = r#"#include "llama.h"
+pub(crate) const STUB_ENGINE_OK_C: &str = r#"#include "llama.h"
 #include <stdlib.h>
 #include <string.h>
 static int model_, ctx_, mem_;

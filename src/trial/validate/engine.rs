@@ -1,11 +1,8 @@
 //! The engine process of one arm: `pinforge __validate-engine` loads the smoke shim (compiled
 //! against the verified build) and the model once, keeps one slot (sequence 0), and answers
-//! row requests read as JSON lines on stdin with JSON lines on stdout. Between rows it works
-//! as a server's prompt cache does: after a row the slot's sequence state is saved
-//! (`llama_state_seq_get_data`) and the memory cleared; before the next row the state is
-//! restored (`llama_state_seq_set_data`, where llama.cpp issue #20093 lives), the cells past
-//! the common prefix are dropped, and only the rest of the prompt is decoded. Each row is also
-//! decoded uninterrupted from an empty memory, so the parent can compare the two.
+//! row requests read as JSON lines on stdin with JSON lines on stdout, as a server's prompt
+//! cache would: a restored path and an uninterrupted path per row ([`slot`] says which state a
+//! row restores and why it is a function of the row alone).
 //!
 //! The parent side ([`Engine`]) spawns it, talks to it with a deadline per row, and turns its
 //! death (signal, sanitizer report, exit, hang) into a crash signature.
@@ -13,9 +10,9 @@
 use crate::base::error::{Error, Result};
 use crate::base::proc_wait::signal_name;
 use crate::deploy::smoke::{self, SmokeTarget};
-use crate::sys::shim::{LoadParams, Model, Shim};
+use crate::sys::shim::{LoadParams, Shim};
 use serde::{Deserialize, Serialize};
-use std::ffi::{c_char, CString};
+use std::ffi::CString;
 use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -23,7 +20,9 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod slot;
 mod symbols;
+use slot::Slot;
 pub(crate) use symbols::Symbols;
 
 /// The context a row runs in (prompt plus budget must fit).
@@ -36,6 +35,10 @@ pub(crate) struct Request {
     pub row: u64,
     /// Prompt text.
     pub prompt: String,
+    /// The prompt of row `row - 1` (None for row 0): the state this row restores is the one
+    /// saved after that prompt's uninterrupted path, replayed when this engine did not run it.
+    #[serde(default)]
+    pub previous: Option<String>,
     /// Token budget.
     pub budget: u32,
 }
@@ -78,208 +81,6 @@ pub(crate) struct Ready {
     pub error: Option<String>,
     /// Vocabulary size.
     pub n_vocab: u32,
-}
-
-/// A loaded model with its one slot.
-struct Slot<'a> {
-    model: Model<'a>,
-    grammar: Option<CString>,
-    /// The saved state of the slot and the tokens its cells hold.
-    saved: Option<(Vec<u8>, Vec<i32>)>,
-}
-
-struct Generated {
-    tokens: Vec<i32>,
-    /// Every token whose cell is in the memory after the generation (prompt included).
-    cells: Vec<i32>,
-    eog: bool,
-    exhausted: bool,
-}
-
-impl Slot<'_> {
-    fn decode(&self, tokens: &[i32], pos0: usize) -> std::result::Result<(), String> {
-        if tokens.is_empty() {
-            return Ok(());
-        }
-        let rc = self.model.decode(tokens, pos0);
-        if rc != 0 {
-            return Err(format!("llama_decode returned {rc} at position {pos0}"));
-        }
-        Ok(())
-    }
-
-    fn argmax(&self) -> std::result::Result<i32, String> {
-        let mut logits = vec![0f32; self.model.n_vocab()];
-        let n = self.model.logits(&mut logits);
-        if n <= 0 {
-            return Err("no logits after decode".into());
-        }
-        let mut best = 0usize;
-        for (i, x) in logits.iter().enumerate().take(n as usize) {
-            if *x > logits[best] {
-                best = i;
-            }
-        }
-        Ok(best as i32)
-    }
-
-    /// Generate greedily (under the grammar when there is one) from the logits of the last
-    /// decode; `cells` are the tokens already in memory.
-    fn generate(&self, mut cells: Vec<i32>, budget: u32) -> std::result::Result<Generated, String> {
-        // The sampler is freed when it drops, on every path out of here.
-        let smpl = match &self.grammar {
-            Some(g) => match self.model.grammar(g) {
-                Some(s) => Some(s),
-                None => return Err("llama.cpp refused the grammar (its parser's message is on the engine's stderr)".into()),
-            },
-            None => None,
-        };
-        let mut tokens = Vec::new();
-        let mut eog = false;
-        loop {
-            let (t, picked) = match &smpl {
-                Some(s) => match s.pick() {
-                    Some(p) => (p.token(), Some(p)),
-                    None => return Err("the grammar allows no token here".into()),
-                },
-                None => (self.argmax()?, None),
-            };
-            if t < 0 {
-                return Err("the grammar allows no token here".into());
-            }
-            if self.model.is_eog(t) {
-                eog = true;
-                break;
-            }
-            if let (Some(s), Some(p)) = (&smpl, picked) {
-                s.accept(p);
-            }
-            tokens.push(t);
-            if tokens.len() >= budget as usize {
-                break;
-            }
-            self.decode(&[t], cells.len())?;
-            cells.push(t);
-        }
-        let exhausted = !eog && tokens.len() >= budget as usize;
-        Ok(Generated {
-            tokens,
-            cells,
-            eog,
-            exhausted,
-        })
-    }
-
-    fn clear(&self) {
-        self.model.clear()
-    }
-
-    fn tokenize(&self, text: &str) -> std::result::Result<Vec<i32>, String> {
-        let c = CString::new(text).map_err(|_| "the prompt contains NUL".to_string())?;
-        let mut out = vec![0i32; N_CTX * 4];
-        let n = self.model.tokenize(&c, &mut out);
-        if n <= 0 {
-            return Err(format!("tokenization failed ({n})"));
-        }
-        out.truncate(n as usize);
-        Ok(out)
-    }
-
-    fn text(&self, tokens: &[i32]) -> String {
-        let mut bytes = Vec::new();
-        let mut buf = vec![0 as c_char; 64];
-        for &t in tokens {
-            let n = self.model.piece(t, &mut buf);
-            if n > 0 {
-                bytes.extend(buf[..n as usize].iter().map(|&c| c as u8));
-            }
-            if bytes.len() > 512 {
-                break;
-            }
-        }
-        String::from_utf8_lossy(&bytes).into_owned()
-    }
-
-    fn row(&mut self, req: &Request) -> Response {
-        let t0 = Instant::now();
-        let mut r = Response {
-            row: req.row,
-            ..Default::default()
-        };
-        if let Err(e) = self.row_inner(req, &mut r) {
-            r.error = Some(e);
-            // The slot is in an unknown state: start the next row from an empty one.
-            self.saved = None;
-            self.clear();
-        }
-        r.engine_ms = t0.elapsed().as_secs_f64() * 1e3;
-        r
-    }
-
-    fn row_inner(&mut self, req: &Request, r: &mut Response) -> std::result::Result<(), String> {
-        let prompt = self.tokenize(&req.prompt)?;
-        r.tokens_in = prompt.len() as u64;
-        if prompt.len() + req.budget as usize > N_CTX {
-            return Err(format!(
-                "prompt of {} tokens plus a budget of {} exceeds the context of {N_CTX}",
-                prompt.len(),
-                req.budget
-            ));
-        }
-        // The restored path: the slot's saved state, then only the new part of the prompt.
-        let t_decode = Instant::now();
-        let kept = self.restore(&prompt, r)?;
-        r.cached_prefix = kept as u64;
-        self.decode(&prompt[kept..], kept)?;
-        let restored = self.generate(prompt.clone(), req.budget)?;
-        r.decode_ms = t_decode.elapsed().as_secs_f64() * 1e3;
-        // Save the slot as the prompt cache does, before anything else touches the memory.
-        let mut state = vec![0u8; self.model.state_size()];
-        let got = self.model.state_get(&mut state);
-        state.truncate(got);
-        // The uninterrupted reference: the same prompt from an empty memory.
-        self.clear();
-        self.decode(&prompt, 0)?;
-        let reference = self.generate(prompt, req.budget)?;
-        self.clear();
-        if got > 0 {
-            self.saved = Some((state, restored.cells.clone()));
-        }
-        r.text = self.text(&restored.tokens);
-        r.eog = restored.eog;
-        r.budget_exhausted = restored.exhausted;
-        r.restored = restored.tokens;
-        r.reference = reference.tokens;
-        Ok(())
-    }
-
-    /// Restore the saved state (if any) and drop the cells past the common prefix with
-    /// `prompt`; the number of prompt tokens kept (0 from an empty memory).
-    fn restore(&mut self, prompt: &[i32], r: &mut Response) -> std::result::Result<usize, String> {
-        let Some((state, cached)) = self.saved.take() else {
-            self.clear();
-            return Ok(0);
-        };
-        self.clear();
-        if self.model.state_set(&state) == 0 {
-            return Err("llama_state_seq_set_data restored nothing (returned 0)".into());
-        }
-        r.restored_state = true;
-        r.state_bytes = state.len() as u64;
-        // Keep the common prefix, but always decode at least the prompt's last token
-        // (its logits start the generation), as llama.cpp's server does.
-        let kept = cached
-            .iter()
-            .zip(prompt)
-            .take_while(|(a, b)| a == b)
-            .count()
-            .min(prompt.len() - 1);
-        if !self.model.seq_rm(kept) {
-            self.clear();
-            return Ok(0);
-        }
-        Ok(kept)
-    }
 }
 
 /// Options of the engine process.
@@ -343,11 +144,7 @@ pub(crate) fn serve(a: &EngineArgs) -> i32 {
         Err(e) => return fail(&mut out, e),
     };
     let n_vocab = model.n_vocab();
-    let mut slot = Slot {
-        model,
-        grammar,
-        saved: None,
-    };
+    let mut slot = Slot::new(model, grammar);
     if !say(
         &mut out,
         &Ready {

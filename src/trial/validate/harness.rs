@@ -1,5 +1,5 @@
 //! The row loop: one long-lived engine process per arm and worker (`--jobs`), rows handed out
-//! by `row % jobs`, every row classified mechanically and sent back to be appended to the row
+//! by `row % jobs` (a row's outcome does not depend on its worker: see `engine::slot`), every row classified mechanically and sent back to be appended to the row
 //! file as it arrives, with progress counted per outcome. An engine that dies is restarted
 //! for the next row, but only after its verified libraries are found to be the same files.
 
@@ -238,6 +238,11 @@ impl Worker<'_> {
                 let req = Request {
                     row,
                     prompt: prompt.clone(),
+                    // What the row restores is row - 1's state, whoever ran row - 1.
+                    previous: row
+                        .checked_sub(1)
+                        .and_then(|p| self.prompts.get(p as usize))
+                        .cloned(),
                     budget: self.budget,
                 };
                 if !self.request(e, &mut slot.symbols, &req, &mut rec) {

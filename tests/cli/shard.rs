@@ -1,0 +1,297 @@
+//! Issue #21, sharded soaks: `validate --shard I/N` runs merged by `validate merge` equal the
+//! unsharded run row for row on real AddressSanitizer builds (the row-independent restore of
+//! `engine::slot`), and every refusal of `merge`, its crash points and its JSON document, on
+//! verified stub engines (fast: no llama.cpp build).
+
+use crate::smoke_trust::{report, run_timeout, stub_build, Fx, HANG, STUB_ENGINE_OK_C};
+use crate::{code, listing, llama_build, llama_ws, pinforge, stderr};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+fn manifest(variant: &str) -> String {
+    llama_build(variant);
+    llama_ws()
+        .join(format!("build/mrope-cpu/{variant}/manifest.json"))
+        .display()
+        .to_string()
+}
+
+/// `validate A B --json ARGS…` in `ws`: the exit code and the document.
+fn validate(ws: &Path, arms: [&str; 2], extra: &[&str]) -> (i32, Value) {
+    let mut args = vec!["validate", arms[0], arms[1], "--json"];
+    args.extend_from_slice(extra);
+    let o = pinforge(ws, &args);
+    let j = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("validate {extra:?}: not JSON ({e}): {}", stderr(&o)));
+    (code(&o), j)
+}
+
+fn run_dir(j: &Value) -> PathBuf {
+    PathBuf::from(j["run_dir"].as_str().expect("run_dir"))
+}
+
+/// What a row's outcome and tokens are, keyed by (arm, row): everything a row records except
+/// its timings and how many rows its engine had run (which differ by design between splits).
+fn row_facts(dir: &Path) -> BTreeMap<(String, u64), Value> {
+    std::fs::read_to_string(dir.join("rows.jsonl"))
+        .expect("rows")
+        .lines()
+        .map(|l| {
+            let mut r: Value = serde_json::from_str(l).expect("row");
+            let key = (
+                r["arm"].as_str().expect("arm").to_string(),
+                r["row"].as_u64().expect("row"),
+            );
+            let o = r.as_object_mut().expect("row object");
+            for k in ["wall_ms", "tokens_per_second"] {
+                o.remove(k);
+            }
+            let ev = o["evidence"].as_object_mut().expect("evidence");
+            for k in ["engine_ms", "decode_ms", "rows_since_restart", "detail"] {
+                ev.remove(k);
+            }
+            (key, r)
+        })
+        .collect()
+}
+
+// issue #21 "A 200-row run as `--shard 0/2` and `--shard 1/2`, merged, equal to the unsharded
+// 200-row run" (outcomes and tokens; timings aside), and `verify` accepts the merged run. The
+// control crashes from row 1 on at every restore (the state a row restores is row - 1's,
+// whichever engine ran it), so the crash rows land on the same indices in every split.
+#[test]
+fn two_shards_of_a_200_row_soak_merge_into_the_unsharded_run_row_for_row() {
+    let arms = [manifest("unpatched-asan"), manifest("patched-asan")];
+    let arms = [arms[0].as_str(), arms[1].as_str()];
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = dir.path();
+    let common = ["--rows", "200", "--arch", "qwen2vl", "--budget", "8"];
+    let t0 = Instant::now();
+    let (c, whole) = validate(ws, arms, &common);
+    let whole_s = t0.elapsed().as_secs_f64();
+    assert_eq!(c, 0, "the patched candidate passes: {whole}");
+    let mut shards = Vec::new();
+    let t1 = Instant::now();
+    for s in ["0/2", "1/2"] {
+        let mut a = common.to_vec();
+        a.extend(["--shard", s]);
+        let (c, j) = validate(ws, arms, &a);
+        assert_eq!(c, 0, "shard {s}: {j}");
+        shards.push(run_dir(&j));
+    }
+    let shards_s = t1.elapsed().as_secs_f64();
+    let out = ws.join("merged");
+    let o = pinforge(
+        ws,
+        &[
+            "validate",
+            "merge",
+            shards[0].to_str().expect("utf8"),
+            shards[1].to_str().expect("utf8"),
+            "-o",
+            out.to_str().expect("utf8"),
+            "--json",
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let m = crate::json(&o);
+    assert_eq!(crate::schemas::validate(&m), "pinforge.validate-merge/v1");
+
+    let want = row_facts(&run_dir(&whole));
+    let got = row_facts(&out);
+    assert_eq!(want.len(), 400);
+    let differ: Vec<String> = want
+        .iter()
+        .filter(|(k, v)| got.get(*k) != Some(*v))
+        .take(5)
+        .map(|(k, v)| format!("{k:?}: unsharded {v}, merged {:?}", got.get(k)))
+        .collect();
+    assert!(differ.is_empty(), "rows differ:\n{}", differ.join("\n"));
+    assert_eq!(got.len(), want.len());
+    // The summaries agree (counts, onsets, signatures), and the control does crash.
+    for (a, b) in whole["arms"]
+        .as_array()
+        .expect("arms")
+        .iter()
+        .zip(m["arms"].as_array().expect("arms"))
+    {
+        for k in ["name", "rows", "counts", "onset_row", "signatures"] {
+            assert_eq!(a[k], b[k], "{k}");
+        }
+    }
+    let control = &m["arms"][0];
+    assert_eq!(control["onset_row"], 1, "{control}");
+    assert_eq!(control["counts"]["crash"], 199, "{control}");
+    assert_eq!(m["arms"][1]["counts"]["ok"], 200, "{}", m["arms"][1]);
+    assert_eq!(m["verdict"], whole["verdict"]);
+    let o = pinforge(
+        ws,
+        &["verify", out.join("evidence.json").to_str().expect("utf8")],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    eprintln!(
+        "issue #21 shards: unsharded 200 rows x 2 arms {whole_s:.1}s; two shards {shards_s:.1}s"
+    );
+}
+
+/// Two stub builds and a workspace; shards of a `--rows 6` stub run.
+struct Stubs {
+    fx: Fx,
+    arms: [String; 2],
+}
+
+impl Stubs {
+    fn new() -> Stubs {
+        let fx = Fx::new();
+        let (a, _) = stub_build(&fx, "base", STUB_ENGINE_OK_C);
+        let (b, _) = stub_build(&fx, "cand", STUB_ENGINE_OK_C);
+        let arms = [a.display().to_string(), b.display().to_string()];
+        Stubs { fx, arms }
+    }
+
+    /// A shard run `I/N` (extra options after); its folder.
+    fn shard(&self, s: &str, extra: &[&str]) -> PathBuf {
+        let mut args = vec![
+            "validate",
+            &self.arms[0],
+            &self.arms[1],
+            "--rows",
+            "6",
+            "--arch",
+            "qwen2",
+            "--json",
+            "--shard",
+            s,
+        ];
+        args.extend_from_slice(extra);
+        let o = self.fx.run(&args);
+        assert_eq!(code(&o), 0, "shard {s}: {}", report(&o));
+        run_dir(&crate::json(&o))
+    }
+
+    fn merge(&self, runs: &[&Path], out: &Path) -> std::process::Output {
+        let mut args: Vec<String> = vec!["validate".into(), "merge".into()];
+        args.extend(runs.iter().map(|r| r.display().to_string()));
+        args.extend(["-o".into(), out.display().to_string(), "--json".into()]);
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.fx.run(&refs)
+    }
+
+    fn out(&self, name: &str) -> PathBuf {
+        self.fx.ws.join("merged").join(name)
+    }
+}
+
+// issue #21: each refusal of `merge` from the CLI, naming its cause, with nothing written.
+#[test]
+fn merge_refuses_differing_settings_duplicates_missing_shards_and_bad_evidence() {
+    let st = Stubs::new();
+    let s0 = st.shard("0/3", &[]);
+    let s1 = st.shard("1/3", &[]);
+    let s2 = st.shard("2/3", &[]);
+    let s1_budget = st.shard("1/3", &["--budget", "7"]);
+    let s1_again = st.shard("1/3", &[]);
+    let s2_tampered = st.shard("2/3", &[]);
+    let rows = s2_tampered.join("rows.jsonl");
+    let text = std::fs::read_to_string(&rows).expect("rows");
+    std::fs::write(&rows, text.replacen("\"ok\"", "\"mismatch\"", 1)).expect("edit");
+    std::fs::create_dir_all(st.fx.ws.join("merged")).expect("mkdir");
+    let before = listing(&st.fx.ws);
+    let out = st.out("m");
+    for (runs, exit, says) in [
+        (
+            vec![&s0, &s1_budget, &s2],
+            2,
+            vec!["settings differ", "budget"],
+        ),
+        (vec![&s0, &s1, &s1, &s2], 2, vec!["is given twice"]),
+        (
+            vec![&s0, &s1, &s1_again, &s2],
+            2,
+            vec!["shard 1/3 is given twice"],
+        ),
+        (vec![&s0, &s2], 2, vec!["missing shard(s) 1 of 3"]),
+        (vec![&s0, &s1], 2, vec!["missing shard(s) 2 of 3"]),
+        (
+            vec![&s0, &s1, &s2_tampered],
+            1,
+            vec!["evidence does not verify", "rows.jsonl"],
+        ),
+    ] {
+        let refs: Vec<&Path> = runs.iter().map(|p| p.as_path()).collect();
+        let o = st.merge(&refs, &out);
+        let e = stderr(&o);
+        assert_eq!(code(&o), exit, "{runs:?}: {e}");
+        for s in says {
+            assert!(e.contains(s), "{runs:?}: wants {s:?}: {e}");
+        }
+        assert!(o.stdout.is_empty(), "{runs:?}: no document on a refusal");
+        assert_eq!(listing(&st.fx.ws), before, "{runs:?}: nothing written");
+    }
+    // The same shards, untampered, merge; the document validates against its schema.
+    let o = st.merge(&[&s0, &s1, &s2], &out);
+    assert_eq!(code(&o), 0, "{}", report(&o));
+    let j = crate::json(&o);
+    assert_eq!(crate::schemas::validate(&j), "pinforge.validate-merge/v1");
+    assert_eq!(j["shards"].as_array().map(Vec::len), Some(3), "{j}");
+    assert_eq!(j["arms"][0]["rows"], 6, "{j}");
+    let o = st
+        .fx
+        .run(&["verify", out.join("evidence.json").to_str().expect("utf8")]);
+    assert_eq!(code(&o), 0, "{}", report(&o));
+    // And a merge never replaces a folder.
+    let o = st.merge(&[&s0, &s1, &s2], &out);
+    assert_eq!(code(&o), 2, "{}", report(&o));
+    assert!(stderr(&o).contains("already exists"), "{}", report(&o));
+}
+
+// issue #21: a merge killed at each crash point leaves no half-written merged folder: before
+// the rename (merge:1, merge:2) the folder is absent and a rerun makes it; after it (merge:3)
+// it is whole and verifies.
+#[test]
+fn a_merge_killed_at_each_step_leaves_no_half_written_folder() {
+    use std::os::unix::process::ExitStatusExt;
+    let st = Stubs::new();
+    let s0 = st.shard("0/2", &[]);
+    let s1 = st.shard("1/2", &[]);
+    for n in 1..=3 {
+        let out = st.out(&format!("killed-{n}"));
+        let mut c = crate::pinforge_cmd(&st.fx.ws);
+        c.args([
+            "validate",
+            "merge",
+            s0.to_str().expect("utf8"),
+            s1.to_str().expect("utf8"),
+            "-o",
+            out.to_str().expect("utf8"),
+        ])
+        .env("PINFORGE_CRASH_AT", format!("merge:{n}"));
+        let o = run_timeout(c, HANG).expect("merge hung");
+        assert_eq!(o.status.signal(), Some(9), "merge:{n}: {}", report(&o));
+        let verify = || {
+            st.fx
+                .run(&["verify", out.join("evidence.json").to_str().expect("utf8")])
+        };
+        if n < 3 {
+            assert!(
+                std::fs::symlink_metadata(&out).is_err(),
+                "merge:{n}: {} exists before the commit",
+                out.display()
+            );
+            let o = st.merge(&[&s0, &s1], &out);
+            assert_eq!(code(&o), 0, "merge:{n} rerun: {}", report(&o));
+        }
+        let o = verify();
+        assert_eq!(code(&o), 0, "merge:{n}: {}", report(&o));
+        // Whatever a kill left beside the runs is a dot-folder, never a run.
+        let runs: BTreeSet<String> = std::fs::read_dir(st.fx.ws.join("merged"))
+            .expect("merged")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter(|name| !name.starts_with('.'))
+            .collect();
+        let want: BTreeSet<String> = (1..=n).map(|k| format!("killed-{k}")).collect();
+        assert_eq!(runs, want, "merge:{n}");
+    }
+}
