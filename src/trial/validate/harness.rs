@@ -386,5 +386,39 @@ fn signature_of(symbols: &mut Symbols, death: &Death) -> String {
         symbols.need = false;
     }
     let text = symbols.process(&death.stderr, death.symbolized);
-    smoke::asan_signature(&text).unwrap_or_else(|| death.signature.clone())
+    smoke::asan_signature(&text)
+        .map(|s| unsymbolized_summary(&s))
+        .unwrap_or_else(|| death.signature.clone())
+}
+
+/// The signature with its SUMMARY line cut after the `(module+offset)`: a symbolized report
+/// (an engine's first) appends ` in FUNCTION(ARGS)` there and a later one does not (its frame
+/// names are learnt), and a row's signature must not depend on which engine ran it, or how
+/// many crashes that engine had seen (issue #21: shards merged equal the unsharded run).
+fn unsymbolized_summary(sig: &str) -> String {
+    sig.lines()
+        .map(|l| match l.find(") in ") {
+            Some(i) if l.starts_with("SUMMARY: ") => &l[..=i],
+            _ => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unsymbolized_summary;
+
+    #[test]
+    fn a_signature_does_not_depend_on_whether_its_report_was_symbolized() {
+        let head = "heap-buffer-overflow in f (allocated in g)\nframes: f <- h";
+        let bare =
+            format!("{head}\nSUMMARY: AddressSanitizer: heap-buffer-overflow (/x/lib.so+0x34)");
+        let named = format!("{bare} in f(slot_info const&, ubatch const&)");
+        assert_eq!(unsymbolized_summary(&named), bare);
+        assert_eq!(unsymbolized_summary(&bare), bare);
+        // Only the SUMMARY line is cut: a frame line's ` in ` stays.
+        let other = "frames: a) in b\nSUMMARY: x (m+0x1)";
+        assert_eq!(unsymbolized_summary(other), other);
+    }
 }
