@@ -31,6 +31,7 @@ mod rebase_resolve;
 mod schemas;
 mod ship;
 mod sign;
+mod sign_with;
 mod smoke_trust;
 mod snapshots_cli;
 mod trust_export;

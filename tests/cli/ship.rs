@@ -185,17 +185,19 @@ fn keypair(dir: &Path, name: &str, principal: &str) -> Option<(PathBuf, PathBuf)
     Some((key, allowed))
 }
 
-/// `ssh-keygen -Y sign` the manifest as `sign` does (FILE.sig, namespace pinforge).
+/// `pinforge sign` the manifest: the DSSE envelope and the SSHSIG that push attaches and pull
+/// checks with the verifier of `verify --allowed-signers`.
 fn sign(key: &Path, manifest: &Path) {
-    let _ = std::fs::remove_file(format!("{}.sig", manifest.display()));
-    let st = Command::new("ssh-keygen")
-        .args(["-Y", "sign", "-n", "pinforge", "-f"])
-        .arg(key)
-        .arg(manifest)
-        .stderr(std::process::Stdio::null())
-        .status()
-        .expect("ssh-keygen sign");
-    assert!(st.success());
+    let o = pinforge(
+        manifest.parent().expect("folder"),
+        &[
+            "sign",
+            &manifest.display().to_string(),
+            "--key",
+            &key.display().to_string(),
+        ],
+    );
+    assert_eq!(code(&o), 0, "sign: {}", stderr(&o));
 }
 
 /// Push and return the artifact digest (hex) from `--json`.

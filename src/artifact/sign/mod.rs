@@ -250,13 +250,27 @@ pub(crate) fn verify_signed(file: &Path, policy: &Policy) -> Result<Verified> {
         other => other,
     })?;
     let sig_bytes = read_sidecar(&sig_path, "SSH signature")?;
-    let sshsig = ssh_key::SshSig::from_pem(&sig_bytes)
-        .map_err(|e| refused(&sig_path, format!("not an SSH signature: {e}")))?;
+    verify_sshsig_bytes(&sig_bytes, &bytes, &v, policy, &sig_path)?;
+    Ok(v)
+}
+
+/// The SSHSIG half of a signed record: `sig` must be a good SSHSIG over `bytes` in namespace
+/// `pinforge`, by a key `policy` allows, and the same key as the envelope's (`v`). Errors are
+/// check errors about `subject`.
+pub(crate) fn verify_sshsig_bytes(
+    sig: &[u8],
+    bytes: &[u8],
+    v: &Verified,
+    policy: &Policy,
+    subject: &Path,
+) -> Result<()> {
+    let sshsig = ssh_key::SshSig::from_pem(sig)
+        .map_err(|e| refused(subject, format!("not an SSH signature: {e}")))?;
     let allowed = policy.allows(sshsig.public_key()).ok_or_else(|| {
         refused(
-            &sig_path,
+            subject,
             format!(
-                "signed by key {}, which {} does not allow for namespace {NAMESPACE}",
+                "signed by key {}, which is not in {} for namespace {NAMESPACE}",
                 sshsig.public_key().fingerprint(ssh_key::HashAlg::Sha256),
                 policy.path.display()
             ),
@@ -264,24 +278,19 @@ pub(crate) fn verify_signed(file: &Path, policy: &Policy) -> Result<Verified> {
     })?;
     allowed
         .key
-        .verify(NAMESPACE, &bytes, &sshsig)
-        .map_err(|e| {
-            refused(
-                &sig_path,
-                format!("bad signature over {}: {e}", file.display()),
-            )
-        })?;
+        .verify(NAMESPACE, bytes, &sshsig)
+        .map_err(|e| refused(subject, format!("bad SSH signature: {e}")))?;
     let keyid = allowed
         .key
         .fingerprint(ssh_key::HashAlg::Sha256)
         .to_string();
     if keyid != v.keyid {
         return Err(refused(
-            &sig_path,
+            subject,
             format!("signed by {keyid}, the envelope by {}", v.keyid),
         ));
     }
-    Ok(v)
+    Ok(())
 }
 
 fn read_sidecar(path: &Path, what: &str) -> Result<Vec<u8>> {
@@ -361,7 +370,7 @@ fn check_one(
         .find_map(|e| policy.allows(e.key.key_data()))
         .ok_or_else(|| {
             format!(
-                "key {} is unknown: {} does not allow it for namespace {NAMESPACE}",
+                "key {} is unknown: it is not in {} for namespace {NAMESPACE}",
                 s.keyid,
                 policy.path.display()
             )
