@@ -14,6 +14,8 @@
 //! | `PINFORGE_CRASH_AT=rebase-resolve:replayed` | SIGKILL after a `rebase --continue` committed the rest of the series in its checkout, before the commit protocol (`source::rebase::resolve`) |
 //! | `PINFORGE_FAIL_WRITE_AFTER=BYTES` | staging copies fail with ENOSPC after that many bytes |
 //! | `PINFORGE_FS_PROBE=nosymlink` | the install root's filesystem probe reports no symlinks |
+//! | `PINFORGE_CRASH_AT=sign:N` | SIGKILL after step N (1-3) of `sign FILE` (`artifact::sign::sign_file`) |
+//! | `PINFORGE_CRASH_AT=sign-record:N` | SIGKILL after a record's sidecars are staged (1) or renamed (2), before the record (`artifact::sign::record`) |
 //! | `PINFORGE_CRASH_AT=flip:registered` | SIGKILL right after a flip's pre-registration is written |
 //! | `PINFORGE_VALIDATE_CRASH_ROWS=N,M` | the validate engine crashes on those rows |
 //! | `PINFORGE_SOAK_FORCE_CLEAN=SIDE:R` | a soak flip reads the crash rows of SIDE's (`from`/`to`) run in repeat R as clean |

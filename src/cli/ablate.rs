@@ -32,6 +32,8 @@ pub struct AblateArgs {
     #[arg(long, short = 'j')]
     pub jobs: Option<usize>,
     #[command(flatten)]
+    pub sign: super::sign::SignWith,
+    #[command(flatten)]
     pub out: JsonArg,
 }
 

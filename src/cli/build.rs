@@ -24,6 +24,8 @@ pub struct BuildArgs {
     #[command(flatten)]
     pub cache: CacheArgs,
     #[command(flatten)]
+    pub sign: super::sign::SignWith,
+    #[command(flatten)]
     pub out: JsonArg,
 }
 

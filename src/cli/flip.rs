@@ -49,6 +49,8 @@ pub struct FlipArgs {
     #[command(flatten)]
     pub soak: SoakArgs,
     #[command(flatten)]
+    pub sign: super::sign::SignWith,
+    #[command(flatten)]
     pub out: JsonArg,
 }
 

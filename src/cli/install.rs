@@ -41,6 +41,8 @@ pub struct InstallArgs {
     #[arg(long, default_value = "qwen2vl", value_parser = ["qwen2vl", "qwen2"])]
     pub smoke_arch: String,
     #[command(flatten)]
+    pub sign: super::sign::SignWith,
+    #[command(flatten)]
     pub out: JsonArg,
 }
 

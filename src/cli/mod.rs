@@ -357,6 +357,20 @@ fn color_from_args(args: impl Iterator<Item = std::ffi::OsString>) -> ColorWhen 
     when
 }
 
+impl Command {
+    /// The `--sign` arguments of a command that writes a record.
+    fn sign_with(&self) -> Option<&sign::SignWith> {
+        match self {
+            Command::Build(a) => Some(&a.sign),
+            Command::Flip(a) => Some(&a.sign),
+            Command::Ablate(a) => Some(&a.sign),
+            Command::Validate(a) => Some(&a.sign),
+            Command::Install(a) => Some(&a.sign),
+            _ => None,
+        }
+    }
+}
+
 fn run(cli: Cli) -> Result<i32> {
     let ctx = Ctx {
         ws_root: cli.workspace.clone().unwrap_or_else(|| PathBuf::from(".")),
@@ -378,6 +392,11 @@ fn run(cli: Cli) -> Result<i32> {
             | Command::Validate(_)
     ) {
         rebase::settle_leftover(&ctx)?;
+    }
+    // `--sign` (and its environment and config): the key is loaded before anything is
+    // written, and every record the command writes is signed with it.
+    if let Some(s) = cli.command.sign_with() {
+        s.activate()?;
     }
     match cli.command {
         Command::Build(a) => build::run(&ctx, a),

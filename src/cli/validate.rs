@@ -66,6 +66,8 @@ pub struct ValidateArgs {
     #[arg(long, value_name = "RUN")]
     pub resume: Option<String>,
     #[command(flatten)]
+    pub sign: super::sign::SignWith,
+    #[command(flatten)]
     pub out: JsonArg,
 }
 

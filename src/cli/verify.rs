@@ -23,8 +23,10 @@ pub struct VerifyArgs {
           value_parser = ["current", "live", "control", "original"])]
     pub installed: Option<String>,
     /// Also require a good signature (FILE.dsse.json and FILE.sig) by a key this
-    /// allowed_signers file trusts for namespace pinforge; the report names the signer
-    #[arg(long, value_name = "FILE", conflicts_with = "installed")]
+    /// allowed_signers file trusts for namespace pinforge; the report names the signer.
+    /// With --installed: the install receipt that put the layer's entry there must be signed
+    /// so (install --sign KEY), and the layer's bytes must match that entry
+    #[arg(long, value_name = "FILE")]
     pub allowed_signers: Option<PathBuf>,
     #[command(flatten)]
     pub root: RootArg,
@@ -36,7 +38,12 @@ pub struct VerifyArgs {
 pub(super) fn run(ctx: &super::Ctx, a: VerifyArgs) -> Result<i32> {
     let ws_root = ctx.ws_root.as_path();
     match (a.installed, a.manifest) {
-        (Some(layer), _) => cmd_verify_installed(&a.root.resolve(ws_root), &layer, a.out.json),
+        (Some(layer), _) => cmd_verify_installed(
+            &a.root.resolve(ws_root),
+            &layer,
+            a.allowed_signers.as_deref(),
+            a.out.json,
+        ),
         (None, Some(m)) => match a.allowed_signers {
             Some(f) => cmd_verify_signed(&m, &f, a.out.json),
             None => cmd_verify(&m, a.out.json),
@@ -208,9 +215,35 @@ pub(super) fn render_verification(v: &Verification) {
     }
 }
 
-fn cmd_verify_installed(root: &std::path::Path, layer: &str, json: bool) -> Result<i32> {
+fn cmd_verify_installed(
+    root: &std::path::Path,
+    layer: &str,
+    allowed: Option<&std::path::Path>,
+    json: bool,
+) -> Result<i32> {
     let root = Root::open_existing(root)?;
     let layer = installed_layer(layer)?;
+    // The signature first: an unsigned or foreign receipt fails (exit 1) before the re-hash.
+    // The --json document stays the verify-installed one (the signer is shown in text only).
+    if let Some(allowed) = allowed {
+        let policy = sign::Policy::load(allowed)?;
+        let (receipt, signer) = root.verify_layer_signed(layer, &policy)?;
+        if !json {
+            outln!(
+                "{}: installed by {} (key {}, receipt {}, trusted by {})",
+                paint(Tone::Good, "signed"),
+                signer
+                    .principals
+                    .iter()
+                    .map(|p| Shown(p).to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                signer.keyid,
+                receipt.display(),
+                Shown(&signer.policy_line)
+            );
+        }
+    }
     let v = root.verify_installed(layer)?;
     if json {
         print_json(super::schema::id::VERIFY_INSTALLED, &v)?;

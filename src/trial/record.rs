@@ -306,7 +306,8 @@ pub(crate) fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
     let v = serde_json::to_value(value).map_err(|e| Error::Internal(e.to_string()))?;
     let mut s = serde_json::to_string_pretty(&v).map_err(|e| Error::Internal(e.to_string()))?;
     s.push('\n');
-    fsx::write_atomic(path, s.as_bytes())
+    // Signed with `--sign` (flip and ablation records): sidecars first, the record last.
+    crate::artifact::sign::record::write_record(path, s.as_bytes())
 }
 
 /// An error as one line for a record: message, then the hint.

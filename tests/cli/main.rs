@@ -32,6 +32,7 @@ mod schemas;
 mod shard;
 mod ship;
 mod sign;
+mod sign_with;
 mod smoke_trust;
 mod snapshots_cli;
 mod trust_export;

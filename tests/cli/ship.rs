@@ -185,17 +185,19 @@ fn keypair(dir: &Path, name: &str, principal: &str) -> Option<(PathBuf, PathBuf)
     Some((key, allowed))
 }
 
-/// `ssh-keygen -Y sign` the manifest as `sign` does (FILE.sig, namespace pinforge).
+/// `pinforge sign` the manifest: the DSSE envelope and the SSHSIG that push attaches and pull
+/// checks with the verifier of `verify --allowed-signers`.
 fn sign(key: &Path, manifest: &Path) {
-    let _ = std::fs::remove_file(format!("{}.sig", manifest.display()));
-    let st = Command::new("ssh-keygen")
-        .args(["-Y", "sign", "-n", "pinforge", "-f"])
-        .arg(key)
-        .arg(manifest)
-        .stderr(std::process::Stdio::null())
-        .status()
-        .expect("ssh-keygen sign");
-    assert!(st.success());
+    let o = pinforge(
+        manifest.parent().expect("folder"),
+        &[
+            "sign",
+            &manifest.display().to_string(),
+            "--key",
+            &key.display().to_string(),
+        ],
+    );
+    assert_eq!(code(&o), 0, "sign: {}", stderr(&o));
 }
 
 /// Push and return the artifact digest (hex) from `--json`.
@@ -461,6 +463,7 @@ fn tampered_unsigned_foreign_key_moved_tag_and_escaping_layer_are_refused_and_in
     sign(&key, &s);
     let config = std::fs::read(&s).expect("statement");
     let sig = std::fs::read(format!("{}.sig", s.display())).expect("sig");
+    let env = std::fs::read(format!("{}.dsse.json", s.display())).expect("envelope");
     let repo = "t/escape";
     let cd = reg.put_blob(repo, &config);
     let tar = escaping_tar();
@@ -474,12 +477,14 @@ fn tampered_unsigned_foreign_key_moved_tag_and_escaping_layer_are_refused_and_in
     let mb = serde_json::to_vec(&manifest).expect("json");
     let d = reg.put_manifest(repo, "v1", &mb);
     let sd = reg.put_blob(repo, &sig);
+    let dd = reg.put_blob(repo, &env);
     let ed = reg.put_blob(repo, b"{}");
     let att = serde_json::json!({
         "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
         "artifactType": "application/vnd.pinforge.signatures.v1",
         "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": ed, "size": 2},
-        "layers": [{"mediaType": "application/vnd.pinforge.sshsig.v1", "digest": sd, "size": sig.len()}],
+        "layers": [{"mediaType": "application/vnd.pinforge.sshsig.v1", "digest": sd, "size": sig.len()},
+                   {"mediaType": "application/vnd.dsse.envelope.v1+json", "digest": dd, "size": env.len()}],
         "subject": {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": format!("sha256:{d}"), "size": mb.len()}
     });
     let ab = serde_json::to_vec(&att).expect("json");

@@ -157,6 +157,8 @@ pub(crate) fn build(
     let started_on = manifest::now_rfc3339();
     let _lock = ws.lock()?;
     if let Some(o) = stamp::fresh(ws, &opts.compile_cache, recipe, variant, opts.reporter) {
+        // `--sign`: the kept manifest is signed as it stands (its bytes do not change).
+        crate::artifact::sign::record::sign_kept(&o.manifest)?;
         let seconds = started.elapsed().as_secs_f64();
         return Ok(BuildOutcome { seconds, ..o });
     }

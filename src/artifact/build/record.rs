@@ -488,8 +488,12 @@ pub(super) fn write(vdir: &Path, statement: &Statement, steps_run: u64) -> Resul
         && previous.as_ref().is_some_and(|p| {
             p.input_digest() == statement.input_digest() && p.subject == statement.subject
         });
+    // With `--sign`, the sidecars are renamed before the manifest (its commit point), so a
+    // new manifest never appears unsigned; a kept one is signed as it stands.
     if !cached {
-        crate::base::fsx::write_atomic(&path, statement.to_json()?.as_bytes())?;
+        crate::artifact::sign::record::write_record(&path, statement.to_json()?.as_bytes())?;
+    } else {
+        crate::artifact::sign::record::sign_kept(&path)?;
     }
     Ok((path, cached))
 }

@@ -11,12 +11,18 @@
 //! verify expects is derived from the file the same way, and any other type is refused: a
 //! manifest in a pinforge-typed envelope (or a receipt posing as a statement) fails.
 //!
-//! Writing: the envelope and the signature are staged as synced temp files, then renamed
-//! (envelope first). Both are derived from FILE and the key alone, so a crash between the
-//! two renames leaves at worst a pair that does not match the file, which verify refuses:
-//! never a state that verifies something that was not signed. Signing again repairs it.
+//! Writing (`sign FILE`, a transaction): the folder is locked, FILE is read once through a
+//! descriptor checked to be a regular file, both sidecars are staged as synced temp files,
+//! then renamed: the SSHSIG, then the envelope, whose rename is the commit point. Verify
+//! needs both and reads the envelope first, so before the commit FILE is as signed as it was
+//! (a pair by another key, or a missing envelope, is refused: the envelope's key id must be
+//! the SSHSIG's); after it, FILE is signed by the new key. Both are derived from FILE and the
+//! key alone, so signing again repairs any crash. Crash points `sign:1` (staged), `sign:2`
+//! (SSHSIG renamed), `sign:3` (both renamed, folder not yet synced). Records signed as a
+//! command writes them: [`record`].
 
 mod policy;
+pub(crate) mod record;
 
 pub(crate) use policy::{Policy, NAMESPACE};
 
@@ -196,31 +202,31 @@ pub(crate) fn sign_bytes(bytes: &[u8], key: &SigningKey) -> Result<(Envelope, St
     Ok((envelope, sshsig))
 }
 
-/// Sign `file`: write `FILE.dsse.json` and `FILE.sig` (see the module comment for the order).
+/// `sign FILE`: write `FILE.dsse.json` and `FILE.sig` as one transaction (see the module
+/// comment). FILE must be a regular file (a symlink, FIFO or folder is refused, exit 2, with
+/// nothing written); its bytes are read once, through the descriptor that was checked.
 pub(crate) fn sign_file(file: &Path, key: &SigningKey) -> Result<Signed> {
-    let bytes = fsx::read(file)?;
-    let (envelope, sshsig) = sign_bytes(&bytes, key)?;
-    let (env_path, sig_path) = sidecars(file);
-    let mut env_json =
-        serde_json::to_vec_pretty(&envelope).map_err(|e| Error::Internal(e.to_string()))?;
-    env_json.push(b'\n');
-    let staged_env = fsx::stage_atomic_mode(&env_path, &env_json, 0o644)?;
-    let staged_sig = fsx::stage_atomic_mode(&sig_path, sshsig.as_bytes(), 0o644)?;
+    let dir = fsx::parent_of(file);
+    // Two signers of one folder's records take turns: neither sees the other's half pair.
+    let _lock = fsx::DirLock::acquire(&dir)?;
+    let bytes = {
+        let mut f = fsx::open_regular(file, "the record to sign", false)?;
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut f, &mut b).map_err(|e| Error::io("read", file, e))?;
+        b
+    };
+    let staged = record::stage_sidecars(file, &bytes, key)?;
     crate::base::hooks::crash_point("sign", 1);
-    staged_env
-        .persist(&env_path)
-        .map_err(|e| Error::io("rename into", &env_path, e.error))?;
-    crate::base::hooks::crash_point("sign", 2);
-    staged_sig
-        .persist(&sig_path)
-        .map_err(|e| Error::io("rename into", &sig_path, e.error))?;
-    fsx::sync_dir(&fsx::parent_of(file))?;
+    staged.persist_stepwise(|| crate::base::hooks::crash_point("sign", 2))?;
+    crate::base::hooks::crash_point("sign", 3);
+    fsx::sync_dir(&dir)?;
+    let (envelope, sig) = sidecars(file);
     Ok(Signed {
         file: file.to_path_buf(),
-        envelope: env_path,
-        sig: sig_path,
-        keyid: envelope.signatures[0].keyid.clone(),
-        payload_type: envelope.payload_type,
+        envelope,
+        sig,
+        keyid: key.keyid(),
+        payload_type: payload_type_for(&bytes).to_string(),
     })
 }
 
@@ -244,13 +250,27 @@ pub(crate) fn verify_signed(file: &Path, policy: &Policy) -> Result<Verified> {
         other => other,
     })?;
     let sig_bytes = read_sidecar(&sig_path, "SSH signature")?;
-    let sshsig = ssh_key::SshSig::from_pem(&sig_bytes)
-        .map_err(|e| refused(&sig_path, format!("not an SSH signature: {e}")))?;
+    verify_sshsig_bytes(&sig_bytes, &bytes, &v, policy, &sig_path)?;
+    Ok(v)
+}
+
+/// The SSHSIG half of a signed record: `sig` must be a good SSHSIG over `bytes` in namespace
+/// `pinforge`, by a key `policy` allows, and the same key as the envelope's (`v`). Errors are
+/// check errors about `subject`.
+pub(crate) fn verify_sshsig_bytes(
+    sig: &[u8],
+    bytes: &[u8],
+    v: &Verified,
+    policy: &Policy,
+    subject: &Path,
+) -> Result<()> {
+    let sshsig = ssh_key::SshSig::from_pem(sig)
+        .map_err(|e| refused(subject, format!("not an SSH signature: {e}")))?;
     let allowed = policy.allows(sshsig.public_key()).ok_or_else(|| {
         refused(
-            &sig_path,
+            subject,
             format!(
-                "signed by key {}, which {} does not allow for namespace {NAMESPACE}",
+                "signed by key {}, which is not in {} for namespace {NAMESPACE}",
                 sshsig.public_key().fingerprint(ssh_key::HashAlg::Sha256),
                 policy.path.display()
             ),
@@ -258,24 +278,19 @@ pub(crate) fn verify_signed(file: &Path, policy: &Policy) -> Result<Verified> {
     })?;
     allowed
         .key
-        .verify(NAMESPACE, &bytes, &sshsig)
-        .map_err(|e| {
-            refused(
-                &sig_path,
-                format!("bad signature over {}: {e}", file.display()),
-            )
-        })?;
+        .verify(NAMESPACE, bytes, &sshsig)
+        .map_err(|e| refused(subject, format!("bad SSH signature: {e}")))?;
     let keyid = allowed
         .key
         .fingerprint(ssh_key::HashAlg::Sha256)
         .to_string();
     if keyid != v.keyid {
         return Err(refused(
-            &sig_path,
+            subject,
             format!("signed by {keyid}, the envelope by {}", v.keyid),
         ));
     }
-    Ok(v)
+    Ok(())
 }
 
 fn read_sidecar(path: &Path, what: &str) -> Result<Vec<u8>> {
@@ -355,7 +370,7 @@ fn check_one(
         .find_map(|e| policy.allows(e.key.key_data()))
         .ok_or_else(|| {
             format!(
-                "key {} is unknown: {} does not allow it for namespace {NAMESPACE}",
+                "key {} is unknown: it is not in {} for namespace {NAMESPACE}",
                 s.keyid,
                 policy.path.display()
             )

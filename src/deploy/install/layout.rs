@@ -345,6 +345,8 @@ impl Root {
         // fsx's staged write (its temp files carry TMP_PREFIX, which cleanup knows), renamed
         // without clobbering: a receipt is never replaced.
         let tmp = fsx::stage_atomic_mode(&p, &bytes, 0o644)?;
+        // `--sign`: the receipt's sidecars go first, so the receipt never appears unsigned.
+        crate::artifact::sign::record::before_commit(&p, &bytes)?;
         tmp.persist_noclobber(&p).map_err(|e| {
             if e.error.kind() == std::io::ErrorKind::AlreadyExists {
                 Error::input(

@@ -41,6 +41,7 @@ mod layout;
 mod record;
 mod recovery;
 mod safe;
+mod signed;
 mod status;
 mod store;
 mod txn;

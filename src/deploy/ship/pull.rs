@@ -6,9 +6,9 @@
 //! 2. the config (the in-toto statement) fetched and re-hashed, parsed and checked;
 //! 3. the attestation found (referrers API, else the `sha256-<hex>` tag), each referrer
 //!    fetched by digest, its subject required to be this artifact; with `--allowed-signers`
-//!    the SSHSIG over the statement's exact bytes verified by OpenSSH's `ssh-keygen -Y verify`
-//!    for a principal of that file (an unsigned artifact, an unknown key, a bad signature:
-//!    refused);
+//!    the DSSE envelope and the SSHSIG over the statement's exact bytes verified by
+//!    `artifact::sign` (the verifier of `verify --allowed-signers`) for a key of that file (an
+//!    unsigned artifact, an unknown key, a bad signature: refused);
 //! 4. under the lock of `pulled/`: the layer streamed into a fresh stage folder and re-hashed,
 //!    then unpacked by the pins' extractor (escapes, hard links, devices, FIFOs refused; links
 //!    only inside the tree), the statement and signatures written beside it, every output
@@ -264,72 +264,33 @@ fn attestation(c: &mut Client, r: &Reference, digest: &Sha256) -> Result<Signatu
     Ok((dsse, sshsig))
 }
 
-/// The signature policy: an SSHSIG over the statement's exact bytes by a key of `allowed`,
-/// checked by OpenSSH itself. Returns the principal.
+/// The signature policy, checked by the same verifier as `verify FILE --allowed-signers`
+/// (`artifact::sign`): the DSSE envelope's payload must be the statement's exact bytes with a
+/// good signature by a key of `allowed`, and the SSHSIG over those bytes must be good and by
+/// the same key. Returns the principals, comma separated.
 fn policy(allowed: &Path, r: &Reference, f: &Fetched) -> Result<String> {
     // The policy file is the user's: a FIFO or a missing file is an input error (exit 2).
-    fsx::read(allowed)?;
-    let Some(sig) = &f.sshsig else {
+    let policy = crate::artifact::sign::Policy::load(allowed)?;
+    let (Some(envelope), Some(sig)) = (&f.dsse, &f.sshsig) else {
         return Err(Error::check(
             r.shown(),
             "unsigned: no signature is attached to this artifact, and --allowed-signers requires one",
         )
         .with_hint("sign the manifest (`pinforge sign`) and push it again"));
     };
-    let tmp =
-        tempfile::tempdir().map_err(|e| Error::io("create temp folder", Path::new("."), e))?;
-    let sig_path = tmp.path().join("manifest.json.sig");
-    fsx::write_atomic(&sig_path, sig)?;
-    let found = std::process::Command::new("ssh-keygen")
-        .args(["-Y", "find-principals", "-s"])
-        .arg(&sig_path)
-        .arg("-f")
-        .arg(allowed)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| {
-            Error::tool("ssh-keygen -Y find-principals", e)
-                .with_hint("install OpenSSH's ssh-keygen (openssh-client)")
-        })?;
-    let principals = String::from_utf8_lossy(&found.stdout).into_owned();
-    let Some(principal) = principals.lines().map(str::trim).find(|l| !l.is_empty()) else {
-        return Err(Error::check(
-            r.shown(),
-            format!(
-                "the artifact is signed by a key that is not in {}; refused",
-                allowed.display()
-            ),
-        ));
+    let about_artifact = |e: Error| match e {
+        Error::Check { message, hint, .. } => Error::Check {
+            subject: r.shown().to_string(),
+            message: format!("attestation refused: {message}"),
+            hint,
+        },
+        other => other,
     };
-    let mut child = std::process::Command::new("ssh-keygen")
-        .args(["-Y", "verify", "-n", "pinforge", "-I", principal, "-f"])
-        .arg(allowed)
-        .arg("-s")
-        .arg(&sig_path)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|e| Error::tool("ssh-keygen -Y verify", e))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        use std::io::Write;
-        // A verifier that exits early closes the pipe: its exit status says why.
-        let _ = stdin.write_all(&f.config);
-    }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| Error::tool("ssh-keygen -Y verify", e))?;
-    if !out.status.success() {
-        return Err(Error::check(
-            r.shown(),
-            format!(
-                "the signature by `{}` does not verify over the statement: {}",
-                crate::base::text::shown_line(principal),
-                crate::base::text::shown_line(String::from_utf8_lossy(&out.stderr).trim())
-            ),
-        ));
-    }
-    Ok(principal.to_string())
+    let v = crate::artifact::sign::verify_envelope_bytes(envelope, &f.config, &policy)
+        .map_err(about_artifact)?;
+    crate::artifact::sign::verify_sshsig_bytes(sig, &f.config, &v, &policy, Path::new("sshsig"))
+        .map_err(about_artifact)?;
+    Ok(v.principals.join(","))
 }
 
 /// Download, unpack and check into `stage`.

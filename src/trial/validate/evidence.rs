@@ -99,7 +99,8 @@ pub(super) fn write_with_shards(
     };
     let ev_bytes = canonical(&evidence)?;
     let ev_path = run.dir.join("evidence.json");
-    fsx::write_atomic(&ev_path, &ev_bytes)?;
+    // Signed with `--sign`: sidecars first, the evidence last (its commit point).
+    crate::artifact::sign::record::write_record(&ev_path, &ev_bytes)?;
     Ok(EvidenceRef {
         manifest: ev_path,
         sha256: Sha256::of_bytes(&ev_bytes),

@@ -1,0 +1,186 @@
+//! Signing records as they are written (`--sign KEY` on build, flip, ablate, validate and
+//! install; issue #24). The command line loads the key once, before anything is written, and
+//! makes it this process's signing key ([`activate`]); every record writer then goes through
+//! [`write_record`] (or [`before_commit`] when it renames the record itself), which signs
+//! the bytes it is about to commit. A command without a key writes exactly what it wrote
+//! before.
+//!
+//! Order, so that a signature appears with its record or the record does not appear: the
+//! envelope and the SSHSIG are derived from the record's bytes in memory, all three files are
+//! staged (synced temp files beside their targets), the two sidecars are renamed, and the
+//! record's own rename comes last: it is the commit point. A kill before it leaves the old
+//! record (or none) with sidecars over bytes that are not there, which `verify
+//! --allowed-signers` refuses ("payload does not match"), and never a new record without
+//! its signature. Crash points `sign-record:1` (sidecars staged), `sign-record:2` (sidecars
+//! renamed, record not yet) let the integration tests kill a real run at each step.
+
+use super::{sidecars, sign_bytes, SigningKey};
+use crate::base::error::{Error, Result};
+use crate::base::fsx;
+use std::path::Path;
+use std::sync::OnceLock;
+
+/// The process's signing key, set once by the command line.
+static SESSION: OnceLock<SigningKey> = OnceLock::new();
+
+/// Make `key` the key every record this process writes is signed with. A second call is an
+/// internal error: one command has one signer.
+pub(crate) fn activate(key: SigningKey) -> Result<()> {
+    SESSION
+        .set(key)
+        .map_err(|_| Error::Internal("a signing key is already active".into()))
+}
+
+/// The active signing key, if the command was asked to sign.
+pub(crate) fn session() -> Option<&'static SigningKey> {
+    SESSION.get()
+}
+
+/// The two sidecars of one record, staged and not yet renamed; dropping them deletes the
+/// temp files.
+pub(crate) struct Staged {
+    envelope: (tempfile::TempPath, std::path::PathBuf),
+    sig: (tempfile::TempPath, std::path::PathBuf),
+}
+
+impl Staged {
+    /// Rename both sidecars into place (the SSHSIG first, then the envelope).
+    pub(crate) fn persist(self) -> Result<()> {
+        self.persist_stepwise(|| {})
+    }
+
+    /// [`Staged::persist`], calling `between` after the first rename (a crash point).
+    pub(crate) fn persist_stepwise(self, between: impl FnOnce()) -> Result<()> {
+        let rename = |(tmp, to): (tempfile::TempPath, std::path::PathBuf)| {
+            tmp.persist(&to)
+                .map_err(|e| Error::io("rename into", &to, e.error))
+        };
+        rename(self.sig)?;
+        between();
+        rename(self.envelope)
+    }
+}
+
+/// Stage `FILE.dsse.json` and `FILE.sig` for `bytes`, the content `file` is about to have.
+pub(crate) fn stage_sidecars(file: &Path, bytes: &[u8], key: &SigningKey) -> Result<Staged> {
+    let (envelope, sshsig) = sign_bytes(bytes, key)?;
+    let (env_path, sig_path) = sidecars(file);
+    let mut env_json =
+        serde_json::to_vec_pretty(&envelope).map_err(|e| Error::Internal(e.to_string()))?;
+    env_json.push(b'\n');
+    Ok(Staged {
+        envelope: (
+            fsx::stage_atomic_mode(&env_path, &env_json, 0o644)?,
+            env_path,
+        ),
+        sig: (
+            fsx::stage_atomic_mode(&sig_path, sshsig.as_bytes(), 0o644)?,
+            sig_path,
+        ),
+    })
+}
+
+/// For a writer that renames `file` itself (an install receipt, never clobbered): with an
+/// active key, stage and rename the sidecars for `bytes` now, right before the caller's
+/// own rename of the record (its commit point). Without a key, nothing.
+pub(crate) fn before_commit(file: &Path, bytes: &[u8]) -> Result<()> {
+    before_commit_with(file, bytes, session())
+}
+
+fn before_commit_with(file: &Path, bytes: &[u8], key: Option<&SigningKey>) -> Result<()> {
+    let Some(key) = key else { return Ok(()) };
+    let staged = stage_sidecars(file, bytes, key)?;
+    crate::base::hooks::crash_point("sign-record", 1);
+    staged.persist()?;
+    crate::base::hooks::crash_point("sign-record", 2);
+    Ok(())
+}
+
+/// Write a record atomically (mode 0644, as `fsx::write_atomic`), signed with the active key
+/// when there is one (see the module comment for the order).
+pub(crate) fn write_record(file: &Path, bytes: &[u8]) -> Result<()> {
+    write_record_with(file, bytes, session())
+}
+
+/// [`write_record`] with an explicit key (unit tests; no process-wide state).
+pub(crate) fn write_record_with(file: &Path, bytes: &[u8], key: Option<&SigningKey>) -> Result<()> {
+    let Some(key) = key else {
+        return fsx::write_atomic(file, bytes);
+    };
+    let dir = fsx::parent_of(file);
+    fsx::create_dir_all(&dir)?;
+    let record = fsx::stage_atomic_mode(file, bytes, 0o644)?;
+    before_commit_with(file, bytes, Some(key))?;
+    record
+        .persist(file)
+        .map_err(|e| Error::io("rename into", file, e.error))?;
+    fsx::sync_dir(&dir)
+}
+
+/// With an active key, sign a record that is already on disk and is kept as it is (a cached
+/// build keeps its manifest byte for byte): its sidecars are rewritten for its current bytes.
+pub(crate) fn sign_kept(file: &Path) -> Result<()> {
+    let Some(key) = session() else { return Ok(()) };
+    let bytes = fsx::read(file)?;
+    before_commit_with(file, &bytes, Some(key))?;
+    fsx::sync_dir(&fsx::parent_of(file))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::artifact::sign::{verify_signed, Policy};
+
+    fn key_and_policy(dir: &Path) -> (SigningKey, Policy) {
+        let (private, public) = super::super::generate("t@example.org", None).expect("generate");
+        let key_path = dir.join("k");
+        super::super::write_pair(&key_path, &private, &public).expect("pair");
+        let signers = dir.join("allowed_signers");
+        std::fs::write(
+            &signers,
+            format!("t@example.org namespaces=\"pinforge\" {public}\n"),
+        )
+        .expect("signers");
+        (
+            SigningKey::load(&key_path).expect("load"),
+            Policy::load(&signers).expect("policy"),
+        )
+    }
+
+    #[test]
+    fn a_signed_record_verifies_and_a_rewrite_signs_the_new_bytes() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let (key, policy) = key_and_policy(d.path());
+        let rec = d.path().join("sub/record.json");
+        write_record_with(&rec, b"{\"a\":1}\n", Some(&key)).expect("write");
+        let v = verify_signed(&rec, &policy).expect("verified");
+        assert_eq!(v.principals, vec!["t@example.org".to_string()]);
+        assert_eq!(v.payload_type, super::super::PINFORGE_PAYLOAD_TYPE);
+        write_record_with(&rec, b"{\"a\":2}\n", Some(&key)).expect("rewrite");
+        assert_eq!(std::fs::read(&rec).expect("read"), b"{\"a\":2}\n");
+        verify_signed(&rec, &policy).expect("the new bytes are signed");
+    }
+
+    #[test]
+    fn without_a_key_the_record_is_written_plainly_and_verify_calls_it_unsigned() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let (_key, policy) = key_and_policy(d.path());
+        let rec = d.path().join("record.json");
+        write_record_with(&rec, b"{}\n", None).expect("write");
+        assert!(!sidecars(&rec).0.exists() && !sidecars(&rec).1.exists());
+        let e = verify_signed(&rec, &policy).expect_err("unsigned");
+        assert!(e.to_string().contains("unsigned"), "{e}");
+    }
+
+    #[test]
+    fn sidecars_ahead_of_their_record_are_refused_as_not_matching_it() {
+        // The state a kill at sign-record:2 leaves when a record is replaced.
+        let d = tempfile::tempdir().expect("tempdir");
+        let (key, policy) = key_and_policy(d.path());
+        let rec = d.path().join("record.json");
+        write_record_with(&rec, b"{\"old\":true}\n", Some(&key)).expect("write");
+        before_commit_with(&rec, b"{\"new\":true}\n", Some(&key)).expect("sidecars");
+        let e = verify_signed(&rec, &policy).expect_err("mismatch");
+        assert!(e.to_string().contains("payload does not match"), "{e}");
+    }
+}
