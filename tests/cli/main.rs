@@ -33,6 +33,7 @@ mod ship;
 mod sign;
 mod smoke_trust;
 mod snapshots_cli;
+mod store_objects;
 mod trust_export;
 mod trust_install;
 mod trust_output;
