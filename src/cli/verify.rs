@@ -194,7 +194,7 @@ fn shown_list(names: &[String]) -> String {
 pub(super) fn render_verification(v: &Verification) {
     if v.ok {
         outln!(
-            "{}: {} file(s) verified through {}; {} bytes hashed",
+            "{}: {} file(s) verified through {} ({} bytes hashed)",
             paint(Tone::Good, "ok"),
             v.files,
             v.through,
