@@ -5,6 +5,8 @@
 //! ```text
 //! rollback/
 //!   store/<output-digest>/        immutable entry: the artifacts, links, entry.json
+//!   objects/<sha256>[.x]          file objects (`.x`: executable): every entry file is a hard
+//!                                 link to one, so entries share unchanged files (see `objects`)
 //!   gens/<n>/                     generation n: live, control, original, current -> ../../store/..
 //!                                 and state.json (layers, current layer, live history)
 //!   state -> gens/<n>             THE commit point: one rename(2) of this link
@@ -32,6 +34,7 @@
 // transaction type with its steps), `journal` (the transaction record), `recovery` (finish
 // or undo after a crash), `store` (the install plan and staging), `verify` (resolution and
 // the entry check), `status` (read-only views: status, history, verify --installed), `gc`,
+// `objects` (the content-addressed file objects entries link to),
 // `safe` (inspect-before-open file access). This file holds the layers, the public surface
 // (every public type is re-exported here) and the two operations, install and rollback,
 // each a sequence of transaction steps.
