@@ -30,16 +30,21 @@ bytes() { du -sb "$@" | awk '{ s += $1 } END { print s }'; }
 
 # The manifest of the files under DIR/out, in pinforge's format (as tests/cli/trust_install.rs).
 manifest() { # dir name
-  python3 - "$1" "$2" <<'PY'
+  python3 - "$1" "$2" "$work/digests.json" <<'PY'
 import hashlib, json, os, sys
-d, name = sys.argv[1], sys.argv[2]
+d, name, cache_path = sys.argv[1], sys.argv[2], sys.argv[3]
+cache = json.load(open(cache_path)) if os.path.exists(cache_path) else {}
 out = os.path.join(d, "out"); subjects = []
 for root, _, files in os.walk(out):
     for f in sorted(files):
-        p = os.path.join(root, f); h = hashlib.sha256()
-        with open(p, "rb") as fh:
-            for b in iter(lambda: fh.read(1 << 20), b""): h.update(b)
-        subjects.append({"name": os.path.relpath(p, out), "digest": {"sha256": h.hexdigest()},
+        p = os.path.join(root, f); st = os.stat(p); key = f"{st.st_dev}:{st.st_ino}"
+        if st.st_nlink == 1 or key not in cache:  # base files: hard links shared by all variants
+            h = hashlib.sha256()
+            with open(p, "rb") as fh:
+                for b in iter(lambda: fh.read(1 << 20), b""): h.update(b)
+            cache[key] = h.hexdigest()
+        digest = cache.pop(key) if st.st_nlink == 1 else cache[key]
+        subjects.append({"name": os.path.relpath(p, out), "digest": {"sha256": digest},
                          "annotations": {"size": os.path.getsize(p)}})
 m = {"_type": "https://in-toto.io/Statement/v1", "predicateType": "https://slsa.dev/provenance/v1",
      "subject": sorted(subjects, key=lambda s: s["name"]),
@@ -52,6 +57,7 @@ m = {"_type": "https://in-toto.io/Statement/v1", "predicateType": "https://slsa.
             "startedOn": "", "finishedOn": ""},
         "byproducts": [{"name": "build.log", "digest": {"sha256": hashlib.sha256(b"").hexdigest()}}]}}}
 json.dump(m, open(os.path.join(d, "manifest.json"), "w"), indent=1)
+json.dump(cache, open(cache_path, "w"))
 PY
 }
 
