@@ -387,3 +387,27 @@ fn issue_22_a_store_without_objects_still_reads_verifies_and_collects() {
     assert_eq!(g["removed_objects"], 0, "{g}");
     fx.ok(fx.run(&["verify", "--installed", "control"]));
 }
+
+/// A repair replaces an object's name only with the bytes the name says: a build output that
+/// changed since its manifest (same size) is refused (exit 1) and takes over no object.
+#[test]
+fn issue_22_a_repair_from_a_changed_build_output_replaces_no_object() {
+    let fx = Fx::new();
+    let a = build3(&fx, "a", 1);
+    install_json(&fx, &a, "live");
+    let obj = fx.root.join("objects").join(format!(
+        "{}.x",
+        crate::trust_install::sha_hex(&art("lib/libbase.so", 4000, 0o755).bytes)
+    ));
+    garble_in_place(&obj);
+    let before = ino(&obj);
+    let out = a.parent().expect("dir").join("out/lib/libbase.so");
+    std::fs::write(&out, vec![0x11; 4000]).expect("write");
+    let o = fx.run(&["install", a.to_str().expect("utf8"), "--layer", "live"]);
+    assert_eq!(code(&o), 1, "{}{}", stdout(&o), stderr(&o));
+    assert!(stderr(&o).contains("libbase.so"), "{}", stderr(&o));
+    assert_eq!(ino(&obj), before, "the object's name was not taken over");
+    assert!(objects(&fx)
+        .iter()
+        .all(|n| !n.starts_with(".pinforge-tmp-")));
+}

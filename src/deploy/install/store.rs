@@ -423,10 +423,9 @@ impl StageCtx<'_> {
         if self.opts.reuse && looks_intact(&obj, rec) {
             self.store.objects_reused += 1;
         } else {
-            if safe::kind(&obj)? != Kind::Missing {
-                self.store.objects_replaced += 1;
-            }
-            self.write_object(rec, from, meta, &obj)?;
+            let replacing = safe::kind(&obj)? != Kind::Missing;
+            self.store.objects_replaced += usize::from(replacing);
+            self.write_object(rec, from, meta, &obj, replacing)?;
         }
         let linked = if crate::base::hooks::object_link_emlink() {
             Err(std::io::Error::from_raw_os_error(libc::EMLINK))
@@ -454,12 +453,15 @@ impl StageCtx<'_> {
     /// Write `obj` from the build output `from`: a temp file in `objects/` (a hard link to
     /// the output when its mode is the sealed one, else a sealed copy), fsynced, then renamed
     /// over the object's name (a damaged object's inode stays with the entries that hold it).
+    /// A new name is checked with the whole entry before the entry is placed; `replacing` an
+    /// existing name (a repair) hashes the new bytes first.
     fn write_object(
         &mut self,
         rec: &FileRec,
         from: &Path,
         meta: &std::fs::Metadata,
         obj: &Path,
+        replacing: bool,
     ) -> Result<()> {
         use std::os::unix::fs::PermissionsExt;
         let src = fsx::open_regular(from, "build output", false)?;
@@ -493,6 +495,19 @@ impl StageCtx<'_> {
         fsx::open_regular(&tmp, "object", false)?
             .sync_all()
             .at("fsync", &tmp)?;
+        if replacing {
+            // A name is replaced only by the bytes it names: a build output that changed
+            // since its manifest must not take over an object other entries' installs reuse.
+            let f = fsx::open_regular(&tmp, "object", false)?;
+            let (sha, size) = Sha256::of_reader(f, &tmp)?;
+            if sha != rec.sha256 || size != rec.size {
+                safe::remove_tree(&tmp)?;
+                return Err(Error::check(
+                    from.display(),
+                    "build output does not match its digest in the manifest; nothing installed",
+                ));
+            }
+        }
         crate::base::hooks::crash_named("install-object:written");
         std::fs::rename(&tmp, obj).at("rename into", obj)?;
         crate::base::hooks::crash_named("install-object:named");
