@@ -13,6 +13,8 @@
 //! | `PINFORGE_CRASH_AT=rebase:N` | SIGKILL right after step N (1-8) of a rebase's commit protocol (`source::rebase::commit`), a `rebase --continue`'s too |
 //! | `PINFORGE_CRASH_AT=rebase-resolve:replayed` | SIGKILL after a `rebase --continue` committed the rest of the series in its checkout, before the commit protocol (`source::rebase::resolve`) |
 //! | `PINFORGE_FAIL_WRITE_AFTER=BYTES` | staging copies fail with ENOSPC after that many bytes |
+//! | `PINFORGE_CRASH_AT=install-object:written` / `install-object:named` | SIGKILL after an install's first new object is written (temp file fsynced) / renamed to its name |
+//! | `PINFORGE_OBJECT_LINK=emlink` | linking an entry file to its object fails with EMLINK (the copy fallback) |
 //! | `PINFORGE_FS_PROBE=nosymlink` | the install root's filesystem probe reports no symlinks |
 //! | `PINFORGE_CRASH_AT=sign:N` | SIGKILL after step N (1-3) of `sign FILE` (`artifact::sign::sign_file`) |
 //! | `PINFORGE_CRASH_AT=sign-record:N` | SIGKILL after a record's sidecars are staged (1) or renamed (2), before the record (`artifact::sign::record`) |
@@ -63,6 +65,10 @@ mod imp {
         var("PINFORGE_FAIL_WRITE_AFTER").and_then(|v| v.parse().ok())
     }
 
+    pub(crate) fn object_link_emlink() -> bool {
+        var("PINFORGE_OBJECT_LINK").as_deref() == Some("emlink")
+    }
+
     pub(crate) fn fs_probe_nosymlink() -> bool {
         var("PINFORGE_FS_PROBE").as_deref() == Some("nosymlink")
     }
@@ -86,6 +92,9 @@ mod imp {
     }
     pub(crate) fn fail_write_after() -> Option<u64> {
         None
+    }
+    pub(crate) fn object_link_emlink() -> bool {
+        false
     }
     pub(crate) fn fs_probe_nosymlink() -> bool {
         false
@@ -120,6 +129,12 @@ pub(crate) fn soak_force_clean() -> Option<(String, u32)> {
 /// `PINFORGE_FAIL_WRITE_AFTER=BYTES`: staging copies fail with ENOSPC after that many bytes.
 pub(crate) fn fail_write_after() -> Option<u64> {
     imp::fail_write_after()
+}
+
+/// `PINFORGE_OBJECT_LINK=emlink`: linking an entry file to its object fails as it does at
+/// the file system's link-count limit (the copy fallback's test).
+pub(crate) fn object_link_emlink() -> bool {
+    imp::object_link_emlink()
 }
 
 /// `PINFORGE_FS_PROBE=nosymlink`: the filesystem probe reports no symlink support.

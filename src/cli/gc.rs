@@ -38,8 +38,10 @@ fn cmd_gc(root: &std::path::Path, dry_run: bool, json: bool) -> Result<i32> {
         outln!("warning: referenced entry store/{e} is missing");
     }
     outln!(
-        "gc: {verb} {} entr(ies) ({} bytes) and {} old generation(s); {} entr(ies) still referenced",
+        "gc: {verb} {} entr(ies), {} object(s) ({} bytes) and {} old generation(s); {} entr(ies) \
+         still referenced",
         out.removed_entries.len(),
+        out.removed_objects,
         out.bytes_freed,
         out.removed_generations,
         out.kept_entries

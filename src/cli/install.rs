@@ -4,6 +4,7 @@ use super::smoke::{render_smoke, smoke_options};
 use super::verify::render_verification;
 use super::{print_json, JsonArg, RootArg};
 use crate::base::error::{exit, Error, Result};
+use crate::base::text::Shown;
 use crate::base::workspace::Workspace;
 use crate::deploy::install::{InstallOutcome, Layer, Root, StageMode};
 use crate::deploy::smoke::{self, Verdict};
@@ -237,6 +238,18 @@ fn render(layer: Layer, out: &InstallOutcome) {
         );
     }
     outln!("  entry {}", out.entry.display());
+    if let Some(s) = &out.store {
+        outln!(
+            "  objects: {} written ({} bytes), {} reused, {} replaced as damaged",
+            s.objects_written,
+            s.bytes_written,
+            s.objects_reused,
+            s.objects_replaced
+        );
+        for c in &s.copied_not_linked {
+            outln!("  warning: copied, not linked to its object: {}", Shown(c));
+        }
+    }
     render_verification(&out.verification);
     outln!("receipt {}", out.receipt.display());
 }

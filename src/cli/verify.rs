@@ -64,12 +64,13 @@ fn cmd_verify(path: &std::path::Path, json: bool) -> Result<i32> {
         print_json(super::schema::id::VERIFY, &report)?;
     } else if report.ok {
         outln!(
-            "{}: {} outputs and {} inputs match {} (input {})",
+            "{}: {} outputs and {} inputs match {} (input {}); {} bytes hashed",
             paint(Tone::Good, "ok"),
             report.outputs_checked,
             report.inputs_checked,
             path.display(),
-            report.input_digest.short(16)
+            report.input_digest.short(16),
+            report.bytes_hashed
         );
         if !report.inputs_absent.is_empty() {
             outln!(
@@ -200,10 +201,11 @@ fn shown_list(names: &[String]) -> String {
 pub(super) fn render_verification(v: &Verification) {
     if v.ok {
         outln!(
-            "{}: {} file(s) verified through {}",
+            "{}: {} file(s) verified through {} ({} bytes hashed)",
             paint(Tone::Good, "ok"),
             v.files,
-            v.through
+            v.through,
+            v.bytes_hashed
         );
     } else {
         for m in &v.mismatches {

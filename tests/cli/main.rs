@@ -35,6 +35,7 @@ mod sign;
 mod sign_with;
 mod smoke_trust;
 mod snapshots_cli;
+mod store_objects;
 mod trust_export;
 mod trust_install;
 mod trust_output;

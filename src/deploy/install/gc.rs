@@ -11,8 +11,12 @@ pub(crate) struct GcOutcome {
     pub dry_run: bool,
     /// Store entries removed (or that would be).
     pub removed_entries: Vec<String>,
-    /// Bytes of the files in those entries.
+    /// Bytes freed: the objects removed, and the files of removed entries that no object
+    /// or other entry shares (entries from before the object store). An inode still linked
+    /// from elsewhere (a build folder a file was hard-linked from) is not freed by this.
     pub bytes_freed: u64,
+    /// Objects removed (or that would be): no remaining entry's record names them.
+    pub removed_objects: usize,
     /// Old generations removed (or that would be).
     pub removed_generations: usize,
     /// Entries kept (referenced by the committed generation or the journal).
@@ -27,6 +31,7 @@ impl GcOutcome {
             dry_run,
             removed_entries: Vec::new(),
             bytes_freed: 0,
+            removed_objects: 0,
             removed_generations: 0,
             kept_entries: 0,
             missing_entries: Vec::new(),
@@ -89,7 +94,7 @@ impl Root {
                 continue;
             }
             let p = self.entry_dir(&d);
-            out.bytes_freed += safe::tree_bytes(&p);
+            out.bytes_freed += safe::unshared_bytes(&p);
             if !dry_run {
                 safe::remove_tree(&p)?;
             }
@@ -101,6 +106,11 @@ impl Root {
             }
             out.removed_generations += 1;
         }
+        // Objects after entries: what the kept entries' records name stays (an object
+        // removed by a crash in between is written again by the next install that needs it).
+        let (objects, bytes) = self.gc_objects(&keep, dry_run).map_err(refuse)?;
+        out.removed_objects = objects.len();
+        out.bytes_freed += bytes;
         if !dry_run {
             fsx::sync_dir(&self.path.join("store"))?;
             fsx::sync_dir(&self.path.join("gens"))?;

@@ -384,7 +384,11 @@ impl Root {
     /// Remove temp files a killed run left (`.pinforge-tmp-*`) in the folders pinforge writes
     /// atomically into. Called with the lock held, so no live writer owns them.
     pub(super) fn clean_temp_files(&self) -> Result<()> {
-        let mut dirs = vec![self.path.clone(), self.path.join("receipts")];
+        let mut dirs = vec![
+            self.path.clone(),
+            self.path.join("receipts"),
+            self.path.join(super::objects::OBJECTS),
+        ];
         for n in self.names("gens")? {
             if parse_gen_number(&n).is_some() {
                 dirs.push(self.path.join("gens").join(n));

@@ -5,6 +5,8 @@
 //! ```text
 //! rollback/
 //!   store/<output-digest>/        immutable entry: the artifacts, links, entry.json
+//!   objects/<sha256>[.x]          file objects (`.x`: executable): every entry file is a hard
+//!                                 link to one, so entries share unchanged files (see `objects`)
 //!   gens/<n>/                     generation n: live, control, original, current -> ../../store/..
 //!                                 and state.json (layers, current layer, live history)
 //!   state -> gens/<n>             THE commit point: one rename(2) of this link
@@ -32,12 +34,14 @@
 // transaction type with its steps), `journal` (the transaction record), `recovery` (finish
 // or undo after a crash), `store` (the install plan and staging), `verify` (resolution and
 // the entry check), `status` (read-only views: status, history, verify --installed), `gc`,
+// `objects` (the content-addressed file objects entries link to),
 // `safe` (inspect-before-open file access). This file holds the layers, the public surface
 // (every public type is re-exported here) and the two operations, install and rollback,
 // each a sequence of transaction steps.
 mod gc;
 mod journal;
 mod layout;
+mod objects;
 mod record;
 mod recovery;
 mod safe;
@@ -52,6 +56,8 @@ use journal::staging_name;
 pub(crate) use journal::{Journal, Op, Phase};
 pub(crate) use layout::Root;
 use layout::{damaged, parse_gen_number};
+pub(crate) use objects::StoreUse;
+use objects::{link_fallback, looks_intact, object_name};
 pub(crate) use record::{
     identity, parse_entry_record, parse_receipt, parse_receipt_name, parse_state, EntryInfo,
     FileRec, GenSlot, GenState, Receipt, Verification,
@@ -158,7 +164,7 @@ impl Root {
         // Everything between the journal and the new generation either completes or is undone
         // here (a crash in between is undone by recovery from the journal instead).
         let placed = self.place_entry(&mut txn, &plan, &entry, mode, &mut timings);
-        let (stage_mode, repaired) = txn.or_abort(placed)?;
+        let placed = txn.or_abort(placed)?;
         txn.reach(InstallStep::Placed)?;
         txn.write_gen(&change.after)?;
         let prepared = txn.prepare_commit()?;
@@ -167,13 +173,18 @@ impl Root {
         timings.insert("total".to_string(), t_total.elapsed().as_micros() as u64);
         let from = change.before.layers.get(&layer).cloned();
         let r = Receipt {
-            repaired,
+            repaired: placed.repaired,
+            store: placed.store,
             ..change.receipt(from, v.clone(), reverted, false, timings)
         };
         let receipt = txn.finish(&r)?;
         check_result(&v, reverted, &receipt, "already installed")?;
         Ok(InstallOutcome::new(
-            receipt, r, recovered, stage_mode, entry.dir,
+            receipt,
+            r,
+            recovered,
+            placed.mode,
+            entry.dir,
         ))
     }
 
@@ -361,6 +372,8 @@ pub(crate) struct InstallOutcome {
     pub entry: PathBuf,
     /// A damaged store entry was replaced by a fresh copy of the build.
     pub repaired: bool,
+    /// What staging did in the object store (None when the entry already existed).
+    pub store: Option<StoreUse>,
     /// What the layer showed before.
     pub left: Option<GenSlot>,
     /// What it shows now.
@@ -408,6 +421,7 @@ impl InstallOutcome {
             stage_mode,
             entry,
             repaired: r.repaired,
+            store: r.store,
             left: r.from,
             reached: r.to,
             unchanged: r.unchanged,

@@ -221,6 +221,10 @@ pub(crate) struct Receipt {
     /// Installs: a damaged store entry was replaced by a fresh copy of the build.
     #[serde(default)]
     pub repaired: bool,
+    /// Installs that staged an entry: objects reused and written, and the entry files that
+    /// had to be copies instead of links (absent in receipts older than the object store).
+    #[serde(default)]
+    pub store: Option<StoreUse>,
     /// Timings in microseconds: stage, verify, commit (the rename), total.
     pub timings_us: BTreeMap<String, u64>,
     /// Generation committed.

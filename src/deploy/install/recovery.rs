@@ -37,6 +37,7 @@ impl Root {
                 restoration_matches_recorded: None,
                 unchanged: false,
                 repaired: false,
+                store: None,
                 timings_us: BTreeMap::from([("recovered".to_string(), 1)]),
                 gen: j.to_gen,
             };

@@ -102,16 +102,18 @@ pub(crate) fn remove_tree(p: &Path) -> Result<()> {
     }
 }
 
-/// Total bytes of the regular files in a tree (links not followed).
-pub(crate) fn tree_bytes(p: &Path) -> u64 {
+/// Bytes of the regular files under `p` that nothing else links (link count 1): what
+/// removing `p` frees. An entry's files linked to objects are freed with their objects.
+pub(crate) fn unshared_bytes(p: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
     let Ok(m) = std::fs::symlink_metadata(p) else {
         return 0;
     };
     if m.is_dir() {
         std::fs::read_dir(p)
-            .map(|rd| rd.flatten().map(|e| tree_bytes(&e.path())).sum())
+            .map(|rd| rd.flatten().map(|e| unshared_bytes(&e.path())).sum())
             .unwrap_or(0)
-    } else if m.is_file() {
+    } else if m.is_file() && m.nlink() == 1 {
         m.len()
     } else {
         0

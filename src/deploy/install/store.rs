@@ -201,6 +201,16 @@ fn subject_links(manifest_path: &Path, statement: &Statement) -> Result<BTreeMap
     Ok(links)
 }
 
+/// What placing an entry did: how the files were staged and what that did in the object
+/// store (both none when an intact entry was reused), and whether a damaged entry was
+/// replaced.
+#[derive(Default)]
+pub(super) struct Placed {
+    pub(super) mode: Option<StageMode>,
+    pub(super) store: Option<StoreUse>,
+    pub(super) repaired: bool,
+}
+
 /// The store entry an install would fill, as found before the transaction.
 pub(super) struct Existing {
     pub(super) dir: PathBuf,
@@ -226,10 +236,9 @@ impl Root {
     }
 
     /// Put the entry into the store (steps staged and staged-verified of `txn`): reuse an
-    /// intact existing entry, or stage the build's files (links or copies), seal, verify
-    /// them against the manifest and rename into place; a damaged existing entry trades
-    /// places with the fresh copy in one `renameat2`. Returns how the files were staged
-    /// (none when reused) and whether a damaged entry was replaced.
+    /// intact existing entry, or stage the build's files (links to objects, writing the ones
+    /// the store lacks), seal, verify them against the manifest and rename into place; a
+    /// damaged existing entry trades places with the fresh copy in one `renameat2`.
     pub(super) fn place_entry(
         &self,
         txn: &mut Txn<'_, InstallStep>,
@@ -237,19 +246,34 @@ impl Root {
         entry: &Existing,
         mode: Option<StageMode>,
         timings: &mut BTreeMap<String, u64>,
-    ) -> Result<(Option<StageMode>, bool)> {
+    ) -> Result<Placed> {
         if entry.ok {
             txn.reach(InstallStep::Staged)?;
             txn.reach(InstallStep::StagedVerified)?;
-            return Ok((None, false));
+            return Ok(Placed::default());
         }
         let staging = txn.staging_dir();
+        let objects = self.objects_dir()?;
+        let mut opts = StageOpts {
+            objects: &objects,
+            mode,
+            reuse: true,
+            txid: txn.txid(),
+        };
         let t = Instant::now();
-        let m = stage(plan, &staging, mode)?;
+        let (mut m, mut store) = stage(plan, &staging, &opts)?;
         timings.insert("stage".to_string(), t.elapsed().as_micros() as u64);
         txn.reach(InstallStep::Staged)?;
         let t = Instant::now();
-        let v = check_entry(&staging, &plan.info.digest, &staging)?;
+        let mut v = check_entry(&staging, &plan.info.digest, &staging)?;
+        if !v.ok && store.objects_reused > 0 {
+            // An object that looked intact (type, mode, size) holds other bytes: stage again
+            // from the build, every object written afresh.
+            safe::remove_tree(&staging)?;
+            opts.reuse = false;
+            (m, store) = stage(plan, &staging, &opts)?;
+            v = check_entry(&staging, &plan.info.digest, &staging)?;
+        }
         timings.insert("verify_staged".to_string(), t.elapsed().as_micros() as u64);
         if !v.ok {
             return Err(mismatch_error(
@@ -267,7 +291,11 @@ impl Root {
             std::fs::rename(&staging, &entry.dir).at("rename into", &entry.dir)?;
         }
         fsx::sync_dir(&self.path.join("store"))?;
-        Ok((Some(m), repaired))
+        Ok(Placed {
+            mode: Some(m),
+            store: Some(store),
+            repaired,
+        })
     }
 }
 
@@ -309,20 +337,35 @@ pub(super) fn source_file(root: &Path, name: &str) -> Result<(PathBuf, std::fs::
     Err(Error::input(name, "empty build output path"))
 }
 
-/// Place the entry's files in `staging` (a folder created fresh): hard links only for files
-/// whose mode already is the sealed one (sealing must never change a file pinforge did not
-/// create), copies otherwise; then the links, the records, and the folders sealed 0555.
-pub(super) fn stage(plan: &Plan, staging: &Path, mode: Option<StageMode>) -> Result<StageMode> {
-    use std::os::unix::fs::PermissionsExt;
+/// How [`stage`] runs: where the objects are, whether objects that look intact may be
+/// linked (a repair writes every object afresh), and the transaction id temp names carry.
+pub(super) struct StageOpts<'a> {
+    pub(super) objects: &'a Path,
+    pub(super) mode: Option<StageMode>,
+    pub(super) reuse: bool,
+    pub(super) txid: u64,
+}
+
+/// Place the entry's files in `staging` (a folder created fresh), each a hard link to its
+/// object, writing the objects the store lacks: an object is a hard link to the build output
+/// only when the output's mode already is the sealed one (sealing must never change a file
+/// pinforge did not create), a copy otherwise; then the links, the records, and the folders
+/// sealed 0555.
+pub(super) fn stage(
+    plan: &Plan,
+    staging: &Path,
+    opts: &StageOpts<'_>,
+) -> Result<(StageMode, StoreUse)> {
     std::fs::create_dir(staging).at("create directory", staging)?;
-    let want_link = mode.unwrap_or(StageMode::Link) == StageMode::Link;
-    let mut used = if want_link {
-        StageMode::Link
-    } else {
-        StageMode::Copy
+    let mut ctx = StageCtx {
+        opts,
+        want_link: opts.mode.unwrap_or(StageMode::Link) == StageMode::Link,
+        used: opts.mode.unwrap_or(StageMode::Link),
+        store: StoreUse::default(),
+        fail_after: crate::base::hooks::fail_write_after(),
+        written: 0,
+        temp_seq: 0,
     };
-    let fail_after = crate::base::hooks::fail_write_after();
-    let mut written = 0u64;
     for (name, rec) in &plan.info.files {
         let (from, meta) = plan
             .sources
@@ -330,25 +373,14 @@ pub(super) fn stage(plan: &Plan, staging: &Path, mode: Option<StageMode>) -> Res
             .ok_or_else(|| Error::Internal(format!("no source for {name}")))?;
         let to = staging.join(name);
         fsx::create_dir_all(&fsx::parent_of(&to))?;
-        let src = fsx::open_regular(from, "build output", false)?;
-        let now = src.metadata().at("stat", from)?;
-        if !safe::same_file(meta, &now) {
-            return Err(Error::input(
-                from.display(),
-                "build output changed while it was being installed",
-            ));
-        }
-        let linked = want_link
-            && now.permissions().mode() & 0o7777 == rec.mode()
-            && std::fs::hard_link(from, &to).is_ok();
-        if !linked {
-            used = StageMode::Copy;
-            copy_file(src, from, &to, rec.mode(), fail_after, &mut written)?;
-        }
+        ctx.stage_file(name, rec, from, meta, &to)?;
         fsx::open_regular(&to, "staged file", false)?
             .sync_all()
             .at("fsync", &to)?;
     }
+    // The objects' names (their data is fsynced one by one): a crash before this loses
+    // only names, which the next install writes again.
+    fsx::sync_dir(opts.objects)?;
     for (name, target) in &plan.info.links {
         let to = staging.join(name);
         fsx::create_dir_all(&fsx::parent_of(&to))?;
@@ -362,7 +394,127 @@ pub(super) fn stage(plan: &Plan, staging: &Path, mode: Option<StageMode>) -> Res
         FILE_MODE,
     )?;
     seal_dirs(staging)?;
-    Ok(used)
+    Ok((ctx.used, ctx.store))
+}
+
+/// The running state of one [`stage`].
+struct StageCtx<'a> {
+    opts: &'a StageOpts<'a>,
+    want_link: bool,
+    used: StageMode,
+    store: StoreUse,
+    fail_after: Option<u64>,
+    written: u64,
+    temp_seq: u64,
+}
+
+impl StageCtx<'_> {
+    /// One entry file: link it to its object, writing the object first when the store has
+    /// none that looks intact (or when reuse is off).
+    fn stage_file(
+        &mut self,
+        name: &str,
+        rec: &FileRec,
+        from: &Path,
+        meta: &std::fs::Metadata,
+        to: &Path,
+    ) -> Result<()> {
+        let obj = self.opts.objects.join(object_name(rec));
+        if self.opts.reuse && looks_intact(&obj, rec) {
+            self.store.objects_reused += 1;
+        } else {
+            let replacing = safe::kind(&obj)? != Kind::Missing;
+            self.store.objects_replaced += usize::from(replacing);
+            self.write_object(rec, from, meta, &obj, replacing)?;
+        }
+        let linked = if crate::base::hooks::object_link_emlink() {
+            Err(std::io::Error::from_raw_os_error(libc::EMLINK))
+        } else {
+            std::fs::hard_link(&obj, to)
+        };
+        match linked {
+            Ok(()) => Ok(()),
+            Err(e) if link_fallback(&e) => {
+                self.store.copied_not_linked.push(format!("{name}: {e}"));
+                let src = fsx::open_regular(&obj, "object", false)?;
+                copy_file(
+                    src,
+                    &obj,
+                    to,
+                    rec.mode(),
+                    self.fail_after,
+                    &mut self.written,
+                )
+            }
+            Err(e) => Err(Error::io("link", to, e)),
+        }
+    }
+
+    /// Write `obj` from the build output `from`: a temp file in `objects/` (a hard link to
+    /// the output when its mode is the sealed one, else a sealed copy), fsynced, then renamed
+    /// over the object's name (a damaged object's inode stays with the entries that hold it).
+    /// A new name is checked with the whole entry before the entry is placed; `replacing` an
+    /// existing name (a repair) hashes the new bytes first.
+    fn write_object(
+        &mut self,
+        rec: &FileRec,
+        from: &Path,
+        meta: &std::fs::Metadata,
+        obj: &Path,
+        replacing: bool,
+    ) -> Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        let src = fsx::open_regular(from, "build output", false)?;
+        let now = src.metadata().at("stat", from)?;
+        if !safe::same_file(meta, &now) {
+            return Err(Error::input(
+                from.display(),
+                "build output changed while it was being installed",
+            ));
+        }
+        let tmp = self
+            .opts
+            .objects
+            .join(format!("{TMP_PREFIX}{}-{}", self.opts.txid, self.temp_seq));
+        self.temp_seq += 1;
+        safe::remove_tree(&tmp)?;
+        let linked = self.want_link
+            && now.permissions().mode() & 0o7777 == rec.mode()
+            && std::fs::hard_link(from, &tmp).is_ok();
+        if !linked {
+            self.used = StageMode::Copy;
+            copy_file(
+                src,
+                from,
+                &tmp,
+                rec.mode(),
+                self.fail_after,
+                &mut self.written,
+            )?;
+        }
+        fsx::open_regular(&tmp, "object", false)?
+            .sync_all()
+            .at("fsync", &tmp)?;
+        if replacing {
+            // A name is replaced only by the bytes it names: a build output that changed
+            // since its manifest must not take over an object other entries' installs reuse.
+            let f = fsx::open_regular(&tmp, "object", false)?;
+            let (sha, size) = Sha256::of_reader(f, &tmp)?;
+            if sha != rec.sha256 || size != rec.size {
+                safe::remove_tree(&tmp)?;
+                return Err(Error::check(
+                    from.display(),
+                    "build output does not match its digest in the manifest; nothing installed",
+                ));
+            }
+        }
+        crate::base::hooks::crash_named("install-object:written");
+        std::fs::rename(&tmp, obj).at("rename into", obj)?;
+        crate::base::hooks::crash_named("install-object:named");
+        self.store.objects_written += 1;
+        self.store.bytes_written += rec.size;
+        Ok(())
+    }
 }
 
 /// Copy an opened build output into a file created here, then give that file (ours) its

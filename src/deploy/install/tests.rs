@@ -192,6 +192,7 @@ fn sample_receipt() -> Vec<u8> {
         restoration_matches_recorded: None,
         unchanged: false,
         repaired: false,
+        store: None,
         timings_us: BTreeMap::new(),
         gen: 1,
     };

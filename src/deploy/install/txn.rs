@@ -217,6 +217,7 @@ impl Change {
             restoration_matches_recorded: None,
             unchanged,
             repaired: false,
+            store: None,
             timings_us,
             gen: if kept {
                 self.before.gen
@@ -325,6 +326,11 @@ impl<'r, S: Step> Txn<'r, S> {
         self.root.remove_journal()?;
         self.reach(S::CLOSED)?;
         Ok(p)
+    }
+
+    /// The transaction id (temp names in `objects/` carry it).
+    pub(super) fn txid(&self) -> u64 {
+        self.journal.txid
     }
 
     /// The staging folder of this transaction, derived from its id (never the journal's text).
