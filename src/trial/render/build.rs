@@ -4,12 +4,12 @@
 //! index re-checked now (the validate, soak and manifest verify libraries), and the coverage
 //! list of what the evidence does not reach.
 
+use super::facts::{build_name, manifest_diff, outcome_of, record_diff, run_claim, smoke_word};
 use super::load::{self, AblationView, FlipView, Input, RunView, SmokeView};
 use super::{
-    shown_path, Claim, Counts, Diff, DiffRow, EvidenceItem, InputEntry, Latency, Link, Patch,
-    Report, Status, Timeline,
+    shown_path, Claim, Counts, EvidenceItem, InputEntry, Latency, Link, Patch, Report, Status,
+    Timeline,
 };
-use crate::artifact::diff;
 use crate::artifact::manifest::{self, Statement};
 use crate::base::digest::Sha256;
 use crate::base::error::Result;
@@ -78,42 +78,6 @@ struct Builder {
     r: Report,
     /// Every build manifest seen, for the coverage of toolchains.
     statements: Vec<Statement>,
-}
-
-fn build_name(st: &Statement) -> String {
-    let p = &st.predicate.build_definition.external_parameters;
-    format!("{}/{}", p.recipe, p.variant)
-}
-
-fn manifest_diff(title: String, source: String, a: &Statement, b: &Statement) -> Diff {
-    let d = diff::diff(a, b);
-    let same = d.parameters.len() + d.dependencies.len() + d.artifacts.len() + d.links.len();
-    let rows: Vec<DiffRow> = d
-        .changes()
-        .map(|(section, row)| DiffRow {
-            section: section.to_string(),
-            name: row.name.clone(),
-            a: row.a.clone().unwrap_or_else(|| "-".into()),
-            b: row.b.clone().unwrap_or_else(|| "-".into()),
-            change: match (&row.rule, row.change) {
-                (Some(rule), _) => format!("equal under {rule}"),
-                (None, c) => serde_json::to_value(c)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default(),
-            },
-        })
-        .collect();
-    Diff {
-        title,
-        source,
-        same: same - rows.len(),
-        rows,
-    }
-}
-
-fn outcome_of(name: &str) -> Option<Outcome> {
-    Outcome::ALL.into_iter().find(|o| o.as_str() == name)
 }
 
 impl Builder {
@@ -664,79 +628,5 @@ impl Builder {
                 .coverage
                 .push("no input holds validation rows: there is no timeline".into());
         }
-    }
-}
-
-/// The claim of a plain validate run.
-fn run_claim(v: &RunView) -> Claim {
-    let s = &v.settings;
-    let arms: Vec<String> = s
-        .arms
-        .iter()
-        .map(|a| format!("{} ({}, {})", a.name, a.build, a.source))
-        .collect();
-    Claim {
-        title: format!("Validation run {}", v.evidence.run),
-        hypothesis: None,
-        prediction: None,
-        verdict: v.summary.verdict.clone(),
-        reason: None,
-        facts: vec![
-            ("arms (baseline, candidate)".into(), arms.join(" vs ")),
-            ("rows per arm".into(), s.rows.to_string()),
-            (
-                "prompts".into(),
-                match s.seed {
-                    Some(seed) => format!("generated, seed {seed}"),
-                    None => "from a prompt file".into(),
-                },
-            ),
-            ("token budget".into(), s.budget.to_string()),
-            (
-                "model".into(),
-                format!(
-                    "{} ({}, sha256 {})",
-                    shown_path(&s.model),
-                    s.arch,
-                    s.model_sha256.short(16)
-                ),
-            ),
-        ],
-    }
-}
-
-fn smoke_word(sm: &SmokeView) -> String {
-    let mut w = sm.verdict.clone();
-    if let Some(sig) = &sm.normalized_signature {
-        w.push_str(&format!(": {sig}"));
-    }
-    if let Some(d) = &sm.device {
-        w.push_str(&format!(" on {d}"));
-    }
-    w
-}
-
-/// The record's own artifact rows, when the manifests are gone.
-fn record_diff(f: &FlipView) -> Diff {
-    let rows: Vec<DiffRow> = f
-        .artifacts
-        .iter()
-        .filter(|a| !a.same)
-        .map(|a| DiffRow {
-            section: "artifact".into(),
-            name: a.path.clone(),
-            a: a.from_sha256.clone().unwrap_or_else(|| "-".into()),
-            b: a.to_sha256.clone().unwrap_or_else(|| "-".into()),
-            change: "different".into(),
-        })
-        .collect();
-    Diff {
-        title: format!("{} → {}", f.from, f.to),
-        source: format!(
-            "the artifact rows of flip {} (its manifests are not available)",
-            f.id
-        ),
-        same: f.artifacts.len() - rows.len(),
-        rows,
     }
 }

@@ -12,9 +12,10 @@
 //! is written atomically, never through a symlink.
 //!
 //! Parts: [`load`] (what each input is, and the record views), [`build`] (the report's
-//! content from the inputs), [`svg`], [`html`], [`text`].
+//! content from the inputs, with `facts` for what one record gives), [`svg`], [`html`], [`text`].
 
 pub(crate) mod build;
+mod facts;
 pub(crate) mod html;
 pub(crate) mod load;
 pub(crate) mod svg;

@@ -127,6 +127,9 @@ pub(crate) fn render(r: &Report, flavor: Flavor) -> String {
         .collect();
     w.table(&["path", "kind"], &rows);
     w.h("Hypotheses and verdicts");
+    if r.claims.is_empty() {
+        w.s.push_str("No input states a hypothesis.\n");
+    }
     for c in &r.claims {
         let title = w.t(&c.title);
         let _ = writeln!(
