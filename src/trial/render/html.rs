@@ -37,8 +37,8 @@ pub(crate) fn is_link(url: &str) -> bool {
 
 const STYLE: &str = "body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1000px;color:#222}\
 h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ccc}\
-table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:3px 7px;text-align:left;vertical-align:top}\
-th{background:#f4f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}code,.d{font-family:ui-monospace,monospace;font-size:12px}\
+table{border-collapse:collapse;margin:8px 0;max-width:100%}td,th{border:1px solid #ccc;padding:3px 7px;text-align:left;vertical-align:top}\
+th{background:#f4f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}code,.d{font-family:ui-monospace,monospace;font-size:12px;overflow-wrap:anywhere}\
 .pass{color:#2e7d32;font-weight:600}.FAIL{color:#c62828;font-weight:700}.absent{color:#777}\
 .verdict{font-weight:700}.claim{border:1px solid #ccc;padding:8px 12px;margin:10px 0;background:#fafafa}\
 svg .lbl{font:12px system-ui,sans-serif;fill:#222}svg .small{font-size:10px}svg .onset-lbl{font-weight:700}\

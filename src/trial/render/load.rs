@@ -432,7 +432,14 @@ pub(crate) fn manifest_patches(st: &Statement, manifest_path: &Path) -> Vec<Patc
             .and_then(|v| v.as_u64())
             .unwrap_or(0);
         let fields = match def.internal_parameters.inputs.get(&dep.name) {
-            None => Err("the manifest records no local path for it".to_string()),
+            // The embedded default recipe's patches live in the binary: read there, if the
+            // same bytes (a patch of that name from another pinforge version is not it).
+            None => match crate::source::patch::embedded_patch(id) {
+                Some(t) if sha == Some(Sha256::of_bytes(t.as_bytes())) => {
+                    Ok(header_fields(t.as_bytes()))
+                }
+                _ => Err("the manifest records no local path for it".to_string()),
+            },
             Some(local) => {
                 let p = if local.is_absolute() {
                     local.clone()
@@ -480,12 +487,17 @@ fn patch_fields(
     if want.is_some_and(|w| w != Sha256::of_bytes(&bytes)) {
         return Err("patch file changed since the build".into());
     }
-    let h = crate::source::patch::header::Header::parse(&bytes);
+    Ok(header_fields(&bytes))
+}
+
+/// A patch header's fields by name, every value of each.
+fn header_fields(bytes: &[u8]) -> BTreeMap<String, Vec<String>> {
+    let h = crate::source::patch::header::Header::parse(bytes);
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for f in &h.fields {
         out.entry(f.name.clone()).or_default().push(f.value.clone());
     }
-    Ok(out)
+    out
 }
 
 #[cfg(test)]
