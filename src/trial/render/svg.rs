@@ -26,6 +26,16 @@ const PLOT: f64 = WIDTH - LEFT - 20.0;
 const LANE: f64 = 22.0;
 const GAP: f64 = 18.0;
 
+/// A lane label that fits left of the plot: the end kept (the arm), the start elided.
+fn fit(label: &str) -> String {
+    let n = label.chars().count();
+    if n <= 34 {
+        return label.to_string();
+    }
+    let tail: String = label.chars().skip(n - 33).collect();
+    format!("…{tail}")
+}
+
 fn f(x: f64) -> String {
     format!("{:.2}", x)
 }
@@ -71,7 +81,7 @@ pub(crate) fn timeline(lines: &[Timeline]) -> String {
             r##"<g class="lane"><text x="{}" y="{}" class="lbl" text-anchor="end">{}</text><rect x="{}" y="{}" width="{}" height="{}" fill="#f2f2f2"/>"##,
             f(LEFT - 8.0),
             f(y + LANE / 2.0 + 4.0),
-            esc(&t.label),
+            esc(&fit(&t.label)),
             f(LEFT),
             f(y),
             f(PLOT),
@@ -171,7 +181,7 @@ pub(crate) fn latency(arms: &[Latency]) -> String {
             r#"<g class="hist"><text x="{}" y="{}" class="lbl" text-anchor="end">{}</text>"#,
             f(LEFT - 8.0),
             f(y + lane / 2.0),
-            esc(&a.label)
+            esc(&fit(&a.label))
         );
         let bw = PLOT / BINS as f64;
         for (k, n) in bins.iter().enumerate() {
