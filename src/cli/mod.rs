@@ -20,6 +20,7 @@ mod patch;
 mod pull;
 mod push;
 mod rebase;
+mod report;
 mod reporter;
 mod rollback;
 pub mod schema;
@@ -187,6 +188,14 @@ pub enum Command {
 build/mrope-cpu/patched/manifest.json"
     )]
     Diff(diff::DiffArgs),
+    /// Render validate runs, flip and ablation records and build manifests as one
+    /// self-contained HTML page (inline SVG, no script, no network), or as text or Markdown:
+    /// verdicts, timelines, outcome counts, latency, artifact diff, patches, evidence checked
+    /// now, and what was not tested. Exit 1 when some evidence fails its check now.
+    #[command(
+        after_help = "Examples:\n  pinforge report validate/RUN-ID -o report.html\n  pinforge report flips/ID/record.json build/mrope-cpu/patched/manifest.json -o flip.md --format md"
+    )]
+    Report(report::ReportArgs),
     /// Point `current` at another layer, or (default) return live to the previous live build.
     #[command(
         after_help = "Examples:\n  pinforge rollback                 # live returns to the previous live build\n  pinforge rollback --to control    # current shows the control layer"
@@ -405,6 +414,7 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Key(c) => key::run(c),
         Command::Install(a) => install::run(&ctx, a),
         Command::Diff(a) => diff::run(a),
+        Command::Report(a) => report::run(a),
         Command::Push(a) => push::run(a),
         Command::Pull(a) => pull::run(&ctx, a),
         Command::Flip(a) => flip::run(&ctx, a),

@@ -108,6 +108,8 @@ pub mod id {
     pub const PUSH: &str = "pinforge.push/v1";
     /// `pull --json`.
     pub const PULL: &str = "pinforge.pull/v1";
+    /// `report --json`: the inputs and their kinds, and where the page went.
+    pub const REPORT: &str = "pinforge.report/v1";
 }
 
 /// Every `--json` document pinforge prints: (schema id, type). One line per document kind.
@@ -118,6 +120,7 @@ pub const DOCUMENTS: &[Document] = &[
     doc::<crate::artifact::sign::Signed>(id::SIGN),
     doc::<crate::deploy::install::Verification>(id::VERIFY_INSTALLED),
     doc::<crate::artifact::diff::ManifestDiff>(id::DIFF),
+    doc::<crate::trial::render::Written>(id::REPORT),
     doc::<super::install::InstallJson<'static>>(id::INSTALL),
     doc::<crate::deploy::install::RollbackOutcome>(id::ROLLBACK),
     doc::<crate::deploy::install::Status>(id::STATUS),

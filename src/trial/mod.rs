@@ -7,6 +7,7 @@ pub(crate) mod check;
 pub(crate) mod config;
 pub(crate) mod flip;
 pub(crate) mod record;
+pub(crate) mod render;
 pub(crate) mod report;
 pub(crate) mod soak;
 pub(crate) mod validate;

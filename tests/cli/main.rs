@@ -28,6 +28,7 @@ mod noop;
 mod output;
 mod patch_apply;
 mod rebase_resolve;
+mod report;
 mod schemas;
 mod shard;
 mod ship;

@@ -330,6 +330,8 @@ fn real_output_of_every_command_validates_against_its_schema() {
         "pinforge.verify-signed/v1",
         // validate merge: shards of stub engines and of real ASan builds (shard).
         "pinforge.validate-merge/v1",
+        // report: real builds' manifests and a real run and soak flip (report).
+        "pinforge.report/v1",
     ];
     let want: BTreeSet<String> = pinforge::cli::schema::DOCUMENTS
         .iter()

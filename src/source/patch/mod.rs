@@ -151,6 +151,12 @@ const EMBEDDED: &[(&str, &str)] = &[
 ];
 const EMBEDDED_SERIES: &str = include_str!("../../../patches/series");
 
+/// The text of a patch embedded in the binary, by file name (a manifest of the embedded
+/// default recipe records no local path for its patches; `report` reads their attribution here).
+pub(crate) fn embedded_patch(name: &str) -> Option<&'static str> {
+    EMBEDDED.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
+}
+
 /// A bundle of patches with their order.
 #[derive(Debug, Clone)]
 pub(crate) struct Bundle {

@@ -1,0 +1,54 @@
+//! `pinforge report`: validate runs, flip and ablation records and build manifests rendered
+//! as one self-contained HTML page (or text, or Markdown). Exit 0 when the report is written
+//! and no evidence file fails its check now, 1 when it is written and some evidence fails
+//! (the page says which), 2 for an input it cannot read (nothing written).
+
+use super::{print_json, JsonArg};
+use crate::base::error::{exit, Result};
+use crate::outln;
+use crate::trial::render::{self, Format};
+use std::path::PathBuf;
+
+/// Arguments of `report`.
+#[derive(Debug, clap::Args)]
+pub struct ReportArgs {
+    /// Validate run folders (or their evidence.json), flip or ablation records (record.json or
+    /// its folder) and build manifests, in any mix; the kind is read from each file's content
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+    /// The file to write (replaced atomically; a symlink there is refused)
+    #[arg(short, long, value_name = "FILE")]
+    pub output: PathBuf,
+    /// html (one self-contained page), text (for the terminal) or md (for an issue)
+    #[arg(long, default_value = "html", value_parser = ["html", "text", "md"])]
+    pub format: String,
+    #[command(flatten)]
+    pub out: JsonArg,
+}
+
+/// Run `report`.
+pub(super) fn run(a: ReportArgs) -> Result<i32> {
+    let format = match a.format.as_str() {
+        "text" => Format::Text,
+        "md" => Format::Md,
+        _ => Format::Html,
+    };
+    let w = render::write(&a.paths, &a.output, format)?;
+    if a.out.json {
+        print_json(super::schema::id::REPORT, &w)?;
+    } else {
+        outln!(
+            "wrote {} ({} inputs, {} rows drawn, {} evidence files, {} failing now)",
+            crate::trial::render::shown_path(&w.output),
+            w.inputs.len(),
+            w.rows,
+            w.evidence_files,
+            w.evidence_failing
+        );
+    }
+    Ok(if w.evidence_failing == 0 {
+        exit::OK
+    } else {
+        exit::CHECK_FAILED
+    })
+}
