@@ -465,8 +465,14 @@ pub(crate) fn cover(
         .collect();
     let mut covered = Vec::new();
     let mut missing = Vec::new();
+    // A static library a requested program links (llama-server's libcommon.a) lives inside
+    // that program: it is covered by the staged program, not by a file of its own.
+    let programs = model
+        .closure(requested)?
+        .iter()
+        .any(|t| t.kind == "EXECUTABLE" && requested.contains(&t.name));
     for t in model.closure(requested)? {
-        if !t.is_library() {
+        if !t.is_library() || (programs && t.kind == "STATIC_LIBRARY") {
             continue;
         }
         let cmake_real = std::fs::canonicalize(cmake_dir).unwrap_or_else(|_| cmake_dir.into());
