@@ -30,6 +30,7 @@ mod patch_apply;
 mod rebase_resolve;
 mod report;
 mod schemas;
+mod serve_tree;
 mod shard;
 mod ship;
 mod sign;
@@ -250,6 +251,47 @@ fn llama_build(variant: &str) -> serde_json::Value {
     let j = json(&o);
     done.insert(variant.to_string(), j.clone());
     j
+}
+
+/// The server recipe (issue #20): llama.cpp b7698 with `tools/server`, from the npm package
+/// node-llama-cpp 3.15.0.
+fn server_recipe() -> PathBuf {
+    repo_root().join("recipes/mrope-server.toml")
+}
+
+/// `pinforge build RECIPE --variant VARIANT --json` of [`server_recipe`] in [`llama_ws`], once
+/// per test run and variant, as [`llama_build`] does for the default recipe (the serving tests
+/// reuse these builds; the compile cache keeps the second of patched/unpatched cheap). None,
+/// said as a skip, when the pin's tarball is neither cached in the workspace nor fetchable
+/// (no npm on this machine).
+fn server_build(variant: &str) -> Option<serde_json::Value> {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+    static DONE: Mutex<BTreeMap<String, serde_json::Value>> = Mutex::new(BTreeMap::new());
+    let mut done = DONE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(j) = done.get(variant) {
+        return Some(j.clone());
+    }
+    let cached = llama_ws().join("vendor/cache/npm/node-llama-cpp-3.15.0.tgz");
+    if !cached.is_file() && which("npm").is_none() {
+        skip("npm is not installed and the server recipe's tarball is not cached");
+        return None;
+    }
+    let recipe = server_recipe();
+    let o = pinforge(
+        llama_ws(),
+        &[
+            "build",
+            recipe.to_str().expect("utf8"),
+            "--variant",
+            variant,
+            "--json",
+        ],
+    );
+    assert_eq!(code(&o), 0, "shared server build {variant}: {}", stderr(&o));
+    let j = json(&o);
+    done.insert(variant.to_string(), j.clone());
+    Some(j)
 }
 
 fn pinforge(ws: &Path, args: &[&str]) -> Output {

@@ -199,6 +199,10 @@ fn upstream(tree: &Tree) -> Resource {
     if let Some(t) = &pin.tag {
         ann.insert("tag".into(), Value::from(t.clone()));
     }
+    // An npm pin's tree comes from a git bundle inside the tarball: its digest too.
+    if let Some(b) = pin.bundle_sha256 {
+        ann.insert("bundle_sha256".into(), Value::from(b.to_string()));
+    }
     if pin.skipped_git_entries > 0 {
         let n = Value::from(pin.skipped_git_entries);
         ann.insert("skipped_git_entries".into(), n);

@@ -221,7 +221,13 @@ fn verify_inputs(
 /// One input on disk checked: a git tree must be clean at its commit, a file must hash to its
 /// digest. Returns its mismatch, if any, and the bytes hashed.
 fn check_input(dep: &super::Resource, path: &Path) -> Result<(Option<Mismatch>, u64)> {
-    if let Some(commit) = dep.digest.get("gitCommit") {
+    // An npm pin's upstream names both its tarball (sha256, the file on disk) and the bundle's
+    // commit: the input kept is the file, so it is hashed; a tree has a commit only.
+    let tree_commit = dep
+        .digest
+        .get("gitCommit")
+        .filter(|_| !dep.digest.contains_key("sha256"));
+    if let Some(commit) = tree_commit {
         let head: GitOid = commit.parse()?;
         if let Err(e) = crate::base::git::check_clean(path, head) {
             return Ok((

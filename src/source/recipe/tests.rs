@@ -364,3 +364,83 @@ fn line_col_counts_from_one() {
     assert_eq!(line_col("ab\ncd", 0), (1, 1));
     assert_eq!(line_col("ab\ncd", 4), (2, 2));
 }
+
+// issue #20: the npm pin of the server recipe, and the keys each pin kind refuses.
+#[test]
+fn the_server_recipe_pins_the_npm_tarball_and_its_bundle() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes");
+    let r = Recipe::load(&dir.join("mrope-server.toml")).expect("mrope-server.toml");
+    match &r.pin.source {
+        PinSource::Npm {
+            package,
+            version,
+            path,
+            bundle,
+            bundle_sha256,
+            ..
+        } => {
+            assert_eq!(
+                (package.as_str(), version.as_str()),
+                ("node-llama-cpp", "3.15.0")
+            );
+            assert_eq!(path, &None, "the shipped recipe fetches with npm pack");
+            assert_eq!(bundle, "package/llama/gitRelease.bundle");
+            assert!(bundle_sha256.to_string().starts_with("0ebab4aa"));
+        }
+        other => panic!("not an npm pin: {other:?}"),
+    }
+    assert_eq!(r.pin.build_number, Some(7698));
+    for v in ["patched", "unpatched", "patched-asan", "unpatched-asan"] {
+        let var = r.variant(v).expect(v);
+        assert_eq!(var.targets, vec!["llama-server".to_string()], "{v}");
+        assert_eq!(var.cmake["LLAMA_BUILD_SERVER"], "ON", "{v}");
+        assert_eq!(var.cmake["CMAKE_BUILD_WITH_INSTALL_RPATH"], "ON", "{v}");
+    }
+    assert_eq!(
+        r.variant("unpatched-asan").expect("v").cmake["LLAMA_SANITIZE_ADDRESS"],
+        "ON"
+    );
+}
+
+#[test]
+fn npm_pin_keys_are_checked_per_kind() {
+    let npm = |extra: &str| {
+        MINI.replace(
+            "kind = \"crate\"\ncrate = \"x\"\nversion = \"1.0.0\"",
+            &format!("kind = \"npm\"\npackage = \"p\"\nversion = \"1.0.0\"\n{extra}"),
+        )
+    };
+    let sha = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+    let ok = npm(&format!(
+        "bundle = \"package/b.bundle\"\nbundle-sha256 = \"{sha}\"\npath = \"p.tgz\""
+    ));
+    let r = parse(&ok).expect("npm pin");
+    assert!(
+        matches!(&r.pin.source, PinSource::Npm { path: Some(p), .. } if p == Path::new("/ws/recipes/p.tgz"))
+    );
+    for (text, want) in [
+        (
+            npm("bundle = \"package/b.bundle\""),
+            "needs `bundle-sha256`",
+        ),
+        (npm(&format!("bundle-sha256 = \"{sha}\"")), "needs `bundle`"),
+        (
+            npm(&format!("bundle = \"../b\"\nbundle-sha256 = \"{sha}\"")),
+            "relative path inside the tarball",
+        ),
+        (
+            npm(&format!(
+                "bundle = \"b\"\nbundle-sha256 = \"{sha}\"\ncommit = \"abcdef1\""
+            )),
+            "does not apply to a `npm` pin",
+        ),
+        (
+            MINI.replace("version = \"1.0.0\"", "version = \"1.0.0\"\nbundle = \"b\""),
+            "does not apply to a `crate` pin",
+        ),
+    ] {
+        let e = parse(&text).expect_err(want);
+        assert_eq!(e.exit_code(), 2, "{e}");
+        assert!(e.to_string().contains(want), "{want}: {e}");
+    }
+}
