@@ -1,11 +1,14 @@
 //! The little of ELF that pinforge reads, through the `object` crate rather than by hand: the
 //! byte ranges of the string tables and of the GNU build-id (the reproducibility rule in
-//! [`crate::artifact::normalize`]), and a shared library's `DT_NEEDED` entries (which CUDA runtime
-//! libraries must travel with the engine). Only ELF64 little-endian (x86-64, AArch64) is read;
+//! [`crate::artifact::normalize`]), a shared library's `DT_NEEDED` entries (which CUDA runtime
+//! libraries must travel with the engine) and an executable's run path (a staged `bin/` program
+//! must find the staged `lib/`). Only ELF64 little-endian (x86-64, AArch64) is read;
 //! anything else, or a file whose tables point outside it, is "not an ELF file we read" (None),
 //! never a panic: these bytes come from a build, and a build can be hostile.
 
-use object::elf::{FileHeader64, DT_NEEDED, NT_GNU_BUILD_ID, SHF_ALLOC, SHT_NOTE, SHT_STRTAB};
+use object::elf::{
+    FileHeader64, DT_NEEDED, DT_RPATH, DT_RUNPATH, NT_GNU_BUILD_ID, SHF_ALLOC, SHT_NOTE, SHT_STRTAB,
+};
 use object::read::elf::{Dyn, FileHeader, SectionHeader};
 use object::LittleEndian;
 use std::ops::Range;
@@ -106,6 +109,37 @@ pub fn needed_of_file(file: std::fs::File) -> Option<Vec<String>> {
     needed_in(&cache)
 }
 
+/// The run path of an executable or library: its `DT_RUNPATH` (else `DT_RPATH`) split at `:`;
+/// empty when it has neither. A staged executable must find its libraries through it.
+pub fn run_path(bytes: &[u8]) -> Option<Vec<String>> {
+    let h = FileHeader64::<LittleEndian>::parse(bytes).ok()?;
+    let endian = h.endian().ok()?;
+    let sections = h.sections(endian, bytes).ok()?;
+    let Some((dynamic, link)) = sections.dynamic(endian, bytes).ok()? else {
+        return Some(vec![]);
+    };
+    let strings = sections.strings(endian, bytes, link).ok()?;
+    let (mut runpath, mut rpath) = (None, None);
+    for d in dynamic {
+        let tag = d.d_tag(endian);
+        if tag == DT_RUNPATH || tag == DT_RPATH {
+            let text = String::from_utf8_lossy(d.string(endian, strings).ok()?).into_owned();
+            if tag == DT_RUNPATH {
+                runpath = Some(text);
+            } else {
+                rpath = Some(text);
+            }
+        }
+    }
+    let text = runpath.or(rpath).unwrap_or_default();
+    Some(
+        text.split(':')
+            .filter(|p| !p.is_empty())
+            .map(str::to_string)
+            .collect(),
+    )
+}
+
 fn needed_in<'data, R: object::ReadRef<'data>>(data: R) -> Option<Vec<String>> {
     let h = FileHeader64::<LittleEndian>::parse(data).ok()?;
     let endian = h.endian().ok()?;
@@ -148,6 +182,10 @@ mod tests {
         assert_eq!(needed_of_file(f), Some(needed));
         let junk = tempfile::tempfile().expect("tmp");
         assert_eq!(needed_of_file(junk), None);
+        // cargo links test binaries without a run path; what matters is that it is read, not
+        // guessed (the staged llama-server's `$ORIGIN/../lib` is checked by tests/cli).
+        assert!(run_path(&bytes).is_some());
+        assert_eq!(run_path(b"#!/bin/sh\n"), None);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! ```text
 //! <root>/vendor/cache/crates/NAME-VERSION.crate   verified registry archives
 //! <root>/vendor/cache/git/URLHASH.git             bare repositories holding pinned commits
+//! <root>/vendor/cache/npm/NAME-VERSION.tgz         verified npm package tarballs (`npm pack`)
 //! <root>/vendor/SLUG/                             pristine upstream as a git repository
 //! <root>/vendor/SLUG+SERIES/                      pristine + a patch series, one commit per patch
 //! <root>/build/RECIPE/VARIANT/{cmake,build.log,manifest.json}
@@ -51,6 +52,11 @@ impl Workspace {
     /// `vendor/cache/git/`.
     pub(crate) fn git_cache(&self) -> PathBuf {
         self.vendor().join("cache").join("git")
+    }
+
+    /// `vendor/cache/npm/`.
+    pub(crate) fn npm_cache(&self) -> PathBuf {
+        self.vendor().join("cache").join("npm")
     }
 
     /// `build/RECIPE/VARIANT/`.

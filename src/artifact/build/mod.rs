@@ -516,6 +516,12 @@ fn install_into_stage(
         stage::stage_built_libraries(&model, &job.variant.targets, &site.stage_dir)?;
         stage::Staging::BuiltLibraries
     };
+    for program in stage::stage_executables(&model, &job.variant.targets, &site.stage_dir)? {
+        reporter.stage(
+            "note",
+            &format!("staged {program} from the build tree (not installed by the install rules)"),
+        );
+    }
     stage::relocate(&site.stage_dir)?;
     Ok((staging, model))
 }

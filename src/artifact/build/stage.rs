@@ -271,6 +271,63 @@ pub(crate) fn stage_built_libraries(
     Ok(())
 }
 
+/// The run-path entry a staged `bin/` program finds the staged libraries through (the configure
+/// arguments give installed files `$ORIGIN;$ORIGIN/../lib`).
+const BIN_TO_LIB: &str = "$ORIGIN/../lib";
+
+/// Copy each requested executable target the install rules did not install into `stage/bin/`
+/// (llama.cpp installs its tools only with `LLAMA_TOOLS_INSTALL`, which would install every tool
+/// whether built or not). The copy is the build tree's file, so its run path must already reach
+/// `lib/` from `bin/`: a recipe gets that with `CMAKE_BUILD_WITH_INSTALL_RPATH`. Returns the
+/// staged paths.
+pub(crate) fn stage_executables(
+    model: &CodeModel,
+    requested: &[String],
+    stage: &Path,
+) -> Result<Vec<String>> {
+    let bin = stage.join("bin");
+    let mut staged = Vec::new();
+    for t in model.closure(requested)? {
+        if t.kind != "EXECUTABLE" || !requested.contains(&t.name) {
+            continue;
+        }
+        for a in &t.artifacts {
+            let Some(real) = built_file(a) else {
+                return Err(Error::check(
+                    a.display(),
+                    format!(
+                        "target `{}` was requested but its program was not built",
+                        t.name
+                    ),
+                ));
+            };
+            let Some(name) = a.file_name() else { continue };
+            let to = bin.join(name);
+            if std::fs::symlink_metadata(&to).is_ok() {
+                continue; // the install rules installed it (with the install run path)
+            }
+            let bytes = crate::base::fsx::read(&real)?;
+            let path = crate::base::elf::run_path(&bytes).unwrap_or_default();
+            if !path.iter().any(|p| p == BIN_TO_LIB) {
+                return Err(Error::check(
+                    real.display(),
+                    format!(
+                        "the built program's run path is `{}`; staged in bin/ it would not find lib/",
+                        path.join(":")
+                    ),
+                )
+                .with_hint(format!(
+                    "set `CMAKE_BUILD_WITH_INSTALL_RPATH = true` in the recipe so that built programs carry `{BIN_TO_LIB}`"
+                )));
+            }
+            crate::base::fsx::create_dir_all(&bin)?;
+            crate::base::fsx::write_atomic_mode(&to, &bytes, 0o755)?;
+            staged.push(format!("bin/{}", name.to_string_lossy()));
+        }
+    }
+    Ok(staged)
+}
+
 /// The file a code-model artifact names: the file API names a versioned shared library by its
 /// link (`bin/libx.so -> libx.so.1 -> libx.so.1.0.0`); the build folder is pinforge's own, so
 /// the links are followed.

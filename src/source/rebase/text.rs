@@ -132,6 +132,24 @@ fn pin_keys(
             keys.push(("path", path_text(path)?));
             keys.push(("sha256", sha256.to_string()));
         }
+        PinSource::Npm {
+            package,
+            version,
+            sha256,
+            path,
+            bundle,
+            bundle_sha256,
+        } => {
+            keys.push(("kind", "npm".to_string()));
+            keys.push(("package", package.clone()));
+            keys.push(("version", version.clone()));
+            keys.push(("sha256", sha256.to_string()));
+            if let Some(path) = path {
+                keys.push(("path", path_text(path)?));
+            }
+            keys.push(("bundle", bundle.clone()));
+            keys.push(("bundle-sha256", bundle_sha256.to_string()));
+        }
         PinSource::Dir { path, tree_sha256 } => {
             keys.push(("kind", "dir".to_string()));
             keys.push(("path", path_text(path)?));
@@ -219,6 +237,7 @@ mod tests {
             build_commit: String::new(),
             archive: None,
             skipped_git_entries: 0,
+            bundle_sha256: None,
             skipped_git_paths: Vec::new(),
         };
         moved_recipe_text(

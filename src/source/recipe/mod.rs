@@ -81,6 +81,23 @@ pub(crate) enum PinSource {
         /// SHA-256 of the file.
         sha256: Sha256,
     },
+    /// A package of the npm registry whose tarball carries the upstream tree as a git bundle
+    /// (`node-llama-cpp` ships llama.cpp as `package/llama/gitRelease.bundle`): fetched with
+    /// `npm pack` (or read from a local copy), both the tarball and the bundle verified by digest.
+    Npm {
+        /// Package name.
+        package: String,
+        /// Exact version.
+        version: String,
+        /// SHA-256 of the tarball `npm pack` writes.
+        sha256: Sha256,
+        /// A local copy of the tarball to use instead of `npm pack` (relative to the recipe).
+        path: Option<PathBuf>,
+        /// The bundle's path inside the tarball, as the archive names it.
+        bundle: String,
+        /// SHA-256 of the bundle.
+        bundle_sha256: Sha256,
+    },
     /// A local directory, verified by its tree digest.
     Dir {
         /// Path (relative paths are relative to the recipe).

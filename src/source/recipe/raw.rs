@@ -39,9 +39,13 @@ pub(super) struct RawPin {
     pub(super) url: Option<String>,
     pub(super) tag: Option<String>,
     pub(super) commit: Option<Spanned<String>>,
-    // tarball / dir
+    // npm
+    pub(super) package: Option<String>,
+    pub(super) bundle: Option<String>,
+    pub(super) bundle_sha256: Option<Spanned<String>>,
+    // tarball / dir / npm (a local copy of the package tarball)
     pub(super) path: Option<String>,
-    // crate, tarball
+    // crate, tarball, npm
     pub(super) sha256: Option<Spanned<String>>,
     // dir
     pub(super) tree_sha256: Option<Spanned<String>>,

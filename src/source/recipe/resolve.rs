@@ -218,6 +218,54 @@ impl PinCheck<'_, '_> {
         })
     }
 
+    fn npm(&self) -> Result<PinSource> {
+        let (p, kind) = (self.p, "npm");
+        self.forbid(
+            p.krate.is_some() || p.url.is_some() || p.tag.is_some() || p.commit.is_some(),
+            "crate/url/tag/commit",
+            kind,
+        )?;
+        self.forbid(p.tree_sha256.is_some(), "tree-sha256", kind)?;
+        let sha = p.sha256.as_ref().ok_or_else(|| {
+            self.error("an `npm` pin needs `sha256` (of the tarball `npm pack` writes)")
+                .with_hint(
+                    "`sha256sum` of the tarball; pinforge refuses to build unverified sources",
+                )
+        })?;
+        let bundle_sha = p.bundle_sha256.as_ref().ok_or_else(|| {
+            self.error("an `npm` pin needs `bundle-sha256` (of the git bundle inside the tarball)")
+        })?;
+        let bundle = self.need(&p.bundle, "bundle", kind)?;
+        // The member is matched against the archive's own (checked) entry names.
+        let plain = !bundle.is_empty()
+            && Path::new(&bundle)
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !plain {
+            return Err(self.error(format!(
+                "bundle `{bundle}` must be a relative path inside the tarball (no `..`, not absolute)"
+            )));
+        }
+        Ok(PinSource::Npm {
+            package: self.need(&p.package, "package", kind)?,
+            version: self.need(&p.version, "version", kind)?,
+            sha256: parse_sha(sha, self.at)?,
+            path: p.path.clone().map(|s| self.rel(s)),
+            bundle,
+            bundle_sha256: parse_sha(bundle_sha, self.at)?,
+        })
+    }
+
+    /// The keys only an `npm` pin has, refused on every other kind.
+    fn no_npm_keys(&self, kind: &str) -> Result<()> {
+        let p = self.p;
+        self.forbid(
+            p.package.is_some() || p.bundle.is_some() || p.bundle_sha256.is_some(),
+            "package/bundle/bundle-sha256",
+            kind,
+        )
+    }
+
     fn dir(&self) -> Result<PinSource> {
         let (p, kind) = (self.p, "dir");
         self.forbid(
@@ -245,15 +293,20 @@ pub(super) fn resolve_pin(raw: &Spanned<RawPin>, base_dir: Option<&Path>, at: &A
         base_dir,
         at,
     };
-    let source = match p.kind.get_ref().as_str() {
+    let kind = p.kind.get_ref().as_str();
+    if kind != "npm" {
+        check.no_npm_keys(kind)?;
+    }
+    let source = match kind {
         "crate" => check.krate()?,
         "git" => check.git()?,
         "tarball" => check.tarball()?,
         "dir" => check.dir()?,
+        "npm" => check.npm()?,
         other => {
             return Err(Error::input(
                 at(Some(p.kind.span())),
-                format!("unknown pin kind `{other}`; expected crate, git, tarball or dir"),
+                format!("unknown pin kind `{other}`; expected crate, git, tarball, dir or npm"),
             ))
         }
     };

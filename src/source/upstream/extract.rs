@@ -171,6 +171,70 @@ pub(crate) fn extract_archive(
     Ok(out)
 }
 
+/// The bytes of the one regular-file entry named `member` (as the archive names it, `./`
+/// dropped) of `archive`. The whole archive is read with the refusals of `extract_archive`:
+/// every entry path must stay inside the archive, and the member must be a plain file, present
+/// exactly once: a link, a folder, a device or a second entry of that name is refused.
+pub(crate) fn read_member(archive: &Path, member: &str) -> Result<Vec<u8>> {
+    let want = safe_rel(Path::new(member)).ok_or_else(|| {
+        Error::input(
+            archive.display(),
+            format!("member `{member}` is not a relative path"),
+        )
+    })?;
+    let mut tar = tar::Archive::new(open_archive(archive)?);
+    let bad = |entry: &Path, why: &str| {
+        Error::input(
+            archive.display(),
+            format!("refused archive entry `{}`: {why}", entry.display()),
+        )
+        .with_hint("the archive is malformed or hostile; nothing from it was used")
+    };
+    let corrupt = |e: std::io::Error| {
+        Error::input(archive.display(), format!("malformed archive: {e}")).with_hint(
+            "the pinned archive cannot be read as a tar (or .tar.gz); nothing from it was used",
+        )
+    };
+    let mut found: Option<Vec<u8>> = None;
+    for entry in tar.entries().map_err(corrupt)? {
+        let mut entry = entry.map_err(corrupt)?;
+        let raw = entry.path().map_err(corrupt)?.into_owned();
+        let kind = entry.header().entry_type();
+        if matches!(
+            kind,
+            tar::EntryType::XGlobalHeader | tar::EntryType::XHeader | tar::EntryType::GNULongName
+        ) || raw.components().all(|c| c == Component::CurDir)
+        {
+            continue;
+        }
+        let rel = safe_rel(&raw).ok_or_else(|| bad(&raw, "path escapes the destination"))?;
+        if rel != want {
+            continue;
+        }
+        if found.is_some() {
+            return Err(bad(&raw, "the archive holds this member more than once"));
+        }
+        match kind {
+            tar::EntryType::Regular | tar::EntryType::Continuous => {
+                let mut bytes = Vec::new();
+                entry.read_to_end(&mut bytes).map_err(corrupt)?;
+                found = Some(bytes);
+            }
+            tar::EntryType::Symlink | tar::EntryType::Link => {
+                return Err(bad(&raw, "the pinned member is a link, not a file"))
+            }
+            _ => return Err(bad(&raw, "the pinned member is not a regular file")),
+        }
+    }
+    found.ok_or_else(|| {
+        Error::input(
+            archive.display(),
+            format!("the archive has no member `{member}`"),
+        )
+        .with_hint("check the pin's `bundle` path (`tar tzf` lists the archive)")
+    })
+}
+
 /// The archive as a byte stream: gunzipped when it starts with the gzip magic.
 fn open_archive(archive: &Path) -> Result<Box<dyn Read>> {
     let mut file = fsx::open_regular(archive, "archive", true)?;

@@ -20,6 +20,7 @@ enum Payload {
     Archive(PathBuf),
     Dir(PathBuf),
     Git { repo: PathBuf, commit: git2::Oid },
+    Bundle(super::npm::Bundle),
 }
 
 /// A pin fetched and verified: what it resolved to, and where its files come from.
@@ -35,6 +36,7 @@ impl Prepared {
             Payload::Archive(path) => extract::extract_archive(path, dest, sub),
             Payload::Dir(path) => extract::copy_dir(&extract::real_subdir(path, sub)?, dest),
             Payload::Git { repo, commit } => extract::export_commit(repo, *commit, sub, dest),
+            Payload::Bundle(bundle) => bundle.export(dest, sub),
         }
     }
 }
@@ -63,6 +65,7 @@ impl ResolvedPin {
             build_number,
             build_commit,
             archive,
+            bundle_sha256: None,
             skipped_git_entries: 0,
             skipped_git_paths: Vec::new(),
         }
@@ -104,6 +107,30 @@ pub(super) fn prepare(ws: &Workspace, recipe: &Recipe) -> Result<Prepared> {
                 payload: Payload::Archive(path.clone()),
             })
         }
+        PinSource::Npm {
+            package,
+            version,
+            sha256,
+            path,
+            bundle,
+            bundle_sha256,
+        } => {
+            let tgz = super::npm::tarball(ws, package, version, *sha256, path.as_deref())?;
+            let payload = super::npm::bundle(&tgz, bundle, *bundle_sha256)?;
+            let full = GitOid::new(payload.tip);
+            let uri = format!("npm:{package}@{version}");
+            let mut resolved = ResolvedPin::by_digest(pin, "npm", uri, *sha256, Some(tgz));
+            // The bundle's commit is the tree's identity, as a git pin's is.
+            if pin.build_commit.is_none() {
+                resolved.build_commit = full.short(9);
+            }
+            resolved.git_commit = Some(full);
+            resolved.bundle_sha256 = Some(*bundle_sha256);
+            Ok(Prepared {
+                resolved,
+                payload: Payload::Bundle(payload),
+            })
+        }
         PinSource::Dir { path, tree_sha256 } => {
             let root = path.join(pin.subdir.as_deref().unwrap_or(""));
             if !root.is_dir() {
@@ -139,6 +166,7 @@ pub(super) fn prepare(ws: &Workspace, recipe: &Recipe) -> Result<Prepared> {
                     build_number,
                     build_commit,
                     archive: None,
+                    bundle_sha256: None,
                     skipped_git_entries: 0,
                     skipped_git_paths: Vec::new(),
                 },

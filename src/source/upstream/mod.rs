@@ -1,5 +1,5 @@
 //! Pinned upstream sources: fetch (cargo for registry crates, libgit2 for one shallow commit,
-//! local tarballs and folders), verify before use, extract safely, and materialize as a git
+//! npm for a package tarball carrying a git bundle, local tarballs and folders), verify before use, extract safely, and materialize as a git
 //! repository whose first commit is the pristine upstream. Patched trees are clones of that
 //! repository with one commit per patch. Every tree is built in a temp folder and renamed into
 //! place, and a second run re-verifies and reuses it.
@@ -14,15 +14,11 @@ use git2::{IndexAddOption, Repository, Time};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-// Not yet wired into a pin kind (the npm/bundle pin is unfinished): only its tests use it.
-#[allow(
-    dead_code,
-    reason = "the npm/bundle pin that calls it is not written yet"
-)]
 mod bundle;
 mod extract;
 mod fetch;
 mod lock;
+mod npm;
 pub(crate) use fetch::{git_cache_repo, pin_digest, registry_cksum};
 pub(crate) use lock::git_lock_text;
 // `pull` unpacks a registry layer with the same refusals as a pin (deploy::ship).
@@ -35,13 +31,13 @@ const STATE_FILE: &str = "pinforge-tree.json";
 /// The pin after resolution and verification (what the manifest records).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct ResolvedPin {
-    /// crate | git | tarball | dir.
+    /// crate | git | tarball | dir | npm.
     pub kind: String,
-    /// `crate:NAME@VERSION`, the git URL, or the local path.
+    /// `crate:NAME@VERSION`, `npm:NAME@VERSION`, the git URL, or the local path.
     pub uri: String,
     /// SHA-256 of the archive (crate, tarball) or the tree digest (dir).
     pub sha256: Option<Sha256>,
-    /// Full upstream commit (git pins).
+    /// Full upstream commit (git pins; the bundle's commit for npm pins).
     pub git_commit: Option<GitOid>,
     /// Tag (git pins).
     pub tag: Option<String>,
@@ -51,8 +47,11 @@ pub(crate) struct ResolvedPin {
     pub build_number: u64,
     /// Commit string given to llama.cpp's build info.
     pub build_commit: String,
-    /// Where the verified archive is kept (crate, tarball), for later re-verification.
+    /// Where the verified archive is kept (crate, tarball, npm), for later re-verification.
     pub archive: Option<PathBuf>,
+    /// SHA-256 of the git bundle read out of the archive (npm pins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bundle_sha256: Option<Sha256>,
     /// `.git` entries (files, folders, links at or below a `.git` component) the source
     /// carried and that were left out of the tree: never extracted, never fatal.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -327,6 +326,9 @@ fn human_name(source: &PinSource) -> String {
             let base = repo.rsplit('/').next().unwrap_or("git");
             format!("{base}-{}", &commit[..commit.len().min(9)])
         }
+        PinSource::Npm {
+            package, version, ..
+        } => format!("{package}-{version}"),
         PinSource::Tarball { path, .. } | PinSource::Dir { path, .. } => path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())

@@ -622,6 +622,7 @@ fn the_skip_note_names_git_paths_as_they_are_in_the_source() {
         build_commit: String::new(),
         archive: None,
         skipped_git_entries: 1,
+        bundle_sha256: None,
         skipped_git_paths: vec![".git".into()],
     };
     assert_eq!(
@@ -630,4 +631,44 @@ fn the_skip_note_names_git_paths_as_they_are_in_the_source() {
             "skipped 1 .git entry of the upstream source (never extracted): vendor/llama.cpp/.git"
         )
     );
+}
+
+// issue #20: the npm pin reads one member (the git bundle) out of the package tarball.
+#[test]
+fn a_member_is_read_only_when_it_is_one_plain_file_inside_the_archive() {
+    let read = |entries: &[E]| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let arch = dir.path().join("a.tar");
+        std::fs::write(&arch, tar_of(entries)).expect("write");
+        read_member(&arch, "package/llama/b.bundle")
+    };
+    let ok = read(&[f("package/x"), f("./package/llama/b.bundle")]).expect("member");
+    assert_eq!(ok, b"x");
+    for (entries, want) in [
+        (vec![l("package/llama/b.bundle", "../x")], "is a link"),
+        (
+            vec![E::Typed(
+                b"package/llama/b.bundle".to_vec(),
+                tar::EntryType::Link,
+            )],
+            "is a link",
+        ),
+        (
+            vec![E::Dir(b"package/llama/b.bundle".to_vec())],
+            "not a regular file",
+        ),
+        (
+            vec![f("package/llama/b.bundle"), f("package/llama/b.bundle")],
+            "more than once",
+        ),
+        (
+            vec![f("package/../b"), f("package/llama/b.bundle")],
+            "escapes",
+        ),
+        (vec![f("package/llama/other")], "no member"),
+    ] {
+        let e = read(&entries).expect_err(want);
+        assert_eq!(e.exit_code(), 2, "{e}");
+        assert!(e.to_string().contains(want), "{want}: {e}");
+    }
 }
