@@ -29,6 +29,7 @@ mod output;
 mod patch_apply;
 mod rebase_resolve;
 mod schemas;
+mod serve_soak;
 mod ship;
 mod sign;
 mod smoke_trust;

@@ -328,6 +328,8 @@ fn real_output_of_every_command_validates_against_its_schema() {
         "pinforge.pull/v1",
         "pinforge.sign/v1",
         "pinforge.verify-signed/v1",
+        // validate --serve / --endpoint: real llama-server builds (serve_soak).
+        "pinforge.validate-serve/v1",
         // Not yet validated from real output anywhere: the merge CLI test of issue #21 is
         // unwritten (its unit tests build shards by hand). Listed so the gap is visible here.
         "pinforge.validate-merge/v1",

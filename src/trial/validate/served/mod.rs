@@ -80,6 +80,8 @@ pub(crate) struct ServeArm {
     pub mode: String,
     /// The binary (managed) or the URL (endpoint).
     pub server: String,
+    /// The URL the rows went to (a managed router's loopback port is free again at the end).
+    pub url: String,
     /// The candidate (second) arm.
     pub candidate: bool,
     /// Rows run.
@@ -401,6 +403,7 @@ impl ManagedArm<'_> {
             on_response: &on_response,
         };
         let rows = rowloop::run(&r.server, &plan, rows_file)?;
+        let url = r.server.base().to_string();
         let after = router::identity(&r, self.model, self.preset_file, PRESETS[0])?;
         check_drift(self.name, &before, &after, &self.server.recorded)?;
         drop(r);
@@ -411,6 +414,7 @@ impl ManagedArm<'_> {
                 name: self.name.to_string(),
                 mode: "serve".into(),
                 server: self.server.bin.display().to_string(),
+                url,
                 candidate: false,
                 rows: 0,
                 counts: BTreeMap::new(),
@@ -494,6 +498,7 @@ fn endpoint_arm(
             name: "endpoint".into(),
             mode: "endpoint".into(),
             server: s.base().to_string(),
+            url: s.base().to_string(),
             candidate: true,
             rows: 0,
             counts: BTreeMap::new(),
