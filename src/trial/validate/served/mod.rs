@@ -454,6 +454,21 @@ fn endpoint_identity(s: &Server, preset: &str) -> Identity {
     }
 }
 
+/// The context per slot the endpoint reports (`/props` `default_generation_settings.n_ctx`,
+/// of the first model, or of the server itself), for the context-exhausted rule; the tiny
+/// model's context when it reports none.
+fn endpoint_n_ctx(s: &Server, preset: &str) -> u64 {
+    [s.props(Some(preset)).ok(), s.props(None).ok()]
+        .into_iter()
+        .flatten()
+        .find_map(|p| {
+            p["default_generation_settings"]["n_ctx"]
+                .as_u64()
+                .filter(|n| *n > 0)
+        })
+        .unwrap_or(super::engine::N_CTX as u64)
+}
+
 fn endpoint_arm(
     o: &ServeOptions,
     s: &Server,
@@ -478,7 +493,7 @@ fn endpoint_arm(
         schema,
         limits: Limits {
             max_tokens: o.base.budget as u64,
-            n_ctx: super::engine::N_CTX as u64,
+            n_ctx: endpoint_n_ctx(s, &presets[0]),
         },
         stream: o.stream,
         log: None,

@@ -113,7 +113,17 @@ pub(super) fn start(
     crate::sys::signal::kill_with_parent(&mut cmd);
     let mut group = Group::spawn(cmd, &arm.bin)?;
     let server = Server::new(&format!("http://127.0.0.1:{port}"), None, row_timeout);
-    server.wait_healthy(START_TIMEOUT, &mut || !group.leader_exited())?;
+    let interrupted = crate::sys::signal::interrupted;
+    let waited = server.wait_healthy(START_TIMEOUT, &mut || {
+        !group.leader_exited() && !interrupted()
+    });
+    if interrupted() {
+        return Err(Error::check(
+            arm.bin.display(),
+            "interrupted before the router answered /health; it was stopped",
+        ));
+    }
+    waited?;
     Ok(Router {
         group,
         server,
@@ -141,7 +151,13 @@ pub(super) fn identity(
     let leader = r.group.pid();
     for pid in r.group.members() {
         let role = if pid == leader { "router" } else { "child" };
-        let sha = exe_sha(pid)?.to_string();
+        let sha = match exe_sha(pid) {
+            Ok(s) => s.to_string(),
+            // A child that exited between the listing and the open (an eviction) is not a
+            // process of this arm any more.
+            Err(_) if !Path::new(&format!("/proc/{pid}")).exists() => continue,
+            Err(e) => return Err(e),
+        };
         exe.entry(role.to_string())
             .and_modify(|v: &mut String| {
                 if *v != sha {
