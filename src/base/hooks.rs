@@ -21,6 +21,7 @@
 //! | `PINFORGE_CRASH_AT=flip:registered` | SIGKILL right after a flip's pre-registration is written |
 //! | `PINFORGE_VALIDATE_CRASH_ROWS=N,M` | the validate engine crashes on those rows |
 //! | `PINFORGE_SOAK_FORCE_CLEAN=SIDE:R` | a soak flip reads the crash rows of SIDE's (`from`/`to`) run in repeat R as clean |
+//! | `PINFORGE_SERVE_KILL_CHILD_AT=N` | `validate --serve` SIGKILLs the router's children once row N's response headers arrived (mid-stream with `--stream`) |
 //! | `PINFORGE_SMOKE_CRASH_TEST=1` | the smoke child crashes inside the engine call (set by `smoke --crash-test`) |
 
 /// Whether this binary was built with the test hooks.
@@ -73,6 +74,10 @@ mod imp {
         var("PINFORGE_FS_PROBE").as_deref() == Some("nosymlink")
     }
 
+    pub(crate) fn serve_kill_child_at() -> Option<u64> {
+        var("PINFORGE_SERVE_KILL_CHILD_AT").and_then(|v| v.parse().ok())
+    }
+
     pub(crate) const SMOKE_CRASH_VAR: &str = "PINFORGE_SMOKE_CRASH_TEST";
 
     pub(crate) fn smoke_crash() -> bool {
@@ -101,6 +106,9 @@ mod imp {
     }
     pub(crate) fn smoke_crash() -> bool {
         false
+    }
+    pub(crate) fn serve_kill_child_at() -> Option<u64> {
+        None
     }
 }
 
@@ -140,6 +148,12 @@ pub(crate) fn object_link_emlink() -> bool {
 /// `PINFORGE_FS_PROBE=nosymlink`: the filesystem probe reports no symlink support.
 pub(crate) fn fs_probe_nosymlink() -> bool {
     imp::fs_probe_nosymlink()
+}
+
+/// `PINFORGE_SERVE_KILL_CHILD_AT=N`: `validate --serve` kills the router's children once row
+/// N's response headers arrived (the mid-stream child death test).
+pub(crate) fn serve_kill_child_at() -> Option<u64> {
+    imp::serve_kill_child_at()
 }
 
 /// `PINFORGE_SMOKE_CRASH_TEST=1` in the smoke child: crash inside the engine call.

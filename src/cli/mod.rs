@@ -29,6 +29,7 @@ mod smoke;
 mod status;
 mod toolkit;
 mod validate;
+mod validate_serve;
 mod vendor;
 mod verify;
 

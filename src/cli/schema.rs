@@ -94,6 +94,8 @@ pub mod id {
     pub const AUDIT: &str = "pinforge.audit/v1";
     /// `validate --json`.
     pub const VALIDATE: &str = "pinforge.validate/v1";
+    /// `validate --serve --json` and `validate --endpoint URL --json`.
+    pub const VALIDATE_SERVE: &str = "pinforge.validate-serve/v1";
     /// `validate merge --json`.
     pub const VALIDATE_MERGE: &str = "pinforge.validate-merge/v1";
     /// `verify EVIDENCE --json` (a validate run's evidence.json or its run folder).
@@ -140,6 +142,7 @@ pub const DOCUMENTS: &[Document] = &[
     doc::<crate::source::audit::Audit>(id::AUDIT),
     doc::<crate::trial::validate::Report>(id::VALIDATE),
     doc::<crate::trial::validate::merge::MergeReport>(id::VALIDATE_MERGE),
+    doc::<crate::trial::validate::served::ServeReport>(id::VALIDATE_SERVE),
     doc::<crate::trial::validate::EvidenceCheck>(id::VERIFY_EVIDENCE),
     doc::<crate::trial::soak::verify::SoakCheck>(id::SOAK_CHECK),
     doc::<crate::trial::flip::FlipRecord>(id::FLIP),

@@ -68,6 +68,8 @@ pub struct ValidateArgs {
     #[command(flatten)]
     pub sign: super::sign::SignWith,
     #[command(flatten)]
+    pub served: super::validate_serve::ServeArgs,
+    #[command(flatten)]
     pub out: JsonArg,
 }
 
@@ -192,7 +194,11 @@ pub(super) fn run(ctx: &super::Ctx, a: ValidateArgs) -> Result<i32> {
         None => None,
     };
     let opts = Options {
-        arms: arms(&a, &ctx.ws_root)?,
+        arms: if a.served.endpoint_alone(&a.installed, &a.manifests) {
+            super::validate_serve::no_arms()
+        } else {
+            arms(&a, &ctx.ws_root)?
+        },
         rows: a
             .rows
             .ok_or_else(|| Error::input("validate", "--rows N is required"))?,
@@ -209,6 +215,9 @@ pub(super) fn run(ctx: &super::Ctx, a: ValidateArgs) -> Result<i32> {
         threads: a.threads.max(1),
         workspace: ctx.ws_root.clone(),
     };
+    if a.served.wanted() {
+        return super::validate_serve::run(ctx, &a.served, opts, a.out.json);
+    }
     let reporter = TermReporter::counting(ctx.verbosity == Verbosity::Quiet, "rows");
     let report = validate::run(&opts, &reporter)?;
     if a.out.json {

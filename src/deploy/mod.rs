@@ -4,8 +4,6 @@
 
 pub(crate) mod install;
 pub(crate) mod model;
-// Reached only from its tests until the serve row loop lands (issue #20).
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) mod serve;
 pub(crate) mod ship;
 pub(crate) mod smoke;

@@ -3,6 +3,9 @@
 //! them while the child, which decides for itself, runs; otherwise the parent dies and leaves
 //! the child orphaned in the foreground, fighting the user's shell for the terminal. This is
 //! what `env`, `nix develop` and `sudo` do.
+//!
+//! Also for a parent that owns servers (`validate --serve`): interrupts become a flag it polls
+//! so it can stop them, and its servers are told to die with it (`PR_SET_PDEATHSIG`).
 
 /// Ignore SIGINT and SIGQUIT in this process from now on. Call it after the child is spawned:
 /// an ignored disposition is inherited across `exec`, a handled or default one is not.
@@ -13,5 +16,50 @@ pub(crate) fn ignore_terminal_interrupts() {
         unsafe {
             libc::signal(sig, libc::SIG_IGN);
         }
+    }
+}
+
+/// Set when SIGINT or SIGTERM arrived after [`catch_interrupts`]; a loop that owns servers
+/// polls it between requests and stops them (a served run must leave nothing listening).
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn note_interrupt(_sig: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// From now on SIGINT and SIGTERM only set a flag ([`interrupted`]) instead of ending the
+/// process, so the caller can stop what it started and report.
+pub(crate) fn catch_interrupts() {
+    let handler = note_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to a static atomic, which is async-signal-safe;
+        // `signal` changes this process's disposition table and nothing else.
+        unsafe {
+            libc::signal(sig, handler);
+        }
+    }
+}
+
+/// Whether an interrupt arrived since [`catch_interrupts`].
+pub(crate) fn interrupted() -> bool {
+    INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// Make the process `cmd` starts receive SIGKILL when the thread that spawned it dies
+/// (`PR_SET_PDEATHSIG`): if pinforge is killed outright, a server it started does not stay
+/// listening. (The router's own children are in its process group, stopped with it.)
+pub(crate) fn kill_with_parent(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec and calls only `prctl`,
+    // which is async-signal-safe; it allocates nothing and touches no parent state.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
     }
 }

@@ -5,10 +5,10 @@
 //! ([`sse`]), and the process group a server runs in, stopped with every child it started
 //! ([`group`]).
 //!
-//! Not here yet (see the branch's report): the HTTP client, the router's health wait, Ctrl-C
-//! handling and the identity checks. Until the row loop that uses these parts lands, the items
-//! are only reached from their tests.
+//! The HTTP side of a server ([`client`]: health wait, chat completions, `/models`, `/props`)
+//! is here too; the row loop that drives them is `trial::validate::served`.
 
+pub(crate) mod client;
 pub(crate) mod group;
 pub(crate) mod preset;
 pub(crate) mod sse;

@@ -161,7 +161,8 @@ impl SseReader {
     }
 }
 
-/// Read a whole stream from `lines` (a test helper and the non-incremental path).
+/// Read a whole stream from `lines` (the tests' way in; the client feeds lines as they come).
+#[cfg(test)]
 pub(crate) fn read_all<'a>(
     lines: impl IntoIterator<Item = &'a str>,
     dropped: Option<&str>,

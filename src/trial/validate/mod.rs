@@ -28,9 +28,8 @@ pub(crate) mod merge;
 pub(crate) mod row_check;
 pub(crate) mod rows;
 pub(crate) mod run_dir;
-// Reached only from its tests until the serve row loop lands (issue #20).
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) mod serve;
+pub(crate) mod served;
 pub(crate) mod shard;
 pub(crate) mod summary;
 

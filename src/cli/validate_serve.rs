@@ -1,0 +1,152 @@
+//! `validate --serve` and `validate --endpoint URL` (issue #20): the served mode's options and
+//! its rendering, kept apart from the in-process harness's `validate.rs` (which only
+//! dispatches here).
+
+use super::{print_json, Verbosity};
+use crate::base::error::{exit, Error, Result};
+use crate::cli::output::{paint, Tone};
+use crate::outln;
+use crate::trial::validate::served::{self, ServeOptions, ServeReport, Target};
+
+/// The served mode's options of `validate`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Send the rows to each arm's own `bin/llama-server`, started in router mode with two
+    /// presets of the model and `--models-max 1`
+    #[arg(long, conflicts_with = "endpoint")]
+    pub serve: bool,
+    /// Send the rows to a server pinforge did not start (recorded as mode `endpoint`)
+    #[arg(long, value_name = "URL")]
+    pub endpoint: Option<String>,
+    /// The environment variable holding the endpoint's API key (sent as a Bearer token)
+    #[arg(long, value_name = "VAR", default_value = "PINFORGE_ENDPOINT_API_KEY")]
+    pub api_key_env: String,
+    /// Streaming requests (Server-Sent Events)
+    #[arg(long)]
+    pub stream: bool,
+    /// Host-RAM prompt cache of each child in MiB (0 turns it off: the #20093 workaround)
+    #[arg(long, value_name = "MIB", default_value_t = served::INCIDENT_CACHE_RAM)]
+    pub cache_ram: u64,
+    /// Slot prompt similarity of each child
+    #[arg(long, value_name = "F", default_value_t = served::DEFAULT_SIMILARITY)]
+    pub slot_prompt_similarity: f64,
+    /// Rows sent to one preset before switching to the next
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub switch_every: u64,
+}
+
+impl ServeArgs {
+    /// Whether the served mode was asked for.
+    pub fn wanted(&self) -> bool {
+        self.serve || self.endpoint.is_some()
+    }
+}
+
+impl ServeArgs {
+    /// `--endpoint` without arms: the endpoint is the only arm.
+    pub fn endpoint_alone(
+        &self,
+        installed: &Option<String>,
+        manifests: &[std::path::PathBuf],
+    ) -> bool {
+        self.endpoint.is_some() && installed.is_none() && manifests.is_empty()
+    }
+}
+
+/// The arms of an endpoint run: none is resolved (the served mode ignores them).
+pub(super) fn no_arms() -> [crate::trial::validate::ArmSource; 2] {
+    let none = || crate::trial::validate::ArmSource::Manifest(std::path::PathBuf::new());
+    [none(), none()]
+}
+
+/// Run the served mode with the in-process harness's options `base`.
+pub(super) fn run(
+    ctx: &super::Ctx,
+    a: &ServeArgs,
+    base: crate::trial::validate::Options,
+    json: bool,
+) -> Result<i32> {
+    if base.resume.is_some() || base.shard.is_some() {
+        return Err(Error::input(
+            "validate --serve/--endpoint",
+            "--resume and --shard are not available in the served mode yet",
+        ));
+    }
+    let target = match &a.endpoint {
+        Some(url) => {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(Error::input(
+                    format!("--endpoint {url}"),
+                    "give an http:// or https:// URL",
+                ));
+            }
+            Target::Endpoint {
+                url: url.clone(),
+                api_key: std::env::var(&a.api_key_env).ok().filter(|k| !k.is_empty()),
+            }
+        }
+        None => Target::Managed {
+            cache_ram_mib: a.cache_ram,
+            similarity: a.slot_prompt_similarity,
+        },
+    };
+    let opts = ServeOptions {
+        base,
+        target,
+        stream: a.stream,
+        switch_every: a.switch_every,
+    };
+    let reporter =
+        super::reporter::TermReporter::counting(ctx.verbosity == Verbosity::Quiet, "rows");
+    let report = served::run(&opts, &reporter)?;
+    if json {
+        print_json(super::schema::id::VALIDATE_SERVE, &report)?;
+    } else {
+        render(&report);
+    }
+    Ok(if report.passed() {
+        exit::OK
+    } else {
+        exit::CHECK_FAILED
+    })
+}
+
+fn render(r: &ServeReport) {
+    outln!(
+        "validate run {} ({}), mode {}{}",
+        r.run,
+        r.run_dir.display(),
+        r.mode,
+        if r.stream { ", streaming" } else { "" }
+    );
+    for a in &r.arms {
+        outln!(
+            "  {}{}: {} rows, {:.1} rows/s, server {}",
+            a.name,
+            if a.candidate { " (cand.)" } else { "" },
+            a.rows,
+            a.rows_per_second,
+            a.server
+        );
+        let counts: Vec<String> = a.counts.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        outln!("    {}", counts.join(", "));
+        if let Some(o) = a.onset_row {
+            outln!("    onset row {o}");
+        }
+        for (s, n) in &a.signatures {
+            outln!("    signature ({n} report(s)): {s}");
+        }
+        let health: Vec<String> = a.health.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        outln!("    /health {}", health.join(", "));
+    }
+    let good = r.passed();
+    outln!(
+        "verdict: {}",
+        paint(if good { Tone::Good } else { Tone::Bad }, &r.verdict)
+    );
+    outln!(
+        "evidence: {} (sha256 {})",
+        r.evidence.display(),
+        r.evidence_sha256.short(16)
+    );
+}

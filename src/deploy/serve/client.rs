@@ -1,0 +1,336 @@
+//! The HTTP side of a `llama-server` (router or a plain server, managed or an operator's
+//! endpoint): `/health`, `/models`, `/props` and OpenAI chat completions, non-streaming and
+//! streaming (read line by line through [`super::sse`]).
+//!
+//! A chat request never fails as a Rust error for what the server did: a 5xx, a dropped
+//! connection or a cut stream is an outcome ([`Answer`]) the row classification reads. Only
+//! "nothing reached the server" (connection refused, a bad address) is reported as
+//! `harness_error`, which is never counted against a build.
+
+use super::sse::{SseReader, StreamEnd};
+use crate::base::error::{Error, Result};
+use serde_json::Value;
+use std::io::BufRead;
+use std::time::{Duration, Instant};
+
+/// The largest non-streaming body read (a runaway answer is cut here, not buffered forever).
+const BODY_LIMIT: u64 = 8 << 20;
+/// The most of an error body kept as evidence.
+const EXCERPT: usize = 300;
+
+/// A server reached over HTTP.
+pub(crate) struct Server {
+    agent: ureq::Agent,
+    base: String,
+    api_key: Option<String>,
+}
+
+/// One preset's state as `GET /models` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+pub(crate) struct ModelState {
+    /// Preset (model) id.
+    pub id: String,
+    /// `loaded`, `unloaded`, `loading`, … (empty when the server gives none: not a router).
+    pub value: String,
+    /// The router marked the last child of this preset failed.
+    pub failed: bool,
+    /// The exit code it recorded (a signal death is reported as 1 by the router).
+    pub exit_code: Option<i64>,
+}
+
+/// What one chat request showed: the raw facts the row rules classify.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Answer {
+    /// Nothing reached the server.
+    pub harness_error: Option<String>,
+    /// HTTP status, when one came back.
+    pub status: Option<u16>,
+    /// The connection dropped or the stream was cut: why.
+    pub cut: Option<String>,
+    /// `finish_reason` of a complete answer.
+    pub finish_reason: Option<String>,
+    /// Usage of a complete answer.
+    pub prompt_tokens: u64,
+    /// Generated tokens.
+    pub completion_tokens: u64,
+    /// The content (what arrived, for a cut stream too).
+    pub content: Option<String>,
+    /// The start of an error body (`proxy error: …`).
+    pub error_body: Option<String>,
+    /// The server's `timings` object, when it sent one.
+    pub timings: Option<Value>,
+    /// Wall time of the request.
+    pub wall_ms: f64,
+}
+
+fn excerpt(s: &str) -> String {
+    s.chars().take(EXCERPT).collect()
+}
+
+/// Whether a ureq error means the request never reached a server.
+fn never_sent(e: &ureq::Error) -> bool {
+    match e {
+        ureq::Error::ConnectionFailed | ureq::Error::HostNotFound | ureq::Error::BadUri(_) => true,
+        ureq::Error::Io(io) => matches!(
+            io.kind(),
+            std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::AddrNotAvailable
+        ),
+        _ => false,
+    }
+}
+
+impl Server {
+    /// A client for `base` (`http://127.0.0.1:PORT`, no trailing slash); `read_timeout`
+    /// bounds every read, so a hung child shows as a cut, not a hang.
+    pub(crate) fn new(base: &str, api_key: Option<String>, read_timeout: Duration) -> Server {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(Duration::from_secs(5)))
+            .timeout_per_read(Some(read_timeout))
+            .max_redirects(0)
+            .build()
+            .into();
+        Server {
+            agent,
+            base: base.trim_end_matches('/').to_string(),
+            api_key,
+        }
+    }
+
+    /// The base URL.
+    pub(crate) fn base(&self) -> &str {
+        &self.base
+    }
+
+    fn get(&self, path: &str) -> std::result::Result<(u16, String), ureq::Error> {
+        let mut req = self.agent.get(format!("{}{path}", self.base));
+        if let Some(k) = &self.api_key {
+            req = req.header("Authorization", format!("Bearer {k}"));
+        }
+        let mut resp = req.call()?;
+        let status = resp.status().as_u16();
+        let body = resp
+            .body_mut()
+            .with_config()
+            .limit(BODY_LIMIT)
+            .read_to_string()?;
+        Ok((status, body))
+    }
+
+    fn get_json(&self, path: &str) -> Result<Value> {
+        let url = format!("{}{path}", self.base);
+        let (status, body) = self
+            .get(path)
+            .map_err(|e| Error::check(&url, format!("no answer: {e}")))?;
+        if status != 200 {
+            return Err(Error::check(
+                &url,
+                format!("HTTP {status}: {}", excerpt(&body)),
+            ));
+        }
+        serde_json::from_str(&body)
+            .map_err(|e| Error::check(&url, format!("not JSON ({e}): {}", excerpt(&body))))
+    }
+
+    /// `GET /health`: the status, or None when nothing answered.
+    pub(crate) fn health(&self) -> Option<u16> {
+        self.get("/health").ok().map(|(s, _)| s)
+    }
+
+    /// Wait until `/health` answers 200, giving up at `timeout` or as soon as `alive` says
+    /// the process is gone (its log then says why).
+    pub(crate) fn wait_healthy(
+        &self,
+        timeout: Duration,
+        alive: &mut dyn FnMut() -> bool,
+    ) -> Result<()> {
+        let until = Instant::now() + timeout;
+        let mut last = None;
+        while Instant::now() < until {
+            last = self.health();
+            if last == Some(200) {
+                return Ok(());
+            }
+            if !alive() {
+                return Err(Error::check(
+                    &self.base,
+                    "the server exited before it answered /health",
+                )
+                .with_hint("its log, in the run folder, says why"));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Err(Error::check(
+            &self.base,
+            format!(
+                "/health did not answer 200 within {}s (last: {})",
+                timeout.as_secs(),
+                last.map(|s| s.to_string())
+                    .unwrap_or_else(|| "no answer".into())
+            ),
+        ))
+    }
+
+    /// `GET /models`: every preset and its state.
+    pub(crate) fn models(&self) -> Result<Vec<ModelState>> {
+        let v = self.get_json("/models")?;
+        let mut out = Vec::new();
+        for m in v["data"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+            let Some(id) = m["id"].as_str() else { continue };
+            let st = &m["status"];
+            out.push(ModelState {
+                id: id.to_string(),
+                value: st["value"].as_str().unwrap_or_default().to_string(),
+                failed: st["failed"].as_bool().unwrap_or(false),
+                exit_code: st["exit_code"].as_i64(),
+            });
+        }
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(out)
+    }
+
+    /// `GET /props` (of the router, or proxied to preset `model`'s child).
+    pub(crate) fn props(&self, model: Option<&str>) -> Result<Value> {
+        match model {
+            Some(m) => self.get_json(&format!("/props?model={m}")),
+            None => self.get_json("/props"),
+        }
+    }
+
+    /// `POST /v1/chat/completions` with `body` (its `stream` field decides the reading);
+    /// `on_headers` runs once the status line and headers arrived, before the body is read.
+    pub(crate) fn chat(&self, body: &Value, on_headers: &mut dyn FnMut()) -> Answer {
+        let t0 = Instant::now();
+        let mut a = self.chat_inner(body, on_headers);
+        a.wall_ms = t0.elapsed().as_secs_f64() * 1e3;
+        a
+    }
+
+    fn chat_inner(&self, body: &Value, on_headers: &mut dyn FnMut()) -> Answer {
+        let url = format!("{}/v1/chat/completions", self.base);
+        let mut req = self
+            .agent
+            .post(&url)
+            .header("Content-Type", "application/json");
+        if let Some(k) = &self.api_key {
+            req = req.header("Authorization", format!("Bearer {k}"));
+        }
+        let bytes = body.to_string();
+        let resp = match req.send(bytes.as_bytes()) {
+            Ok(r) => r,
+            Err(e) if never_sent(&e) => {
+                return Answer {
+                    harness_error: Some(format!("{url}: {e}")),
+                    ..Answer::default()
+                }
+            }
+            Err(e) => {
+                return Answer {
+                    cut: Some(format!("no response: {e}")),
+                    ..Answer::default()
+                }
+            }
+        };
+        on_headers();
+        let status = resp.status().as_u16();
+        let streaming = body["stream"].as_bool().unwrap_or(false);
+        let mut a = if streaming && status == 200 {
+            read_stream(resp.into_body())
+        } else {
+            read_whole(resp.into_body())
+        };
+        a.status = Some(status);
+        a
+    }
+}
+
+/// A non-streaming body: the answer's fields, or the error body as evidence.
+fn read_whole(mut body: ureq::Body) -> Answer {
+    let text = match body.with_config().limit(BODY_LIMIT).read_to_string() {
+        Ok(t) => t,
+        Err(e) => {
+            return Answer {
+                cut: Some(format!("the body was cut: {e}")),
+                ..Answer::default()
+            }
+        }
+    };
+    let Ok(v) = serde_json::from_str::<Value>(&text) else {
+        return Answer {
+            error_body: Some(excerpt(&text)),
+            ..Answer::default()
+        };
+    };
+    let choice = &v["choices"][0];
+    Answer {
+        finish_reason: choice["finish_reason"].as_str().map(String::from),
+        content: choice["message"]["content"].as_str().map(String::from),
+        prompt_tokens: v["usage"]["prompt_tokens"].as_u64().unwrap_or(0),
+        completion_tokens: v["usage"]["completion_tokens"].as_u64().unwrap_or(0),
+        error_body: v.get("error").map(|e| excerpt(&e.to_string())),
+        timings: v.get("timings").cloned(),
+        ..Answer::default()
+    }
+}
+
+/// A streaming body, line by line; a read error is a dropped connection.
+fn read_stream(body: ureq::Body) -> Answer {
+    let mut reader = std::io::BufReader::new(body.into_reader());
+    let mut sse = SseReader::default();
+    let mut line = String::new();
+    let mut dropped = None;
+    loop {
+        line.clear();
+        match reader.read_line(&mut line) {
+            Ok(0) => break,
+            Ok(_) => sse.line(line.trim_end_matches('\n')),
+            Err(e) => {
+                dropped = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    match sse.finish(dropped.as_deref()) {
+        StreamEnd::Complete {
+            finish_reason,
+            content,
+            usage,
+        } => Answer {
+            finish_reason: Some(finish_reason),
+            content: Some(content),
+            prompt_tokens: usage.map(|u| u.prompt_tokens).unwrap_or(0),
+            completion_tokens: usage.map(|u| u.completion_tokens).unwrap_or(0),
+            ..Answer::default()
+        },
+        StreamEnd::Cut { why, content } => Answer {
+            cut: Some(why),
+            content: Some(content),
+            ..Answer::default()
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_port_nobody_listens_on_is_a_harness_error_not_a_crash() {
+        let port = super::super::preset::free_port().expect("port");
+        let s = Server::new(
+            &format!("http://127.0.0.1:{port}/"),
+            None,
+            Duration::from_secs(2),
+        );
+        assert_eq!(s.base(), format!("http://127.0.0.1:{port}"));
+        assert_eq!(s.health(), None);
+        let a = s.chat(&serde_json::json!({"messages": []}), &mut || {});
+        assert!(a.harness_error.is_some(), "{a:?}");
+        assert_eq!(a.status, None);
+        assert!(s.models().is_err());
+        let err = s
+            .wait_healthy(Duration::from_secs(5), &mut || false)
+            .expect_err("gone");
+        assert!(err.to_string().contains("exited"), "{err}");
+    }
+}

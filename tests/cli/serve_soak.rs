@@ -1,0 +1,296 @@
+//! Issue #20: `validate --serve` against the real `llama-server` of the server recipe
+//! (recipes/mrope-server.toml, llama.cpp b7698): unpatched-asan as control and patched-asan as
+//! live, installed into a root of the test's own, in router mode with two presets of the tiny
+//! M-RoPE model; `--cache-ram 0` as the workaround; a child killed mid-stream; `--endpoint`
+//! against a server the test started. After every run: no router or child of the run is alive
+//! and its port is not listening (/proc/net/tcp).
+
+use crate::{code, llama_ws, pinforge, pinforge_cmd, stderr};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// `pinforge build recipes/mrope-server.toml --variant V` in the shared workspace, once per
+/// variant; its manifest. None (said as a skip) without the pin's tarball or npm to fetch it.
+fn served_build(variant: &str) -> Option<String> {
+    // The shared server builds of the run (crate::server_build): built once, reused here.
+    crate::server_build(variant)?;
+    Some(
+        llama_ws()
+            .join(format!("build/mrope-server/{variant}/manifest.json"))
+            .display()
+            .to_string(),
+    )
+}
+
+/// Both ASan server builds installed as control and live, and a workspace for the runs.
+struct Arms {
+    _dir: tempfile::TempDir,
+    ws: PathBuf,
+    root: PathBuf,
+}
+
+fn installed_arms() -> Option<Arms> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).expect("ws");
+    let root = dir.path().join("root");
+    for (variant, layer) in [("unpatched-asan", "control"), ("patched-asan", "live")] {
+        let m = served_build(variant)?;
+        let o = pinforge(
+            &ws,
+            &[
+                "install",
+                &m,
+                "--layer",
+                layer,
+                "--root",
+                root.to_str().expect("utf8"),
+            ],
+        );
+        assert_eq!(code(&o), 0, "install {variant}: {}", stderr(&o));
+    }
+    Some(Arms {
+        _dir: dir,
+        ws,
+        root,
+    })
+}
+
+const SCHEMA: &str = r#"{"type":"object","properties":{"answer":{"type":"string"},"n":{"type":"integer"}},"required":["answer","n"]}"#;
+
+impl Arms {
+    fn serve(&self, extra: &[&str], env: &[(&str, &str)]) -> (i32, serde_json::Value) {
+        let schema = self.ws.join("schema.json");
+        std::fs::write(&schema, SCHEMA).expect("schema");
+        let mut cmd = pinforge_cmd(&self.ws);
+        cmd.args([
+            "validate",
+            "--serve",
+            "--installed",
+            "control,live",
+            "--root",
+            self.root.to_str().expect("utf8"),
+            "--schema",
+            schema.to_str().expect("utf8"),
+            "--json",
+        ])
+        .args(extra);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let o = cmd.output().expect("run pinforge");
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+            panic!(
+                "validate --serve {extra:?}: not JSON ({e}): {}\n{}",
+                String::from_utf8_lossy(&o.stdout),
+                stderr(&o)
+            )
+        });
+        crate::schemas::validate(&j);
+        for a in j["arms"].as_array().expect("arms") {
+            assert_not_listening(a["url"].as_str().expect("url"));
+        }
+        assert_no_server_of(&self.root);
+        (code(&o), j)
+    }
+}
+
+fn arm<'a>(j: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    j["arms"]
+        .as_array()
+        .expect("arms")
+        .iter()
+        .find(|a| a["name"] == name)
+        .unwrap_or_else(|| panic!("no arm {name} in {j}"))
+}
+
+fn count(a: &serde_json::Value, class: &str) -> u64 {
+    a["counts"][class]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no count {class} in {a}"))
+}
+
+/// The port of `url` is not in LISTEN state on this machine (IPv4 loopback).
+fn assert_not_listening(url: &str) {
+    let port: u16 = url
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.trim_end_matches('/').parse().ok())
+        .unwrap_or_else(|| panic!("no port in {url}"));
+    let tcp = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    let listening = tcp.lines().skip(1).any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() > 3
+            && f[3] == "0A"
+            && f[1]
+                .rsplit(':')
+                .next()
+                .and_then(|p| u16::from_str_radix(p, 16).ok())
+                == Some(port)
+    });
+    assert!(!listening, "port {port} ({url}) is still listening");
+}
+
+/// No live process runs a binary from under `root` (the routers and their children).
+fn assert_no_server_of(root: &Path) {
+    let root = std::fs::canonicalize(root).expect("root");
+    let mut left = Vec::new();
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        if let Ok(exe) = std::fs::read_link(e.path().join("exe")) {
+            if exe.starts_with(&root) {
+                left.push((e.file_name(), exe));
+            }
+        }
+    }
+    assert!(left.is_empty(), "left running: {left:?}");
+}
+
+#[test]
+fn served_control_crashes_from_an_onset_with_the_router_healthy_and_live_stays_clean() {
+    let Some(arms) = installed_arms() else { return };
+    let (c, j) = arms.serve(&["--rows", "200", "--budget", "12"], &[]);
+    assert_eq!(j["mode"], "serve");
+    let control = arm(&j, "control");
+    let live = arm(&j, "live");
+    assert_eq!(c, 0, "the candidate passed: {j}");
+    assert!(count(control, "crash") > 0, "control crashes: {control}");
+    assert!(control["onset_row"].as_u64().is_some(), "{control}");
+    let sigs = control["signatures"].as_object().expect("signatures");
+    assert!(
+        sigs.keys().any(|s| s.starts_with("heap-buffer-overflow")),
+        "the router log's sanitizer report: {sigs:?}"
+    );
+    // The router's /health answered 200 after every row, crashes included.
+    for a in [control, live] {
+        let h = a["health"].as_object().expect("health");
+        assert_eq!(h.keys().collect::<Vec<_>>(), ["200"], "{a}");
+        assert_eq!(a["rows"], 200);
+        assert!(
+            count(a, "token-budget") > 0,
+            "budget rows counted apart: {a}"
+        );
+    }
+    assert_eq!(count(live, "crash"), 0, "{live}");
+    // The crash rows carry their evidence: the class rule and the report's lines.
+    let rows = std::fs::read_to_string(
+        Path::new(j["run_dir"].as_str().expect("run_dir")).join("serve-rows.jsonl"),
+    )
+    .expect("rows");
+    let crash: Vec<serde_json::Value> = rows
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("row"))
+        .filter(|r: &serde_json::Value| r["arm"] == "control" && r["class"] == "crash")
+        .collect();
+    assert!(
+        crash
+            .iter()
+            .any(|r| r["sanitizer"].as_array().is_some_and(|l| l
+                .iter()
+                .any(|x| x.as_str().unwrap_or("").contains("AddressSanitizer")))),
+        "{crash:?}"
+    );
+}
+
+#[test]
+fn served_control_with_cache_ram_0_does_not_crash() {
+    let Some(arms) = installed_arms() else { return };
+    let (c, j) = arms.serve(
+        &["--rows", "200", "--budget", "12", "--cache-ram", "0"],
+        &[],
+    );
+    assert_eq!(c, 0, "{j}");
+    assert_eq!(count(arm(&j, "control"), "crash"), 0, "the workaround: {j}");
+    assert_eq!(count(arm(&j, "live"), "crash"), 0, "{j}");
+}
+
+#[test]
+fn a_child_killed_mid_stream_is_a_crash_never_a_token_budget_stop() {
+    let Some(arms) = installed_arms() else { return };
+    let (c, j) = arms.serve(
+        &[
+            "--rows",
+            "6",
+            "--budget",
+            "12",
+            "--stream",
+            "--cache-ram",
+            "0",
+        ],
+        &[("PINFORGE_SERVE_KILL_CHILD_AT", "2")],
+    );
+    assert_eq!(j["stream"], true);
+    assert_eq!(c, 1, "the candidate's child was killed: {j}");
+    let rows = std::fs::read_to_string(
+        Path::new(j["run_dir"].as_str().expect("run_dir")).join("serve-rows.jsonl"),
+    )
+    .expect("rows");
+    for r in rows
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("row"))
+    {
+        if r["row"] == 2 {
+            assert_eq!(r["class"], "crash", "{r}");
+        }
+    }
+    // The next row respawned the child cold.
+    assert!(count(arm(&j, "live"), "crash") >= 1);
+    assert!(count(arm(&j, "live"), "crash") < 6, "{j}");
+}
+
+#[test]
+fn endpoint_mode_runs_against_a_server_the_test_started_and_says_so() {
+    let Some(arms) = installed_arms() else { return };
+    let bin = std::fs::canonicalize(arms.root.join("live"))
+        .expect("live")
+        .join("bin/llama-server");
+    let model = arms.ws.join("tiny.gguf");
+    let o = pinforge(
+        &arms.ws,
+        &["model", "tiny", "-o", model.to_str().expect("utf8")],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let mut server = Command::new(&bin)
+        .args(["--host", "127.0.0.1", "--port", &port.to_string(), "-m"])
+        .arg(&model)
+        .args(["-c", "256", "-np", "1"])
+        .env("ASAN_OPTIONS", "detect_leaks=0")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start llama-server");
+    let url = format!("http://127.0.0.1:{port}");
+    let o = pinforge_cmd(&arms.ws)
+        .args([
+            "validate",
+            "--endpoint",
+            &url,
+            "--rows",
+            "8",
+            "--budget",
+            "8",
+            "--json",
+        ])
+        .env("PINFORGE_ENDPOINT_API_KEY", "")
+        .output()
+        .expect("run pinforge");
+    let _ = server.kill();
+    let _ = server.wait();
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", stderr(&o)));
+    crate::schemas::validate(&j);
+    assert_eq!(code(&o), 0, "{j}");
+    assert_eq!(j["mode"], "endpoint");
+    let a = arm(&j, "endpoint");
+    assert_eq!(a["mode"], "endpoint");
+    assert_eq!(a["url"], url);
+    assert_eq!(a["rows"], 8);
+    assert_eq!(count(a, "crash"), 0, "{a}");
+    assert!(a["identity_before"]["exe"]
+        .as_object()
+        .is_some_and(|m| m.is_empty()));
+    assert_not_listening(&url);
+}
