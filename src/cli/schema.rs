@@ -55,6 +55,8 @@ pub mod id {
     pub const SIGN: &str = "pinforge.sign/v1";
     /// `verify --installed --json`.
     pub const VERIFY_INSTALLED: &str = "pinforge.verify-installed/v1";
+    /// `verify --installed --allowed-signers F --json`: the layer's re-hash and its signer.
+    pub const VERIFY_INSTALLED_SIGNED: &str = "pinforge.verify-installed-signed/v1";
     /// `diff --json`.
     pub const DIFF: &str = "pinforge.diff/v1";
     /// `install --json`.
@@ -121,6 +123,7 @@ pub const DOCUMENTS: &[Document] = &[
     doc::<super::verify::VerifySigned<'static>>(id::VERIFY_SIGNED),
     doc::<crate::artifact::sign::Signed>(id::SIGN),
     doc::<crate::deploy::install::Verification>(id::VERIFY_INSTALLED),
+    doc::<super::verify::VerifyInstalledSigned<'static>>(id::VERIFY_INSTALLED_SIGNED),
     doc::<crate::artifact::diff::ManifestDiff>(id::DIFF),
     doc::<crate::trial::render::Written>(id::REPORT),
     doc::<super::install::InstallJson<'static>>(id::INSTALL),

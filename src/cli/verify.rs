@@ -101,6 +101,17 @@ pub(super) struct VerifySigned<'a> {
     signature: &'a sign::Verified,
 }
 
+/// The `verify --installed --allowed-signers --json` document: the layer's re-hash, the
+/// receipt whose signature was checked, and who signed it.
+#[derive(serde::Serialize, schemars::JsonSchema)]
+pub(super) struct VerifyInstalledSigned<'a> {
+    #[serde(flatten)]
+    verification: &'a crate::deploy::install::Verification,
+    /// The signed install receipt of the layer.
+    receipt: &'a std::path::Path,
+    signature: &'a sign::Verified,
+}
+
 /// A manifest re-hashed as [`cmd_verify`] does, and its signature checked against the
 /// policy first: an unsigned or badly signed record fails (exit 1) before anything else.
 fn cmd_verify_signed(path: &std::path::Path, allowed: &std::path::Path, json: bool) -> Result<i32> {
@@ -226,31 +237,40 @@ fn cmd_verify_installed(
     let root = Root::open_existing(root)?;
     let layer = installed_layer(layer)?;
     // The signature first: an unsigned or foreign receipt fails (exit 1) before the re-hash.
-    // The --json document stays the verify-installed one (the signer is shown in text only).
-    if let Some(allowed) = allowed {
-        let policy = sign::Policy::load(allowed)?;
-        let (receipt, signer) = root.verify_layer_signed(layer, &policy)?;
-        if !json {
-            outln!(
-                "{}: installed by {} (key {}, receipt {}, trusted by {})",
-                paint(Tone::Good, "signed"),
-                signer
-                    .principals
-                    .iter()
-                    .map(|p| Shown(p).to_string())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                signer.keyid,
-                receipt.display(),
-                Shown(&signer.policy_line)
-            );
+    let signed = match allowed {
+        Some(allowed) => {
+            let policy = sign::Policy::load(allowed)?;
+            Some(root.verify_layer_signed(layer, &policy)?)
         }
+        None => None,
+    };
+    if let (Some((receipt, signer)), false) = (&signed, json) {
+        outln!(
+            "{}: installed by {} (key {}, receipt {}, trusted by {})",
+            paint(Tone::Good, "signed"),
+            signer
+                .principals
+                .iter()
+                .map(|p| Shown(p).to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            signer.keyid,
+            receipt.display(),
+            Shown(&signer.policy_line)
+        );
     }
     let v = root.verify_installed(layer)?;
-    if json {
-        print_json(super::schema::id::VERIFY_INSTALLED, &v)?;
-    } else {
-        render_verification(&v);
+    match (json, &signed) {
+        (true, Some((receipt, signer))) => print_json(
+            super::schema::id::VERIFY_INSTALLED_SIGNED,
+            &VerifyInstalledSigned {
+                verification: &v,
+                receipt,
+                signature: signer,
+            },
+        )?,
+        (true, None) => print_json(super::schema::id::VERIFY_INSTALLED, &v)?,
+        (false, _) => render_verification(&v),
     }
     Ok(if v.ok { exit::OK } else { exit::CHECK_FAILED })
 }

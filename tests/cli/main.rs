@@ -35,6 +35,7 @@ mod serve_tree;
 mod shard;
 mod ship;
 mod sign;
+mod sign_prompt;
 mod sign_with;
 mod smoke_trust;
 mod snapshots_cli;

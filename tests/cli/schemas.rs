@@ -328,6 +328,7 @@ fn real_output_of_every_command_validates_against_its_schema() {
         "pinforge.pull/v1",
         "pinforge.sign/v1",
         "pinforge.verify-signed/v1",
+        "pinforge.verify-installed-signed/v1",
         // validate --serve / --endpoint: real llama-server builds (serve_soak).
         "pinforge.validate-serve/v1",
         // validate merge: shards of stub engines and of real ASan builds (shard).

@@ -139,6 +139,37 @@ fn install_signs_its_receipt_from_flag_env_or_config_and_verify_installed_requir
             "{}",
             stdout(&o)
         );
+        // The --json document names the signer too, and matches its schema.
+        let o = pinforge(
+            ws,
+            &[
+                "verify",
+                "--installed",
+                "live",
+                "--root",
+                s(&root),
+                "--allowed-signers",
+                s(signers),
+                "--json",
+            ],
+        );
+        assert_eq!(code(&o), 0, "verify --json {n}: {}", stderr(&o));
+        let j = json(&o);
+        assert_eq!(
+            crate::schemas::validate(&j),
+            "pinforge.verify-installed-signed/v1"
+        );
+        assert_eq!(
+            j["signature"]["principals"],
+            serde_json::json!([format!("{name}@example.org")]),
+            "{j}"
+        );
+        assert_eq!(
+            Path::new(j["receipt"].as_str().expect("receipt")).file_name(),
+            receipt.file_name(),
+            "{j}"
+        );
+        assert_eq!(j["ok"], true, "{j}");
     }
     // The layer's receipt is c's: a's policy refuses it, naming the key as unknown.
     let o = pinforge(

@@ -100,7 +100,8 @@ impl std::fmt::Debug for SigningKey {
 
 impl SigningKey {
     /// Load an OpenSSH private key; an encrypted one is decrypted with the passphrase from
-    /// [`PASSPHRASE_VAR`].
+    /// [`PASSPHRASE_VAR`], or, when that is unset and both stdin and stderr are a terminal,
+    /// one typed at a prompt on the terminal (see [`passphrase_for`]).
     pub(crate) fn load(path: &Path) -> Result<SigningKey> {
         let bytes = fsx::read(path)?;
         let key = ssh_key::PrivateKey::from_openssh(&bytes).map_err(|e| {
@@ -108,16 +109,11 @@ impl SigningKey {
                 .with_hint("make one with `pinforge key generate` or `ssh-keygen -t ed25519`")
         })?;
         let key = if key.is_encrypted() {
-            let pass = std::env::var(PASSPHRASE_VAR).map_err(|_| {
-                Error::input(
-                    path.display(),
-                    "the key is encrypted and no passphrase was given",
-                )
-                .with_hint(format!("set {PASSPHRASE_VAR} to the key's passphrase"))
-            })?;
+            let pass = passphrase_for(path)?;
             key.decrypt(pass.as_bytes()).map_err(|e| {
-                Error::input(path.display(), format!("cannot decrypt the key: {e}"))
-                    .with_hint(format!("check {PASSPHRASE_VAR}"))
+                Error::input(path.display(), format!("cannot decrypt the key: {e}")).with_hint(
+                    format!("check the passphrase ({PASSPHRASE_VAR} or the prompt)"),
+                )
             })?
         } else {
             key
@@ -150,6 +146,31 @@ impl SigningKey {
             .map_err(|e| Error::Internal(format!("signing failed: {e}")))?;
         Ok(sig.as_bytes().to_vec())
     }
+}
+
+/// The passphrase of the encrypted key at `path`: [`PASSPHRASE_VAR`] when set (even empty:
+/// a script that sets it means it); otherwise a prompt on `/dev/tty` with echo off, but only
+/// when stdin and stderr are both terminals, so that a pipeline or a CI job never hangs
+/// waiting for a person; otherwise an input error (exit 2) before anything is written.
+fn passphrase_for(path: &Path) -> Result<String> {
+    use std::io::IsTerminal;
+    if let Some(p) = std::env::var_os(PASSPHRASE_VAR) {
+        return p.into_string().map_err(|_| {
+            Error::input(PASSPHRASE_VAR, "is not UTF-8")
+                .with_hint("set it to the key's passphrase as text")
+        });
+    }
+    if !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
+        return Err(Error::input(
+            path.display(),
+            "the key is encrypted, no passphrase was given and there is no terminal to ask on",
+        )
+        .with_hint(format!(
+            "set {PASSPHRASE_VAR} to the key's passphrase, or run from a terminal"
+        )));
+    }
+    rpassword::prompt_password(format!("passphrase for {}: ", path.display()))
+        .map_err(|e| Error::io("read a passphrase from", Path::new("/dev/tty"), e))
 }
 
 /// What a signing wrote.
