@@ -106,10 +106,21 @@ pub(crate) fn stage_atomic_mode(
     bytes: &[u8],
     mode: u32,
 ) -> Result<tempfile::TempPath> {
+    stage_atomic_prefixed(path, bytes, mode, ".pinforge-tmp-")
+}
+
+/// [`stage_atomic_mode`] with the temp file's name starting with `prefix`, so that a writer
+/// can later recognise (and clean up) the temp files a killed run of its own left behind.
+pub(crate) fn stage_atomic_prefixed(
+    path: &Path,
+    bytes: &[u8],
+    mode: u32,
+    prefix: &str,
+) -> Result<tempfile::TempPath> {
     use std::os::unix::fs::PermissionsExt;
     let dir = parent_of(path);
     let mut tmp = tempfile::Builder::new()
-        .prefix(".pinforge-tmp-")
+        .prefix(prefix)
         .tempfile_in(&dir)
         .at("create temp file in", &dir)?;
     tmp.write_all(bytes).at("write", tmp.path())?;

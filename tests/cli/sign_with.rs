@@ -227,11 +227,35 @@ fn install_signs_its_receipt_from_flag_env_or_config_and_verify_installed_requir
         };
         let o = verify_a();
         assert_ne!(code(&o), 0, "{at}: {} {}", stdout(&o), stderr(&o));
+        // Killed with the sidecars staged, their temp files are left (renamed at :2, none).
+        assert_eq!(
+            sign_temps(&root.join("receipts")).len(),
+            if at == "sign-record:1" { 2 } else { 0 },
+            "{at}"
+        );
         let o = install(n + 1, &[], &["--sign", s(&a)]);
         assert_eq!(code(&o), 0, "{at}: {}", stderr(&o));
+        // The signed install removed the killed run's staged sidecars.
+        assert_eq!(
+            sign_temps(&root.join("receipts")),
+            Vec::<String>::new(),
+            "{at}"
+        );
         let o = verify_a();
         assert_eq!(code(&o), 0, "{at}: {} {}", stdout(&o), stderr(&o));
     }
+}
+
+/// The signing temp files in `dir`, sorted.
+fn sign_temps(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .expect("ls")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".pinforge-tmp-sign-"))
+        .collect();
+    v.sort();
+    v
 }
 
 #[test]
@@ -271,19 +295,39 @@ fn sign_is_one_transaction_killed_at_each_step_and_refuses_links_fifos_and_folde
     assert_eq!(o.status.signal(), Some(9), "{}", stderr(&o));
     assert!(ssh_verified(&m, &signers, "k"));
     assert_eq!(code(&verify()), 0, "{}", stderr(&verify()));
-    // A kill leaves its staged temp files (sign:1 both, sign:2 the envelope's), which the
-    // verifier never reads; nothing else is left beside the record.
-    let left: Vec<String> = std::fs::read_dir(ws.join("b"))
-        .expect("ls")
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(".pinforge-tmp-"))
-        .collect();
+    // After all three kills nothing is left: each kill leaves its staged temp files (sign:1
+    // both, sign:2 the envelope's), and the next sign in the folder removes them under its
+    // lock, since their writer is gone.
+    assert_eq!(sign_temps(&ws.join("b")), Vec::<String>::new());
+    let o = sign(Some("sign:1"));
+    assert_eq!(o.status.signal(), Some(9), "{}", stderr(&o));
     assert_eq!(
-        left.len(),
-        3,
-        "sign:1's two staged files and sign:2's one: {left:?}"
+        sign_temps(&ws.join("b")).len(),
+        2,
+        "sign:1's two staged files"
     );
+    // A live writer's temp file (this test process stands for one) and another writer's
+    // own temp file are not sign's to remove.
+    let live = ws
+        .join("b")
+        .join(format!(".pinforge-tmp-sign-{}-x", std::process::id()));
+    let other = ws.join("b").join(".pinforge-tmp-other");
+    std::fs::write(&live, b"x").expect("write");
+    std::fs::write(&other, b"x").expect("write");
+    let o = sign(None);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(
+        sign_temps(&ws.join("b")),
+        vec![live
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned()]
+    );
+    assert!(other.exists());
+    assert_eq!(code(&verify()), 0, "{}", stderr(&verify()));
+    std::fs::remove_file(&live).expect("rm");
+    std::fs::remove_file(&other).expect("rm");
 
     // What is not a regular file is refused with exit 2 and nothing written beside it.
     let link = ws.join("link.json");

@@ -13,6 +13,12 @@
 //! --allowed-signers` refuses ("payload does not match"), and never a new record without
 //! its signature. Crash points `sign-record:1` (sidecars staged), `sign-record:2` (sidecars
 //! renamed, record not yet) let the integration tests kill a real run at each step.
+//!
+//! Leftovers: a killed signer leaves its staged temp files (a kill skips their cleanup).
+//! Signing stages under its own name, `.pinforge-tmp-sign-PID-…` (PID: the writer's process
+//! id), and every signing in a folder first removes the ones whose writer is gone
+//! ([`remove_stale_temps`]): a live writer's files (another signer mid-way, in this
+//! process or another) are never touched, and other writers' temp files are not ours.
 
 use super::{sidecars, sign_bytes, SigningKey};
 use crate::base::error::{Error, Result};
@@ -65,19 +71,63 @@ impl Staged {
 pub(crate) fn stage_sidecars(file: &Path, bytes: &[u8], key: &SigningKey) -> Result<Staged> {
     let (envelope, sshsig) = sign_bytes(bytes, key)?;
     let (env_path, sig_path) = sidecars(file);
+    remove_stale_temps(&fsx::parent_of(file))?;
     let mut env_json =
         serde_json::to_vec_pretty(&envelope).map_err(|e| Error::Internal(e.to_string()))?;
     env_json.push(b'\n');
     Ok(Staged {
-        envelope: (
-            fsx::stage_atomic_mode(&env_path, &env_json, 0o644)?,
-            env_path,
-        ),
-        sig: (
-            fsx::stage_atomic_mode(&sig_path, sshsig.as_bytes(), 0o644)?,
-            sig_path,
-        ),
+        envelope: (stage(&env_path, &env_json)?, env_path),
+        sig: (stage(&sig_path, sshsig.as_bytes())?, sig_path),
     })
+}
+
+/// The prefix of the temp files signing stages (see the module comment).
+const TEMP_PREFIX: &str = ".pinforge-tmp-sign-";
+
+/// Stage `bytes` for `path` (mode 0644) under this process's signing temp name.
+fn stage(path: &Path, bytes: &[u8]) -> Result<tempfile::TempPath> {
+    let prefix = format!("{TEMP_PREFIX}{}-", std::process::id());
+    fsx::stage_atomic_prefixed(path, bytes, 0o644, &prefix)
+}
+
+/// Remove the signing temp files in `dir` whose writer (the PID in the name) is no longer
+/// running: what a killed `sign` or `--sign` left. A name that does not parse, or a writer
+/// that is alive (signal 0 reaches it, or it exists under another account), is kept.
+pub(crate) fn remove_stale_temps(dir: &Path) -> Result<usize> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(Error::io("list", dir, e)),
+    };
+    let mut removed = 0;
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io("list", dir, e))?;
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(TEMP_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<i32>().ok())
+            .and_then(rustix::process::Pid::from_raw)
+        else {
+            continue;
+        };
+        let gone = matches!(
+            rustix::process::test_kill_process(pid),
+            Err(rustix::io::Errno::SRCH)
+        );
+        if !gone {
+            continue;
+        }
+        let path = entry.path();
+        match std::fs::remove_file(&path) {
+            Ok(()) => removed += 1,
+            // Another signer cleaned it first.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("remove stale temp file", &path, e)),
+        }
+    }
+    Ok(removed)
 }
 
 /// For a writer that renames `file` itself (an install receipt, never clobbered): with an
@@ -109,7 +159,7 @@ pub(crate) fn write_record_with(file: &Path, bytes: &[u8], key: Option<&SigningK
     };
     let dir = fsx::parent_of(file);
     fsx::create_dir_all(&dir)?;
-    let record = fsx::stage_atomic_mode(file, bytes, 0o644)?;
+    let record = stage(file, bytes)?;
     before_commit_with(file, bytes, Some(key))?;
     record
         .persist(file)
@@ -170,6 +220,39 @@ mod tests {
         assert!(!sidecars(&rec).0.exists() && !sidecars(&rec).1.exists());
         let e = verify_signed(&rec, &policy).expect_err("unsigned");
         assert!(e.to_string().contains("unsigned"), "{e}");
+    }
+
+    #[test]
+    fn signing_removes_the_temp_files_of_dead_signers_only() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let (key, _policy) = key_and_policy(d.path());
+        // A process that has exited: its PID names a writer that is gone.
+        let mut child = std::process::Command::new("true").spawn().expect("spawn");
+        let dead = child.id();
+        child.wait().expect("wait");
+        let stale = d.path().join(format!("{TEMP_PREFIX}{dead}-abc"));
+        let live = d
+            .path()
+            .join(format!("{TEMP_PREFIX}{}-abc", std::process::id()));
+        let foreign = d.path().join(".pinforge-tmp-abc");
+        for p in [&stale, &live, &foreign] {
+            std::fs::write(p, b"x").expect("write");
+        }
+        write_record_with(&d.path().join("r.json"), b"{}\n", Some(&key)).expect("write");
+        assert!(!stale.exists(), "a dead signer's temp file is removed");
+        assert!(live.exists(), "a live signer's temp file is kept");
+        assert!(
+            foreign.exists(),
+            "another writer's temp file is not signing's"
+        );
+        let mut names: Vec<String> = std::fs::read_dir(d.path())
+            .expect("ls")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".pinforge-tmp"))
+            .collect();
+        names.sort();
+        assert_eq!(names.len(), 2, "nothing of this signing is left: {names:?}");
     }
 
     #[test]
