@@ -1,4 +1,5 @@
-//! `pinforge key generate`: an OpenSSH Ed25519 key pair for signing, with the right modes.
+//! `pinforge key generate`: an OpenSSH key pair for signing (Ed25519, or ECDSA P-256 for
+//! cosign users), with the right modes.
 
 use crate::artifact::sign;
 use crate::base::error::{exit, Result};
@@ -16,12 +17,12 @@ pub enum KeyCommand {
 /// Arguments of `key generate`.
 #[derive(Debug, clap::Args)]
 pub struct GenerateArgs {
-    /// Key type (only ed25519 today)
-    #[arg(long = "type", default_value = "ed25519", value_parser = ["ed25519"])]
+    /// Key type: ed25519 (ssh-ed25519) or p256 (ecdsa-sha2-nistp256, which cosign verifies)
+    #[arg(long = "type", default_value = "ed25519", value_parser = ["ed25519", "p256"])]
     pub key_type: String,
-    /// Private key path
-    #[arg(short = 'o', long, default_value = "pinforge_ed25519")]
-    pub output: PathBuf,
+    /// Private key path [default: pinforge_ed25519, or pinforge_ecdsa for p256]
+    #[arg(short = 'o', long)]
+    pub output: Option<PathBuf>,
     /// The key's comment (and the principal of the printed allowed_signers line)
     #[arg(long, default_value = "pinforge")]
     pub comment: String,
@@ -33,17 +34,25 @@ pub(super) fn run(c: KeyCommand) -> Result<i32> {
     let pass = std::env::var(sign::PASSPHRASE_VAR)
         .ok()
         .filter(|p| !p.is_empty());
-    let (private, public) = sign::generate(&a.comment, pass.as_deref())?;
-    sign::write_pair(&a.output, &private, &public)?;
+    let p256 = a.key_type == "p256";
+    let output = a.output.unwrap_or_else(|| {
+        PathBuf::from(if p256 {
+            "pinforge_ecdsa"
+        } else {
+            "pinforge_ed25519"
+        })
+    });
+    let (private, public) = sign::generate(&a.comment, pass.as_deref(), p256)?;
+    sign::write_pair(&output, &private, &public)?;
     outln!(
         "wrote {} ({}) and {}.pub",
-        a.output.display(),
+        output.display(),
         if pass.is_some() {
             "encrypted"
         } else {
             "not encrypted"
         },
-        a.output.display()
+        output.display()
     );
     outln!("allowed_signers line:");
     outln!(

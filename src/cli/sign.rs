@@ -11,7 +11,8 @@ use std::path::PathBuf;
 pub struct SignArgs {
     /// The record to sign (a manifest, flip or ablation record, evidence, receipt)
     pub file: PathBuf,
-    /// OpenSSH Ed25519 private key (an encrypted one reads PINFORGE_KEY_PASSPHRASE)
+    /// OpenSSH Ed25519 or ECDSA P-256 private key (an encrypted one reads
+    /// PINFORGE_KEY_PASSPHRASE, or asks on the terminal when that is unset)
     #[arg(long, env = "PINFORGE_SIGN_KEY")]
     pub key: PathBuf,
     #[command(flatten)]
@@ -47,7 +48,7 @@ pub(super) fn run(a: SignArgs) -> Result<i32> {
 /// The config file is the operator's, not the recipe's: a recipe cannot turn signing on.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct SignWith {
-    /// Sign the record this command writes with this OpenSSH Ed25519 key
+    /// Sign the record this command writes with this OpenSSH Ed25519 or ECDSA P-256 key
     /// [env: PINFORGE_SIGN_KEY] [config: [sign] key in $XDG_CONFIG_HOME/pinforge/config.toml]
     #[arg(long = "sign", value_name = "KEY")]
     pub sign: Option<PathBuf>,

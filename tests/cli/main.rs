@@ -35,6 +35,7 @@ mod serve_tree;
 mod shard;
 mod ship;
 mod sign;
+mod sign_p256;
 mod sign_prompt;
 mod sign_with;
 mod smoke_trust;

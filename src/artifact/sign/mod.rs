@@ -41,6 +41,8 @@ pub(crate) const PASSPHRASE_VAR: &str = "PINFORGE_KEY_PASSPHRASE";
 /// Envelopes and signatures larger than this are refused before parsing.
 const MAX_SIDECAR: usize = 1 << 20;
 
+const P256: ssh_key::EcdsaCurve = ssh_key::EcdsaCurve::NistP256;
+
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
 /// A DSSE envelope.
@@ -119,11 +121,14 @@ impl SigningKey {
             key
         };
         match key.algorithm() {
-            ssh_key::Algorithm::Ed25519 => {}
+            ssh_key::Algorithm::Ed25519 | ssh_key::Algorithm::Ecdsa { curve: P256 } => {}
             other => {
                 return Err(Error::input(
                     path.display(),
-                    format!("key type {other} is not supported for signing; use ssh-ed25519"),
+                    format!(
+                        "key type {other} is not supported for signing; use ssh-ed25519 \
+                         or ecdsa-sha2-nistp256"
+                    ),
                 ))
             }
         }
@@ -141,7 +146,21 @@ impl SigningKey {
             .to_string()
     }
 
+    /// The DSSE signature over `message` (the PAE): Ed25519's 64 raw bytes, or for a P-256
+    /// key ECDSA over SHA-256 in ASN.1 DER, the form cosign and `openssl pkeyutl` read
+    /// (not SSH's mpint pair).
     fn dsse_sig(&self, message: &[u8]) -> Result<Vec<u8>> {
+        if let ssh_key::private::KeypairData::Ecdsa(ssh_key::private::EcdsaKeypair::NistP256 {
+            private,
+            ..
+        }) = self.key.key_data()
+        {
+            let sk = p256::ecdsa::SigningKey::from_slice(private.as_slice())
+                .map_err(|e| Error::Internal(format!("P-256 key: {e}")))?;
+            let sig: p256::ecdsa::Signature = signature::Signer::try_sign(&sk, message)
+                .map_err(|e| Error::Internal(format!("signing failed: {e}")))?;
+            return Ok(sig.to_der().as_bytes().to_vec());
+        }
         let sig: ssh_key::Signature = signature::Signer::try_sign(&self.key, message)
             .map_err(|e| Error::Internal(format!("signing failed: {e}")))?;
         Ok(sig.as_bytes().to_vec())
@@ -399,10 +418,8 @@ fn check_one(
     let raw = B64
         .decode(s.sig.as_bytes())
         .map_err(|e| format!("signature is not base64: {e}"))?;
-    let sig = ssh_key::Signature::new(allowed.key.algorithm(), raw)
-        .map_err(|e| format!("bad signature by {}: {e}", s.keyid))?;
-    signature::Verifier::verify(&allowed.key, message, &sig)
-        .map_err(|_| format!("bad signature by {}", s.keyid))?;
+    verify_dsse_sig(&allowed.key, message, raw)
+        .map_err(|e| format!("bad signature by {}{e}", s.keyid))?;
     Ok(Verified {
         principals: allowed.principals.clone(),
         keyid: s.keyid.clone(),
@@ -411,14 +428,40 @@ fn check_one(
     })
 }
 
-/// A fresh Ed25519 key pair: the private key in OpenSSH format (encrypted when `passphrase`
+/// One DSSE signature (`raw`, as [`SigningKey::dsse_sig`] makes it) by `key` over `message`;
+/// the error is a suffix for "bad signature by KEYID".
+fn verify_dsse_sig(
+    key: &ssh_key::PublicKey,
+    message: &[u8],
+    raw: Vec<u8>,
+) -> std::result::Result<(), String> {
+    if let ssh_key::public::KeyData::Ecdsa(ssh_key::public::EcdsaPublicKey::NistP256(point)) =
+        key.key_data()
+    {
+        let vk = p256::ecdsa::VerifyingKey::from_sec1_bytes(point.as_bytes())
+            .map_err(|e| format!(": the P-256 key: {e}"))?;
+        let sig = p256::ecdsa::Signature::from_der(&raw)
+            .map_err(|e| format!(": not a DER ECDSA signature: {e}"))?;
+        return signature::Verifier::verify(&vk, message, &sig).map_err(|_| String::new());
+    }
+    let sig = ssh_key::Signature::new(key.algorithm(), raw).map_err(|e| format!(": {e}"))?;
+    signature::Verifier::verify(key, message, &sig).map_err(|_| String::new())
+}
+
+/// A fresh key pair (Ed25519, or ECDSA P-256 with `p256`): the private key in OpenSSH format (encrypted when `passphrase`
 /// is given) and the public key line.
 pub(crate) fn generate(
     comment: &str,
     passphrase: Option<&str>,
+    p256: bool,
 ) -> Result<(zeroize_string::Secret, String)> {
     let mut rng = ssh_key::rand_core::OsRng;
-    let mut key = ssh_key::PrivateKey::random(&mut rng, ssh_key::Algorithm::Ed25519)
+    let algorithm = if p256 {
+        ssh_key::Algorithm::Ecdsa { curve: P256 }
+    } else {
+        ssh_key::Algorithm::Ed25519
+    };
+    let mut key = ssh_key::PrivateKey::random(&mut rng, algorithm)
         .map_err(|e| Error::Internal(format!("key generation failed: {e}")))?;
     key.set_comment(comment);
     let public = key

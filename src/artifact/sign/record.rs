@@ -182,7 +182,8 @@ mod tests {
     use crate::artifact::sign::{verify_signed, Policy};
 
     fn key_and_policy(dir: &Path) -> (SigningKey, Policy) {
-        let (private, public) = super::super::generate("t@example.org", None).expect("generate");
+        let (private, public) =
+            super::super::generate("t@example.org", None, false).expect("generate");
         let key_path = dir.join("k");
         super::super::write_pair(&key_path, &private, &public).expect("pair");
         let signers = dir.join("allowed_signers");

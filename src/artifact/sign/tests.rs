@@ -3,7 +3,11 @@
 use super::*;
 
 fn key_in(dir: &Path) -> (SigningKey, Policy) {
-    let (private, public) = generate("test@pinforge", None).expect("generate");
+    key_of(dir, false)
+}
+
+fn key_of(dir: &Path, p256: bool) -> (SigningKey, Policy) {
+    let (private, public) = generate("test@pinforge", None, p256).expect("generate");
     let kp = dir.join("key");
     write_pair(&kp, &private, &public).expect("write pair");
     let key = SigningKey::load(&kp).expect("load");
@@ -95,14 +99,39 @@ fn tampering_unknown_keys_unsigned_and_wrong_types_are_refused() {
 #[test]
 fn an_encrypted_key_needs_its_passphrase() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (private, public) = generate("t", Some("s3cret")).expect("generate");
+    let (private, public) = generate("t", Some("s3cret"), false).expect("generate");
     let kp = dir.path().join("enc");
     write_pair(&kp, &private, &public).expect("write");
-    // The variable is not set in unit tests (the integration test sets it for a real run).
-    if std::env::var_os(PASSPHRASE_VAR).is_none() {
+    // The variable is not set in unit tests (the integration test sets it for a real run);
+    // run from a terminal, load would prompt (tests/cli/sign_prompt.rs drives that on a pty).
+    use std::io::IsTerminal;
+    if std::env::var_os(PASSPHRASE_VAR).is_none() && !std::io::stdin().is_terminal() {
         let e = SigningKey::load(&kp).expect_err("no passphrase");
         assert!(e.to_string().contains("encrypted"), "{e}");
     }
     let e = write_pair(&kp, &private, &public).expect_err("no overwrite");
     assert!(e.to_string().contains("already exists"), "{e}");
+}
+
+#[test]
+fn a_p256_key_signs_der_ecdsa_over_the_pae_and_a_flipped_byte_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (key, policy) = key_of(dir.path(), true);
+    let f = dir.path().join("r.json");
+    std::fs::write(&f, b"{}").expect("write");
+    sign_file(&f, &key).expect("sign");
+    let v = verify_signed(&f, &policy).expect("verify");
+    assert_eq!(v.principals, ["builder@x"]);
+    let env_bytes = std::fs::read(sidecars(&f).0).expect("env");
+    let mut env: Envelope = serde_json::from_slice(&env_bytes).expect("parse");
+    let mut raw = B64.decode(&env.signatures[0].sig).expect("b64");
+    // DER: SEQUENCE { INTEGER r, INTEGER s }.
+    assert_eq!(raw[0], 0x30, "{raw:?}");
+    p256::ecdsa::Signature::from_der(&raw).expect("DER");
+    let last = raw.len() - 1;
+    raw[last] ^= 1;
+    env.signatures[0].sig = B64.encode(&raw);
+    let bad = serde_json::to_vec(&env).expect("json");
+    let e = verify_envelope_bytes(&bad, b"{}", &policy).expect_err("bad sig");
+    assert!(e.to_string().contains("bad signature"), "{e}");
 }
