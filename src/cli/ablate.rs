@@ -1,5 +1,6 @@
-//! `pinforge ablate`: a variant built and smoked with subsets of its patches; which patches
-//! are necessary, which sets sufficient, rendered with each subset's timing.
+//! `pinforge ablate`: a variant built and smoked (or, `--trial soak`, soaked for `--rows` rows
+//! per repeat) with subsets of its patches; which patches are necessary, which sets
+//! sufficient, rendered with each subset's timing.
 
 use super::reporter::TermReporter;
 use super::{print_json, JsonArg, Verbosity};
@@ -32,6 +33,8 @@ pub struct AblateArgs {
     #[arg(long, short = 'j')]
     pub jobs: Option<usize>,
     #[command(flatten)]
+    pub soak: super::flip::SoakArgs,
+    #[command(flatten)]
     pub sign: super::sign::SignWith,
     #[command(flatten)]
     pub out: JsonArg,
@@ -42,12 +45,14 @@ pub(super) fn run(ctx: &super::Ctx, a: AblateArgs) -> Result<i32> {
     let ws = Workspace::new(&ctx.ws_root)?;
     let recipe = Recipe::load_or_default(a.recipe.as_deref())?;
     let smoke_opts = super::smoke::smoke_options(&ctx.ws_root, a.model, a.arch, a.tokens, false)?;
+    let soak = a.soak.options(&ctx.ws_root, &smoke_opts)?;
     let reporter = TermReporter::new(ctx.verbosity == Verbosity::Quiet);
     let record = ablate::run(
         &ws,
         &recipe,
         &a.variant,
         &smoke_opts,
+        soak.as_ref(),
         &BuildOptions {
             jobs: a.jobs,
             reporter: &reporter,
@@ -56,8 +61,12 @@ pub(super) fn run(ctx: &super::Ctx, a: AblateArgs) -> Result<i32> {
     )?;
     if a.out.json {
         print_json(ablate::SCHEMA, &record)?;
+    } else if record.soak.is_some() {
+        render_soak(&record);
+        render_analysis(&record);
     } else {
         render(&record);
+        render_analysis(&record);
     }
     Ok(
         if record.subsets.iter().any(|s| s.class == "undetermined") {
@@ -106,6 +115,72 @@ fn render(r: &AblationRecord) {
             outln!("    note: {d}");
         }
     }
+}
+
+/// The soak trial's table: each subset's runs (one per repeat, with onset rows), its class,
+/// and the mean wall time of its completed rows (crash and error rows, failed runs left out).
+fn render_soak(r: &AblationRecord) {
+    let Some(t) = &r.soak else {
+        return;
+    };
+    outln!(
+        "ablate {}/{}: {} patches, {} subsets ({}), soak of {} rows, {} repeat(s)",
+        r.recipe,
+        r.variant,
+        r.patches.len(),
+        r.subsets.len(),
+        r.mode,
+        t.settings.rows,
+        t.settings.repeats
+    );
+    outln!(
+        "  {:<16} {:<36} {:>9} {:<13} {:>9} runs (per repeat)",
+        "subset",
+        "built as",
+        "build",
+        "class",
+        "wall ms"
+    );
+    for s in &r.subsets {
+        let wall = s
+            .soak
+            .as_ref()
+            .and_then(|x| x.timing.as_ref())
+            .and_then(|t| t.mean_wall_ms)
+            .map(|m| format!("{m:.1}"))
+            .unwrap_or_else(|| "-".into());
+        outln!(
+            "  {:<16} {:<36} {:>8.1}s{} {:<13} {:>9} {}",
+            s.label,
+            s.built_as,
+            s.build_seconds,
+            if s.cached { "*" } else { " " },
+            s.class,
+            wall,
+            s.soak
+                .as_ref()
+                .map(ablate::soak::runs_word)
+                .unwrap_or_else(|| "-".into())
+        );
+        if let Some(why) = s.reason.as_deref().filter(|_| s.class == "undetermined") {
+            outln!("    reason: {why}");
+        }
+        if let Some(d) = &s.dependency {
+            outln!("    note: {d}");
+        }
+    }
+    if let Some(rate) = t.target_rate {
+        outln!(
+            "target rate over the unpatched subset: {} of {} rows (p = {:.4})",
+            rate.rows,
+            rate.of,
+            rate.p
+        );
+    }
+}
+
+/// What the subsets show, and where the record is.
+fn render_analysis(r: &AblationRecord) {
     let list = |v: &[String]| {
         if v.is_empty() {
             "none".to_string()
