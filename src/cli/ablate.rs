@@ -193,11 +193,13 @@ fn render_analysis(r: &AblationRecord) {
         r.target_signature.as_deref().unwrap_or("none")
     );
     outln!("necessary:  {}", list(&r.necessary));
+    left_out_onsets(r, &r.necessary);
     if !r.other_crash_when_left_out.is_empty() {
         outln!(
             "another crash when left out (not the signature under test): {}",
             list(&r.other_crash_when_left_out)
         );
+        left_out_onsets(r, &r.other_crash_when_left_out);
     }
     outln!(
         "sufficient: {}",
@@ -215,4 +217,26 @@ fn render_analysis(r: &AblationRecord) {
     outln!("wall time {:.1}s (* = reused build)", r.seconds);
     outln!("record   {}", r.record.display());
     outln!("summary  {}", r.summary.display());
+}
+
+/// Under the soak trial, each named patch's left-out subset with its runs (the onset rows at
+/// which the crash came back).
+fn left_out_onsets(r: &AblationRecord, files: &[String]) {
+    for f in files {
+        let full: Vec<&String> = r.patches.iter().map(|p| &p.file).collect();
+        let Some(s) = r.subsets.iter().find(|s| {
+            s.applied.len() + 1 == full.len()
+                && !s.applied.contains(f)
+                && s.applied.iter().all(|a| full.contains(&a))
+        }) else {
+            continue;
+        };
+        if let Some(soak) = &s.soak {
+            outln!(
+                "  without {f}: subset {}: {}",
+                s.label,
+                ablate::soak::runs_word(soak)
+            );
+        }
+    }
 }
