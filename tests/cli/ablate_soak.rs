@@ -116,6 +116,28 @@ fn a_soak_ablation_of_the_mrope_patches_names_the_patch_whose_removal_brings_the
     assert_eq!(crate::schemas::validate(&v), "pinforge.verify-soak/v1");
     assert_eq!(v["runs"].as_array().map(Vec::len), Some(8), "{v}");
     assert_eq!(v["runs"][0]["side"], "none#1");
+    // `report` of the record draws every linked run's rows (8 subsets x 6) and re-checks the
+    // record through the same library.
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = dir.path().join("report.md");
+    let o = pinforge(
+        llama_ws(),
+        &[
+            "report",
+            record.to_str().expect("utf-8"),
+            "-o",
+            out.to_str().expect("utf-8"),
+            "--format",
+            "md",
+            "--json",
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let r = json(&o);
+    assert_eq!(crate::schemas::validate(&r), "pinforge.report/v1");
+    assert_eq!(r["rows"].as_u64(), Some(48), "{r}");
+    let md = std::fs::read_to_string(&out).expect("report");
+    assert!(md.contains("8 linked runs re-checked"), "{md}");
     // A copy whose digest of one subset's evidence is not the manifest's: exit 1, naming it.
     let mut bad: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&record).expect("read")).expect("json");
