@@ -218,3 +218,28 @@ fn a_subset_whose_repeats_disagree_is_undetermined_with_the_table_in_the_text_ou
         insta::assert_snapshot!("ablate_soak_disagree", format!("exit {}\n{out}", code(&o)));
     });
 }
+
+// The soak flags of `ablate` are checked before anything is registered or built: exit 2,
+// naming the flag, no record folder written.
+#[test]
+fn ablate_soak_flags_out_of_place_or_range_are_refused_with_exit_2_and_write_nothing() {
+    let ws = llama_ws();
+    let before = crate::listing(&ws.join("ablations"));
+    for (args, says) in [
+        (vec!["--trial", "soak"], "--rows"),
+        (vec!["--rows", "10"], "soak trial only"),
+        (vec!["--repeats", "2"], "soak trial only"),
+        (
+            vec!["--trial", "soak", "--rows", "10", "--repeats", "0"],
+            "--repeats 0",
+        ),
+        (vec!["--trial", "soak", "--rows", "0"], "--rows 0"),
+    ] {
+        let mut all = vec!["ablate", "--variant", "patched-asan"];
+        all.extend(args.iter());
+        let o = pinforge(ws, &all);
+        assert_eq!(code(&o), 2, "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    }
+    assert_eq!(crate::listing(&ws.join("ablations")), before);
+}
