@@ -19,6 +19,9 @@
 //! clean and no smaller tested set inside it is; a patch is necessary when the full set is
 //! clean and leaving that patch out alone is not; a patch does not touch the signature when
 //! adding it to any tested subset never changes the outcome.
+//!
+//! With `--trial soak` ([`soak`]), every subset that builds is soaked for N rows per repeat
+//! instead of smoked, and its class comes from those runs.
 
 use crate::artifact::build::{self, BuildOptions};
 use crate::artifact::manifest;
