@@ -128,7 +128,8 @@ pub(crate) fn validate_crash_rows() -> Vec<u64> {
     imp::validate_crash_rows()
 }
 
-/// `PINFORGE_SOAK_FORCE_CLEAN=to:2`: a soak flip reads the crash rows of that side's run in
+/// `PINFORGE_SOAK_FORCE_CLEAN=to:2`: a soak flip (or, `LABEL:2`, an ablation soak of that subset)
+/// reads the crash rows of that side's run in
 /// that repeat as clean (the flip-flop test of `--repeats`); the run's evidence is untouched.
 pub(crate) fn soak_force_clean() -> Option<(String, u32)> {
     imp::soak_force_clean()

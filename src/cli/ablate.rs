@@ -1,5 +1,6 @@
-//! `pinforge ablate`: a variant built and smoked with subsets of its patches; which patches
-//! are necessary, which sets sufficient, rendered with each subset's timing.
+//! `pinforge ablate`: a variant built and smoked (or, `--trial soak`, soaked for `--rows` rows
+//! per repeat) with subsets of its patches; which patches are necessary, which sets
+//! sufficient, rendered with each subset's timing.
 
 use super::reporter::TermReporter;
 use super::{print_json, JsonArg, Verbosity};
@@ -32,6 +33,8 @@ pub struct AblateArgs {
     #[arg(long, short = 'j')]
     pub jobs: Option<usize>,
     #[command(flatten)]
+    pub soak: super::flip::SoakArgs,
+    #[command(flatten)]
     pub sign: super::sign::SignWith,
     #[command(flatten)]
     pub out: JsonArg,
@@ -42,12 +45,14 @@ pub(super) fn run(ctx: &super::Ctx, a: AblateArgs) -> Result<i32> {
     let ws = Workspace::new(&ctx.ws_root)?;
     let recipe = Recipe::load_or_default(a.recipe.as_deref())?;
     let smoke_opts = super::smoke::smoke_options(&ctx.ws_root, a.model, a.arch, a.tokens, false)?;
+    let soak = a.soak.options(&ctx.ws_root, &smoke_opts)?;
     let reporter = TermReporter::new(ctx.verbosity == Verbosity::Quiet);
     let record = ablate::run(
         &ws,
         &recipe,
         &a.variant,
         &smoke_opts,
+        soak.as_ref(),
         &BuildOptions {
             jobs: a.jobs,
             reporter: &reporter,
@@ -56,8 +61,12 @@ pub(super) fn run(ctx: &super::Ctx, a: AblateArgs) -> Result<i32> {
     )?;
     if a.out.json {
         print_json(ablate::SCHEMA, &record)?;
+    } else if record.soak.is_some() {
+        render_soak(&record);
+        render_analysis(&record);
     } else {
         render(&record);
+        render_analysis(&record);
     }
     Ok(
         if record.subsets.iter().any(|s| s.class == "undetermined") {
@@ -106,6 +115,72 @@ fn render(r: &AblationRecord) {
             outln!("    note: {d}");
         }
     }
+}
+
+/// The soak trial's table: each subset's runs (one per repeat, with onset rows), its class,
+/// and the mean wall time of its completed rows (crash and error rows, failed runs left out).
+fn render_soak(r: &AblationRecord) {
+    let Some(t) = &r.soak else {
+        return;
+    };
+    outln!(
+        "ablate {}/{}: {} patches, {} subsets ({}), soak of {} rows, {} repeat(s)",
+        r.recipe,
+        r.variant,
+        r.patches.len(),
+        r.subsets.len(),
+        r.mode,
+        t.settings.rows,
+        t.settings.repeats
+    );
+    outln!(
+        "  {:<16} {:<36} {:>9} {:<13} {:>9} runs (per repeat)",
+        "subset",
+        "built as",
+        "build",
+        "class",
+        "wall ms"
+    );
+    for s in &r.subsets {
+        let wall = s
+            .soak
+            .as_ref()
+            .and_then(|x| x.timing.as_ref())
+            .and_then(|t| t.mean_wall_ms)
+            .map(|m| format!("{m:.1}"))
+            .unwrap_or_else(|| "-".into());
+        outln!(
+            "  {:<16} {:<36} {:>8.1}s{} {:<13} {:>9} {}",
+            s.label,
+            s.built_as,
+            s.build_seconds,
+            if s.cached { "*" } else { " " },
+            s.class,
+            wall,
+            s.soak
+                .as_ref()
+                .map(ablate::soak::runs_word)
+                .unwrap_or_else(|| "-".into())
+        );
+        if let Some(why) = s.reason.as_deref().filter(|_| s.class == "undetermined") {
+            outln!("    reason: {why}");
+        }
+        if let Some(d) = &s.dependency {
+            outln!("    note: {d}");
+        }
+    }
+    if let Some(rate) = t.target_rate {
+        outln!(
+            "target rate over the unpatched subset: {} of {} rows (p = {:.4})",
+            rate.rows,
+            rate.of,
+            rate.p
+        );
+    }
+}
+
+/// What the subsets show, and where the record is.
+fn render_analysis(r: &AblationRecord) {
     let list = |v: &[String]| {
         if v.is_empty() {
             "none".to_string()
@@ -118,11 +193,13 @@ fn render(r: &AblationRecord) {
         r.target_signature.as_deref().unwrap_or("none")
     );
     outln!("necessary:  {}", list(&r.necessary));
+    left_out_onsets(r, &r.necessary);
     if !r.other_crash_when_left_out.is_empty() {
         outln!(
             "another crash when left out (not the signature under test): {}",
             list(&r.other_crash_when_left_out)
         );
+        left_out_onsets(r, &r.other_crash_when_left_out);
     }
     outln!(
         "sufficient: {}",
@@ -140,4 +217,26 @@ fn render(r: &AblationRecord) {
     outln!("wall time {:.1}s (* = reused build)", r.seconds);
     outln!("record   {}", r.record.display());
     outln!("summary  {}", r.summary.display());
+}
+
+/// Under the soak trial, each named patch's left-out subset with its runs (the onset rows at
+/// which the crash came back).
+fn left_out_onsets(r: &AblationRecord, files: &[String]) {
+    for f in files {
+        let full: Vec<&String> = r.patches.iter().map(|p| &p.file).collect();
+        let Some(s) = r.subsets.iter().find(|s| {
+            s.applied.len() + 1 == full.len()
+                && !s.applied.contains(f)
+                && s.applied.iter().all(|a| full.contains(&a))
+        }) else {
+            continue;
+        };
+        if let Some(soak) = &s.soak {
+            outln!(
+                "  without {f}: subset {}: {}",
+                s.label,
+                ablate::soak::runs_word(soak)
+            );
+        }
+    }
 }

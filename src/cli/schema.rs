@@ -102,7 +102,7 @@ pub mod id {
     pub const VALIDATE_MERGE: &str = "pinforge.validate-merge/v1";
     /// `verify EVIDENCE --json` (a validate run's evidence.json or its run folder).
     pub const VERIFY_EVIDENCE: &str = "pinforge.verify-evidence/v1";
-    /// `verify RECORD --json` (a soak flip's record.json or its record folder).
+    /// `verify RECORD --json` (a soak flip's or soak ablation's record.json or its folder).
     pub const SOAK_CHECK: &str = "pinforge.verify-soak/v1";
     /// `flip --json` and the flip record file.
     pub const FLIP: &str = crate::trial::flip::SCHEMA;

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 #[derive(Debug, clap::Args)]
 pub struct VerifyArgs {
     /// A manifest written by `pinforge build`, a validate run's evidence.json (or its run
-    /// folder), or a soak flip's record.json (or its record folder)
+    /// folder), or a soak flip's or soak ablation's record.json (or its record folder)
     #[arg(required_unless_present = "installed")]
     pub manifest: Option<PathBuf>,
     /// Verify the install root instead: `current`, or the named layer

@@ -205,6 +205,9 @@ pub(crate) struct SubsetRecord {
     pub class: String,
     /// Why undetermined.
     pub reason: Option<String>,
+    /// The soak trial's runs of this subset (`ablate --trial soak`; then no smoke).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soak: Option<crate::trial::ablate::soak::SubsetSoak>,
 }
 
 /// An ablation record.
@@ -224,6 +227,9 @@ pub(crate) struct AblationRecord {
     pub mode: String,
     /// The smoke settings every subset ran with.
     pub smoke_settings: SmokeSettings,
+    /// The soak trial's settings and run order (`ablate --trial soak`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soak: Option<crate::trial::ablate::soak::AblationSoak>,
     /// Every subset tried, in order.
     pub subsets: Vec<SubsetRecord>,
     /// The normalized signature of the empty subset.

@@ -211,7 +211,59 @@ pub(crate) fn ablation_markdown(r: &AblationRecord) -> String {
             )
         ));
     }
+    if let Some(t) = &r.soak {
+        ablation_soak_section(&mut s, r, t);
+    }
     s
+}
+
+/// The soak trial of an ablation: settings, run order, and every subset's runs with their
+/// evidence (run id, manifest digest) and the timing of their completed rows.
+fn ablation_soak_section(
+    s: &mut String,
+    r: &AblationRecord,
+    t: &crate::trial::ablate::soak::AblationSoak,
+) {
+    s.push_str(&format!(
+        "
+## Soak
+
+{} rows per subset and repeat, {} repeat(s), run in the order {}; \
+         confidence {}.\n",
+        t.settings.rows,
+        t.settings.repeats,
+        t.order.join(" "),
+        t.settings.confidence
+    ));
+    if let Some(rate) = t.target_rate {
+        s.push_str(&format!(
+            "The target signature showed in {} of {} rows of the unpatched subset (p = {:.4}).\n",
+            rate.rows, rate.of, rate.p
+        ));
+    }
+    s.push_str("\n| subset | repeat | run | evidence | rows | outcome | timed rows | mean wall ms |\n|---|---|---|---|---|---|---|---|\n");
+    for x in &r.subsets {
+        let Some(soak) = &x.soak else { continue };
+        let timing = soak.timing.as_ref();
+        for (run, k) in soak.runs.iter().zip(1..) {
+            s.push_str(&format!(
+                "| {} | {k} | `{}` | {} | {} | {} | {} | {} |\n",
+                x.label,
+                run.run.as_deref().unwrap_or("-"),
+                run.evidence
+                    .as_ref()
+                    .map(|e| e.sha256.short(12))
+                    .unwrap_or_else(|| "-".into()),
+                run.rows,
+                cell(&run.word()),
+                timing.map(|t| t.rows.to_string()).unwrap_or_default(),
+                timing
+                    .and_then(|t| t.mean_wall_ms)
+                    .map(|m| format!("{m:.3}"))
+                    .unwrap_or_else(|| "-".into())
+            ));
+        }
+    }
 }
 
 #[cfg(test)]

@@ -321,7 +321,8 @@ fn real_output_of_every_command_validates_against_its_schema() {
         "pinforge.smoke/v1",
         "pinforge.validate/v1",
         "pinforge.verify-evidence/v1",
-        // A soak flip's record verified: real ASan builds (flip_soak).
+        // A soak flip's or soak ablation's record verified: real ASan builds (flip_soak,
+        // ablate_soak).
         "pinforge.verify-soak/v1",
         // push and pull: a real registry (ship); sign and a signed verify: real keys (sign).
         "pinforge.push/v1",

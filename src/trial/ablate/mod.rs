@@ -19,6 +19,9 @@
 //! clean and no smaller tested set inside it is; a patch is necessary when the full set is
 //! clean and leaving that patch out alone is not; a patch does not touch the signature when
 //! adding it to any tested subset never changes the outcome.
+//!
+//! With `--trial soak` ([`soak`]), every subset that builds is soaked for N rows per repeat
+//! instead of smoked, and its class comes from those runs.
 
 use crate::artifact::build::{self, BuildOptions};
 use crate::artifact::manifest;
@@ -35,9 +38,12 @@ use crate::trial::record;
 // The record types keep their old path: `pinforge schema` names `trial::ablate::AblationRecord`.
 pub(crate) use crate::trial::record::{AblationRecord, SubsetRecord};
 use crate::trial::report;
+use crate::trial::soak::SoakOptions;
 use crate::trial::verdict::SideResult;
 use serde::Serialize;
 use std::time::Instant;
+
+pub(crate) mod soak;
 
 /// The schema id of an ablation record and of `ablate --json`.
 pub(crate) const SCHEMA: &str = "pinforge.ablate/v1";
@@ -293,15 +299,21 @@ fn applies(
     }
 }
 
-/// Ablate `variant`'s patch list: build and smoke every subset, analyse, and write the record.
+/// Ablate `variant`'s patch list: build and smoke every subset (or, with `soak`, build every
+/// subset and then run their validation soaks, interleaved per repeat), analyse, and write the
+/// record.
 pub(crate) fn run(
     ws: &Workspace,
     recipe: &Recipe,
     variant: &str,
     smoke_opts: &SmokeOptions,
+    soak_opts: Option<&SoakOptions>,
     build_opts: &BuildOptions,
 ) -> Result<AblationRecord> {
     let started = Instant::now();
+    if let Some(s) = soak_opts {
+        crate::trial::soak::check(s)?;
+    }
     let base = recipe.variant(variant)?;
     check_derived_names_free(recipe, variant)?;
     let patches = config::resolve_patches(recipe, base)?;
@@ -323,15 +335,20 @@ pub(crate) fn run(
         files: patches.iter().map(|p| p.file.clone()).collect(),
         patches,
     };
-    let mut record = ablation.register(smoke_opts)?;
+    let mut record = ablation.register(smoke_opts, soak_opts)?;
     let mut results: Vec<(Vec<usize>, Class)> = Vec::new();
     for subset in subsets(ablation.patches.len()) {
-        let (applied, rec, class) = ablation.subset(&subset, smoke_opts, build_opts)?;
+        let (applied, rec, class) =
+            ablation.subset(&subset, smoke_opts, soak_opts.is_some(), build_opts)?;
         results.push((applied, class));
         record.subsets.push(rec);
         classify(&mut record, &results);
         // Written after every subset: a long ablation that is interrupted keeps what it found.
         record::write_json(&record.record, &record)?;
+    }
+    if let Some(opts) = soak_opts {
+        soak::run(opts, &mut record, &mut results, build_opts.reporter)?;
+        classify(&mut record, &results);
     }
     let a = analyse(ablation.patches.len(), &results);
     let names = |v: &[usize]| ablation.names(v);
@@ -382,7 +399,11 @@ impl Ablation<'_> {
     }
 
     /// Claim the record folder and write the record before anything is built.
-    fn register(&self, smoke_opts: &SmokeOptions) -> Result<AblationRecord> {
+    fn register(
+        &self,
+        smoke_opts: &SmokeOptions,
+        soak_opts: Option<&SoakOptions>,
+    ) -> Result<AblationRecord> {
         let (recipe, variant, n) = (self.recipe, self.variant, self.patches.len());
         let (id, dir) = record::claim_record_dir(
             self.ws.root(),
@@ -406,6 +427,7 @@ impl Ablation<'_> {
                 arch: smoke_opts.arch.name().to_string(),
                 tokens: smoke_opts.tokens,
             },
+            soak: soak_opts.map(soak::registered),
             subsets: Vec::new(),
             target_signature: None,
             necessary: Vec::new(),
@@ -462,12 +484,14 @@ impl Ablation<'_> {
         Ok(out)
     }
 
-    /// Build and smoke one subset (as an equal existing variant where there is one): the
-    /// patches applied, the subset's record, and its class.
+    /// Build and smoke one subset (as an equal existing variant where there is one; with
+    /// `soak`, build only: its soak runs later): the patches applied, the subset's record, and
+    /// its class.
     fn subset(
         &self,
         subset: &[usize],
         smoke_opts: &SmokeOptions,
+        soak: bool,
         build_opts: &BuildOptions,
     ) -> Result<(Vec<usize>, SubsetRecord, Class)> {
         let (recipe, variant) = (self.recipe, self.variant);
@@ -503,10 +527,11 @@ impl Ablation<'_> {
             smoke: None,
             class: "undetermined".into(),
             reason: undetermined.clone(),
+            soak: None,
         };
         let class = match undetermined {
             Some(why) => Class::Undetermined(why),
-            None => self.build_and_smoke(&to_build, &mut rec, smoke_opts, build_opts)?,
+            None => self.build_and_smoke(&to_build, &mut rec, smoke_opts, soak, build_opts)?,
         };
         if let Class::Undetermined(why) = &class {
             rec.reason = Some(why.clone());
@@ -514,13 +539,14 @@ impl Ablation<'_> {
         Ok((applied, rec, class))
     }
 
-    /// Build `to_build` and smoke it, recording both in `rec`; a failed build is an
-    /// undetermined class, not an error.
+    /// Build `to_build` and smoke it (unless `soak`: its class then waits for its soak runs),
+    /// recording both in `rec`; a failed build is an undetermined class, not an error.
     fn build_and_smoke(
         &self,
         to_build: &Variant,
         rec: &mut SubsetRecord,
         smoke_opts: &SmokeOptions,
+        soak: bool,
         build_opts: &BuildOptions,
     ) -> Result<Class> {
         let t = Instant::now();
@@ -536,6 +562,11 @@ impl Ablation<'_> {
         };
         rec.build_seconds = o.seconds;
         rec.cached = o.cached;
+        if soak {
+            rec.manifest_sha256 = Some(Sha256::of_file(&o.manifest)?.0);
+            rec.manifest = Some(o.manifest);
+            return Ok(Class::Undetermined("built; its soak has not run".into()));
+        }
         build_opts.reporter.stage("smoke", to_build.name.as_str());
         let (result, side) = flip::smoke_one(&o.manifest, smoke_opts);
         rec.manifest_sha256 = Some(Sha256::of_file(&o.manifest)?.0);

@@ -288,36 +288,7 @@ impl Builder {
                 ));
                 for (side, run) in [("from", &rep.runs.from), ("to", &rep.runs.to)] {
                     let label = format!("{side}#{}", rep.repeat);
-                    if let Some(e) = &run.error {
-                        self.r.coverage.push(format!(
-                            "flip {} {label} ({}): the run failed, nothing recorded: {e}",
-                            f.id, run.variant
-                        ));
-                    }
-                    let Some(ev) = &run.evidence else { continue };
-                    match load::linked_run(ev) {
-                        Ok(v) => self.run(&v, Some(&label)),
-                        Err(why) => {
-                            self.r.evidence.push(EvidenceItem {
-                                path: shown_path(&ev.manifest),
-                                role: format!(
-                                    "evidence of {label} run {}",
-                                    run.run.as_deref().unwrap_or("-")
-                                ),
-                                sha256: ev.sha256.to_hex(),
-                                status: if why.contains("changed") {
-                                    Status::Fail
-                                } else {
-                                    Status::Absent
-                                },
-                                detail: why.clone(),
-                            });
-                            self.r.coverage.push(format!(
-                                "flip {} {label}: its {} rows are not drawn ({why})",
-                                f.id, run.rows
-                            ));
-                        }
-                    }
+                    self.soak_run(&format!("flip {}", f.id), &label, run);
                 }
             }
         } else {
@@ -329,6 +300,41 @@ impl Builder {
         self.r.claims.push(claim);
     }
 
+    /// One run a soak record links (`owner` names the record, `label` the run in it): drawn
+    /// from its evidence, or listed in the evidence index and the coverage with why not.
+    fn soak_run(&mut self, owner: &str, label: &str, run: &load::SoakRunView) {
+        if let Some(e) = &run.error {
+            self.r.coverage.push(format!(
+                "{owner} {label} ({}): the run failed, nothing recorded: {e}",
+                run.variant
+            ));
+        }
+        let Some(ev) = &run.evidence else { return };
+        match load::linked_run(ev) {
+            Ok(v) => self.run(&v, Some(label)),
+            Err(why) => {
+                self.r.evidence.push(EvidenceItem {
+                    path: shown_path(&ev.manifest),
+                    role: format!(
+                        "evidence of {label} run {}",
+                        run.run.as_deref().unwrap_or("-")
+                    ),
+                    sha256: ev.sha256.to_hex(),
+                    status: if why.contains("changed") {
+                        Status::Fail
+                    } else {
+                        Status::Absent
+                    },
+                    detail: why.clone(),
+                });
+                self.r.coverage.push(format!(
+                    "{owner} {label}: its {} rows are not drawn ({why})",
+                    run.rows
+                ));
+            }
+        }
+    }
+
     /// The record file itself: a soak record is re-checked by the soak verify library; a smoke
     /// record has nothing of its own to re-check (its manifests are listed with their checks).
     fn record_evidence(&mut self, f: &FlipView, path: &Path) {
@@ -336,21 +342,7 @@ impl Builder {
             .map(|b| Sha256::of_bytes(&b).to_hex())
             .unwrap_or_else(|_| "-".into());
         let (status, detail) = if f.soak.is_some() {
-            match crate::trial::soak::verify::verify_record(path) {
-                Ok(c) if c.ok => (
-                    Status::Pass,
-                    format!("{} linked runs re-checked", c.runs.len()),
-                ),
-                Ok(c) => (
-                    Status::Fail,
-                    c.runs
-                        .iter()
-                        .filter_map(|r| r.problem.as_ref().map(|p| format!("{}: {p}", r.side)))
-                        .collect::<Vec<_>>()
-                        .join("; "),
-                ),
-                Err(e) => (Status::Absent, error_text(&e)),
-            }
+            soak_record_status(path)
         } else {
             (
                 Status::Absent,
@@ -471,20 +463,35 @@ impl Builder {
         let sha = crate::base::fsx::read(path)
             .map(|b| Sha256::of_bytes(&b).to_hex())
             .unwrap_or_else(|_| "-".into());
+        let (status, detail) = if a.subsets.iter().any(|s| s.soak.is_some()) {
+            soak_record_status(path)
+        } else {
+            (
+                Status::Absent,
+                "verify re-checks its subsets' manifests, listed below".into(),
+            )
+        };
         self.r.evidence.push(EvidenceItem {
             path: shown_path(path),
             role: format!("ablation record {}", a.id),
             sha256: sha,
-            status: Status::Absent,
-            detail: "verify re-checks its subsets' manifests, listed below".into(),
+            status,
+            detail,
         });
         let full: BTreeSet<&str> = a.patches.iter().map(|p| p.file.as_str()).collect();
         for s in &a.subsets {
-            let word = s
-                .smoke
-                .as_ref()
-                .map(smoke_word)
-                .unwrap_or_else(|| "no smoke".into());
+            let word = match (&s.smoke, &s.soak) {
+                (Some(sm), _) => smoke_word(sm),
+                (None, Some(soak)) => format!("soak: {} run(s)", soak.runs.len()),
+                (None, None) => "no smoke".into(),
+            };
+            for (run, k) in s.soak.iter().flat_map(|x| x.runs.iter()).zip(1..) {
+                self.soak_run(
+                    &format!("ablation {}", a.id),
+                    &format!("{}#{k}", s.label),
+                    run,
+                );
+            }
             claim.facts.push((
                 format!("subset {}", s.label),
                 format!(
@@ -628,5 +635,24 @@ impl Builder {
                 .coverage
                 .push("no input holds validation rows: there is no timeline".into());
         }
+    }
+}
+
+/// A soak record (flip or ablation) re-checked by the soak verify library: every linked run.
+fn soak_record_status(path: &Path) -> (Status, String) {
+    match crate::trial::soak::verify::verify_record(path) {
+        Ok(c) if c.ok => (
+            Status::Pass,
+            format!("{} linked runs re-checked", c.runs.len()),
+        ),
+        Ok(c) => (
+            Status::Fail,
+            c.runs
+                .iter()
+                .filter_map(|r| r.problem.as_ref().map(|p| format!("{}: {p}", r.side)))
+                .collect::<Vec<_>>()
+                .join("; "),
+        ),
+        Err(e) => (Status::Absent, error_text(&e)),
     }
 }

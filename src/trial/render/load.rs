@@ -233,6 +233,16 @@ pub(crate) struct SubsetView {
     pub class: String,
     /// Why undetermined.
     pub reason: Option<String>,
+    /// The soak trial's runs (`ablate --trial soak`).
+    #[serde(default)]
+    pub soak: Option<SubsetSoakView>,
+}
+
+/// A subset's soak runs.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct SubsetSoakView {
+    /// One per repeat.
+    pub runs: Vec<SoakRunView>,
 }
 
 /// An ablation record.

@@ -108,7 +108,7 @@ pub(crate) struct SoakRun {
 }
 
 impl SoakRun {
-    fn count(&self, outcome: &str) -> u64 {
+    pub(crate) fn count(&self, outcome: &str) -> u64 {
         self.counts.get(outcome).copied().unwrap_or(0)
     }
 
@@ -118,15 +118,16 @@ impl SoakRun {
     }
 
     /// The signature of the first crash row.
-    fn onset_signature(&self) -> Option<&SoakSignature> {
+    pub(crate) fn onset_signature(&self) -> Option<&SoakSignature> {
         self.signatures.iter().min_by_key(|s| s.first_row)
     }
 
-    fn with(&self, signature: &str) -> Option<&SoakSignature> {
+    pub(crate) fn with(&self, signature: &str) -> Option<&SoakSignature> {
         self.signatures.iter().find(|s| s.signature == signature)
     }
 
-    fn word(&self) -> String {
+    /// One cell of a table: failed, crash at row R (k of n), or clean (n rows).
+    pub(crate) fn word(&self) -> String {
         if let Some(e) = &self.error {
             return format!("failed ({})", e.lines().next().unwrap_or(""));
         }
@@ -262,7 +263,7 @@ pub(crate) fn run(
                 &format!("{side} side, repeat {repeat}/{}", opts.repeats),
             );
             trial.order.push(format!("{side}#{repeat}"));
-            let mut r = run_of(validate::run_one(&v, i, reporter));
+            let mut r = soak_one(&v, i, reporter);
             if forced.as_ref() == Some(&(side.to_string(), repeat)) {
                 force_clean(&mut r);
             }
@@ -293,6 +294,12 @@ pub(crate) fn run(
         })
         .collect();
     overall(&trial.repeats)
+}
+
+/// One validation soak of arm `arm` of `v` (a failed run is recorded as failed, never an
+/// error): the unit a flip's side and an ablation's subset both run per repeat.
+pub(crate) fn soak_one(v: &validate::Options, arm: usize, reporter: &dyn Reporter) -> SoakRun {
+    run_of(validate::run_one(v, arm, reporter))
 }
 
 /// What a validation report (or its failure) shows of one side.
@@ -349,7 +356,7 @@ fn run_of(report: Result<validate::Report>) -> SoakRun {
 
 /// The test hook's change: the run's crash rows are read as clean (its evidence is untouched,
 /// and the record says what was forced).
-fn force_clean(r: &mut SoakRun) {
+pub(crate) fn force_clean(r: &mut SoakRun) {
     let crashes = r.count("crash");
     r.counts.insert("crash".into(), 0);
     *r.counts.entry("ok".into()).or_default() += crashes;
@@ -566,7 +573,7 @@ pub(crate) fn table_lines(t: &SoakTrial) -> Vec<String> {
 }
 
 /// One side's timing over its runs that ran: completed rows only.
-fn timing<'a>(runs: impl Iterator<Item = &'a SoakRun>) -> SideTiming {
+pub(crate) fn timing<'a>(runs: impl Iterator<Item = &'a SoakRun>) -> SideTiming {
     let mut t = SideTiming {
         rows: 0,
         excluded_rows: 0,

@@ -1,4 +1,4 @@
-//! `verify` of a soak flip's record: every run the record links is found where the workspace
+//! `verify` of a soak flip's or a soak ablation's record: every run the record links is found where the workspace
 //! keeps it (derived from the run id, never taken verbatim from the record), its evidence
 //! manifest has the digest the record holds, and the validation's own re-check passes (every
 //! run file re-hashed, the summary recomputed from the rows).
@@ -7,6 +7,9 @@ use crate::base::digest::Sha256;
 use crate::base::error::{Error, Result};
 use crate::base::fsx;
 use crate::trial::record::SCHEMA;
+
+// An ablation record's schema id: the soak ablation's records are verified here too.
+use crate::trial::ablate::SCHEMA as ABLATE_SCHEMA;
 use crate::trial::validate::{self, EvidenceCheck};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -14,7 +17,7 @@ use std::path::{Path, PathBuf};
 /// One linked run as re-checked.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub(crate) struct LinkedRun {
-    /// `from#1`, `to#2`, …
+    /// `from#1`, `to#2`, … (an ablation's: `none#1`, `0001+0002#2`, …)
     pub side: String,
     /// The validate run id.
     pub run: String,
@@ -51,7 +54,8 @@ fn record_path(path: &Path) -> PathBuf {
     }
 }
 
-/// Whether `path` is a flip record with a soak trial (or a record folder holding one).
+/// Whether `path` is a flip or ablation record with a soak trial (or a record folder holding
+/// one).
 pub(crate) fn is_soak_record(path: &Path) -> bool {
     let p = record_path(path);
     let Ok(f) = fsx::open_regular(&p, "file", true) else {
@@ -61,21 +65,51 @@ pub(crate) fn is_soak_record(path: &Path) -> bool {
     let _ = std::io::Read::read_to_end(&mut std::io::Read::take(f, 16 << 20), &mut head);
     serde_json::from_slice::<serde_json::Value>(&head)
         .ok()
-        .is_some_and(|v| v["schema"] == SCHEMA && v["soak"].is_object())
+        .is_some_and(|v| {
+            (v["schema"] == SCHEMA || v["schema"] == ABLATE_SCHEMA) && v["soak"].is_object()
+        })
 }
 
-/// Re-check every run a soak flip record links.
+/// Every run a record links, with its label: a flip's per repeat and side, an ablation's per
+/// subset and repeat. Also the folder kind the record must sit in.
+fn linked_runs(v: &serde_json::Value) -> (&'static str, Vec<(String, serde_json::Value)>) {
+    let arr = |x: &serde_json::Value| x.as_array().cloned().unwrap_or_default();
+    if v["schema"] == ABLATE_SCHEMA {
+        let mut out = Vec::new();
+        for s in arr(&v["subsets"]) {
+            let label = s["label"].as_str().unwrap_or("?").to_string();
+            for (run, k) in arr(&s["soak"]["runs"]).into_iter().zip(1..) {
+                out.push((format!("{label}#{k}"), run));
+            }
+        }
+        return ("ablations", out);
+    }
+    let mut out = Vec::new();
+    for r in arr(&v["soak"]["repeats"]) {
+        let n = r["repeat"].as_u64().unwrap_or(0);
+        for side in ["from", "to"] {
+            out.push((format!("{side}#{n}"), r["runs"][side].clone()));
+        }
+    }
+    ("flips", out)
+}
+
+/// Re-check every run a soak flip's or ablation's record links.
 pub(crate) fn verify_record(path: &Path) -> Result<SoakCheck> {
     let rec_path = fsx::absolute(&record_path(path))?;
     let bad = |why: String| Error::input(rec_path.display(), why);
     let v: serde_json::Value = serde_json::from_slice(&fsx::read(&rec_path)?)
-        .map_err(|e| bad(format!("not a flip record: {e}")))?;
-    // The record lives at WS/flips/ID/record.json; the runs at WS/validate/RUN/.
+        .map_err(|e| bad(format!("not a flip or ablation record: {e}")))?;
+    let (kind, linked) = linked_runs(&v);
+    // The record lives at WS/KIND/ID/record.json; the runs at WS/validate/RUN/.
     let rec_dir = fsx::parent_of(&rec_path);
     let flips = fsx::parent_of(&rec_dir);
-    if flips.file_name().and_then(|n| n.to_str()) != Some("flips") {
-        return Err(bad("is not in a workspace's flips/ folder".into())
-            .with_hint("verify the record where flip wrote it: WORKSPACE/flips/ID/record.json"));
+    if flips.file_name().and_then(|n| n.to_str()) != Some(kind) {
+        return Err(
+            bad(format!("is not in a workspace's {kind}/ folder")).with_hint(format!(
+                "verify the record where it was written: WORKSPACE/{kind}/ID/record.json"
+            )),
+        );
     }
     let vroot = fsx::parent_of(&flips).join("validate");
     let mut out = SoakCheck {
@@ -84,19 +118,13 @@ pub(crate) fn verify_record(path: &Path) -> Result<SoakCheck> {
         runs: Vec::new(),
         failed_runs: Vec::new(),
     };
-    let repeats = v["soak"]["repeats"].as_array().cloned().unwrap_or_default();
-    for r in &repeats {
-        let n = r["repeat"].as_u64().unwrap_or(0);
-        for side in ["from", "to"] {
-            let run = &r["runs"][side];
-            let label = format!("{side}#{n}");
-            if run["evidence"].is_null() {
-                out.failed_runs.push(label);
-                continue;
-            }
-            out.runs
-                .push(check_run(&vroot, label, run).map_err(|e| bad(e.to_string()))?);
+    for (label, run) in linked {
+        if run["evidence"].is_null() {
+            out.failed_runs.push(label);
+            continue;
         }
+        out.runs
+            .push(check_run(&vroot, label, &run).map_err(|e| bad(e.to_string()))?);
     }
     out.ok = !out.runs.is_empty()
         && out
