@@ -246,7 +246,14 @@ fn endpoint_mode_runs_against_a_server_the_test_started_and_says_so() {
     let model = arms.ws.join("tiny.gguf");
     let o = pinforge(
         &arms.ws,
-        &["model", "tiny", "-o", model.to_str().expect("utf8")],
+        &[
+            "model",
+            "tiny",
+            "--arch",
+            "qwen2vl",
+            "-o",
+            model.to_str().expect("utf8"),
+        ],
     );
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let port = std::net::TcpListener::bind("127.0.0.1:0")
