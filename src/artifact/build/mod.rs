@@ -568,7 +568,8 @@ fn collect(
     // After the machine-path scan: the shipped libraries are the toolkit's bytes, not ours.
     let shipped =
         record::ship_cuda_runtime(&site.stage_dir, &job.tools, job.toolkit.as_ref(), reporter)?;
-    let (artifacts, links) = stage::collect(&site.stage_dir)?;
+    let shipped_paths: Vec<String> = shipped.iter().map(|(p, _)| p.clone()).collect();
+    let (artifacts, links, examined) = stage::collect_examined(&site.stage_dir, &shipped_paths)?;
     if artifacts.is_empty() {
         return Err(Error::check(
             format!("build of {}/{}", job.recipe.name, job.variant.name),
@@ -585,6 +586,7 @@ fn collect(
     Ok(record::Staged {
         artifacts,
         links,
+        examined,
         shipped,
         coverage,
         machine_paths,

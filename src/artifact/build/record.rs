@@ -10,7 +10,7 @@ use crate::artifact::manifest::{
 use crate::artifact::normalize::{self, Normalized};
 use crate::artifact::toolchain::{ResolvedToolchain, Role};
 use crate::base::digest::Sha256;
-use crate::base::error::Result;
+use crate::base::error::{Error, Result};
 use crate::base::progress::Reporter;
 use crate::source::patch::PatchFile;
 use crate::source::recipe::Recipe;
@@ -312,6 +312,8 @@ fn hunk_offsets(tree: &Tree, i: usize) -> Vec<String> {
 pub(super) struct Staged {
     pub(super) artifacts: Vec<Artifact>,
     pub(super) links: Links,
+    /// What the read that hashed each non-shipped artifact found (see `stage::collect_examined`).
+    pub(super) examined: BTreeMap<String, stage::Examined>,
     pub(super) shipped: Vec<(String, String)>,
     pub(super) coverage: Vec<stage::Coverage>,
     pub(super) machine_paths: Vec<(String, String)>,
@@ -334,12 +336,15 @@ pub(super) fn subjects(
         if let Some((_, source)) = staged.shipped.iter().find(|(p, _)| p == &a.path) {
             ann.insert(annotation::SHIPPED_FROM.into(), Value::from(source.clone()));
         } else {
-            let bytes = crate::base::fsx::read(&site.stage_dir.join(&a.path))?;
-            if let Some(n) = normalize::normalize(&bytes) {
+            // Examined in the read that hashed it: the file is not read again here.
+            let Some(seen) = staged.examined.get(&a.path) else {
+                return Err(Error::Internal(format!("{} was hashed unexamined", a.path)));
+            };
+            if let Some(n) = &seen.normalized {
                 rules_used.insert(n.rule);
-                ann.insert(annotation::NORMALIZED.into(), normalized_annotation(&n));
+                ann.insert(annotation::NORMALIZED.into(), normalized_annotation(n));
             }
-            if normalize::has_path_hashed_names(&bytes) {
+            if seen.path_hashed {
                 path_hashed_names(&mut ann, &site.paths);
                 path_hashed.push(a.path.clone());
             }
