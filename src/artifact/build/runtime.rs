@@ -228,6 +228,9 @@ fn copy_atomic(from: &Path, to: &Path) -> Result<()> {
 }
 
 #[cfg(test)]
+mod bench;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
