@@ -566,10 +566,9 @@ fn collect(
     reporter: &dyn Reporter,
 ) -> Result<record::Staged> {
     // After the machine-path scan: the shipped libraries are the toolkit's bytes, not ours.
-    let shipped =
+    let (shipped, known) =
         record::ship_cuda_runtime(&site.stage_dir, &job.tools, job.toolkit.as_ref(), reporter)?;
-    let shipped_paths: Vec<String> = shipped.iter().map(|(p, _)| p.clone()).collect();
-    let (artifacts, links, examined) = stage::collect_examined(&site.stage_dir, &shipped_paths)?;
+    let (artifacts, links, examined) = stage::collect_examined(&site.stage_dir, &known)?;
     if artifacts.is_empty() {
         return Err(Error::check(
             format!("build of {}/{}", job.recipe.name, job.variant.name),

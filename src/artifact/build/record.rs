@@ -32,15 +32,16 @@ pub(crate) fn normalized_annotation(n: &Normalized) -> Value {
 /// Ship the CUDA runtime libraries the staged engine needs from the toolkit it was built with
 /// (see [`runtime`]): a provisioned toolkit's root, else a system toolkit's `cuda-root`, else
 /// the folder above the `nvcc` found. Returns each shipped artifact path with the dependency
-/// it came from (`toolkit:NAME` or `tool:nvcc`).
+/// it came from (`toolkit:NAME` or `tool:nvcc`), and each one's digest when it was linked
+/// from a sealed file whose record holds it.
 pub(super) fn ship_cuda_runtime(
     stage_dir: &Path,
     tools: &ResolvedToolchain,
     toolkit: Option<&Toolkit>,
     reporter: &dyn Reporter,
-) -> Result<Vec<(String, String)>> {
+) -> Result<(Vec<(String, String)>, Vec<stage::KnownDigest>)> {
     let Some(nvcc) = tools.get(Role::Nvcc) else {
-        return Ok(vec![]);
+        return Ok((vec![], vec![]));
     };
     let sealed = toolkit.and_then(|k| k.runtime.as_ref());
     let (root, source) = match (toolkit, &tools.cuda_root) {
@@ -50,7 +51,7 @@ pub(super) fn ship_cuda_runtime(
             let real = std::fs::canonicalize(&nvcc.path).unwrap_or_else(|_| nvcc.path.clone());
             match real.parent().and_then(Path::parent) {
                 Some(r) => (r.to_path_buf(), "tool:nvcc".to_string()),
-                None => return Ok(vec![]),
+                None => return Ok((vec![], vec![])),
             }
         }
     };
@@ -84,10 +85,12 @@ pub(super) fn ship_cuda_runtime(
             ),
         );
     }
-    Ok(shipped
+    let known = shipped.iter().map(|s| (s.path.clone(), s.known)).collect();
+    let sources = shipped
         .into_iter()
         .map(|s| (s.path, source.clone()))
-        .collect())
+        .collect();
+    Ok((sources, known))
 }
 
 /// What names a build: its parameters and resolved dependencies (hashed into the input

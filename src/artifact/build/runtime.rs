@@ -13,6 +13,7 @@
 //! lets the engine load, and fall back to the CPU, on a machine without a driver.
 
 use crate::artifact::cudakit::seal::{self, is_cuda_runtime, RuntimeRecord};
+use crate::base::digest::Sha256;
 use crate::base::error::{Error, Result};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -37,6 +38,9 @@ pub(crate) struct Shipped {
     /// `None`: hard-linked (the toolkit's sealed file, unchanged since assembly); else why it
     /// was copied instead.
     pub copied: Option<String>,
+    /// When linked: the digest and size its assembly record holds for it (checked unchanged
+    /// by [`seal::unchanged`]), so the stage need not read the file again to name it.
+    pub known: Option<(Sha256, u64)>,
 }
 
 /// Where a toolkit root keeps its runtime libraries (a provisioned root and a system install).
@@ -122,11 +126,12 @@ pub(crate) fn ship(stage: &Path, root: &Path, sealed: Option<&RuntimeRecord>) ->
                 ));
             }
             let dest = lib.join(&name);
-            let copied = place(&real, &real_root, sealed, &dest)?;
+            let placed = place(&real, &real_root, sealed, &dest)?;
             shipped.push(Shipped {
                 path: format!("lib/{name}"),
                 from: real,
-                copied,
+                known: placed.as_ref().ok().copied(),
+                copied: placed.err(),
             });
             queue.push(dest);
         }
@@ -153,13 +158,14 @@ fn elf_files(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// Put the toolkit file `real` at `to`: a hard link when its assembly record says it is the
-/// sealed file, unchanged, else a copy. Returns `None` when linked, else why it was copied.
+/// sealed file, unchanged, else a copy. Returns the recorded digest and size when linked, else
+/// why it was copied.
 fn place(
     real: &Path,
     real_root: &Path,
     sealed: Option<&RuntimeRecord>,
     to: &Path,
-) -> Result<Option<String>> {
+) -> Result<std::result::Result<(Sha256, u64), String>> {
     let rel = real
         .strip_prefix(real_root)
         .ok()
@@ -168,17 +174,17 @@ fn place(
     let verdict = match sealed.map(|r| r.get(rel)) {
         None => Err("the toolkit has no assembly record of its runtime files".to_string()),
         Some(None) => Err(format!("`{rel}` is not in the toolkit's assembly record")),
-        Some(Some(rec)) => seal::unchanged(rec, real)?,
+        Some(Some(rec)) => seal::unchanged(rec, real)?.map(|()| (rec.sha256, rec.size)),
     };
     let why = match verdict {
-        Ok(()) => match link_atomic(real, to)? {
-            None => return Ok(None),
+        Ok(known) => match link_atomic(real, to)? {
+            None => return Ok(Ok(known)),
             Some(e) => format!("cannot hard-link ({e})"),
         },
         Err(why) => why,
     };
     copy_atomic(real, to)?;
-    Ok(Some(why))
+    Ok(Err(why))
 }
 
 /// A temporary name beside `to`, to rename over it: a killed build leaves no half library
@@ -388,6 +394,19 @@ mod tests {
                 .into_iter()
                 .find(|a| a.path == "lib/libcudart.so.99")
                 .expect("shipped artifact");
+            // Linked: named by its record's digest, which is the digest of its bytes.
+            let sh = &s.shipped[0];
+            assert_eq!(sh.known.is_some(), sh.copied.is_none(), "{sh:?}");
+            if let Some(known) = sh.known {
+                assert_eq!(known, (a.sha256, a.size));
+                let k = [(sh.path.clone(), sh.known)];
+                let (fast, _, _) =
+                    crate::artifact::build::stage::collect_examined(&stage, &k).expect("collect");
+                assert!(
+                    fast.iter().any(|f| f == &a),
+                    "the known digest is the digest"
+                );
+            }
             let m = std::fs::symlink_metadata(stage.join(&a.path)).expect("stat");
             (s.shipped[0].copied.clone(), m, a.sha256)
         };

@@ -379,13 +379,18 @@ pub(crate) fn collect(root: &Path) -> Result<(Vec<Artifact>, Links)> {
     Ok((files, links))
 }
 
+/// A shipped artifact path, with the digest and size its toolkit's assembly record holds when
+/// it was linked from a sealed file checked unchanged (see `runtime::ship`).
+pub(crate) type KnownDigest = (String, Option<(Sha256, u64)>);
+
 /// [`collect`], examining each file that is not `shipped` (the toolkit's bytes, not ours) in
 /// the same read that hashes it: a file is read once for its digest, its normalized digest and
 /// the `_INTERNAL_` check (55 MB for `libggml-cuda`, read twice before). Shipped files are
-/// hashed streaming, unread otherwise.
+/// hashed streaming, unread otherwise; one linked from a sealed toolkit file is named by the
+/// digest its record holds, without reading it (~557 MB for a CUDA build's runtime).
 pub(crate) fn collect_examined(
     root: &Path,
-    shipped: &[String],
+    shipped: &[KnownDigest],
 ) -> Result<(Vec<Artifact>, Links, BTreeMap<String, Examined>)> {
     let mut files = Vec::new();
     let mut links = Vec::new();
@@ -419,7 +424,7 @@ pub(crate) fn collect_examined(
 
 /// The shipped paths to leave unexamined, and what the others' reads found.
 struct Seen<'a> {
-    shipped: &'a [String],
+    shipped: &'a [KnownDigest],
     examined: BTreeMap<String, Examined>,
 }
 
@@ -427,8 +432,16 @@ impl Seen<'_> {
     /// Hash the file at `path` (artifact path `rel`), examining it in the same read unless
     /// it was shipped.
     fn hash(&mut self, rel: &str, path: &Path) -> Result<(Sha256, u64)> {
-        if self.shipped.iter().any(|s| s == rel) {
-            return Sha256::of_file(path);
+        if let Some((_, known)) = self.shipped.iter().find(|(s, _)| s == rel) {
+            return match known {
+                // The stage's name still is the sealed inode that was checked: same size too.
+                Some((sha, size))
+                    if std::fs::symlink_metadata(path).at("stat", path)?.len() == *size =>
+                {
+                    Ok((*sha, *size))
+                }
+                _ => Sha256::of_file(path),
+            };
         }
         let bytes = crate::base::fsx::read(path)?;
         let examined = Examined {
@@ -685,7 +698,7 @@ mod tests {
         let ours = b"x _INTERNAL_0123abcd_12_x.cu y".to_vec();
         std::fs::write(lib.join("libggml-cuda.so"), &ours).expect("write");
         std::fs::write(lib.join("libcudart.so.13"), b"_INTERNAL_0123abcd_ theirs").expect("write");
-        let shipped = vec!["lib/libcudart.so.13".to_string()];
+        let shipped = vec![("lib/libcudart.so.13".to_string(), None)];
         let (files, _, examined) = collect_examined(d.path(), &shipped).expect("collect");
         assert_eq!(files.len(), 2);
         let cuda = files

@@ -106,7 +106,11 @@ fn bench_stage_runtime_link_vs_copy() {
                 .shipped
                 .iter()
                 .all(|x| x.copied.is_none() == (how == "link")));
-            let paths: Vec<String> = s.shipped.iter().map(|x| x.path.clone()).collect();
+            let paths: Vec<_> = s
+                .shipped
+                .iter()
+                .map(|x| (x.path.clone(), x.known))
+                .collect();
             let started = Instant::now();
             let (artifacts, _, _) =
                 crate::artifact::build::stage::collect_examined(&stage, &paths).expect("collect");
