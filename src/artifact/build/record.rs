@@ -29,6 +29,9 @@ pub(crate) fn normalized_annotation(n: &Normalized) -> Value {
     })
 }
 
+/// Each shipped artifact path with the dependency it came from.
+type Sources = Vec<(String, String)>;
+
 /// Ship the CUDA runtime libraries the staged engine needs from the toolkit it was built with
 /// (see [`runtime`]): a provisioned toolkit's root, else a system toolkit's `cuda-root`, else
 /// the folder above the `nvcc` found. Returns each shipped artifact path with the dependency
@@ -39,7 +42,7 @@ pub(super) fn ship_cuda_runtime(
     tools: &ResolvedToolchain,
     toolkit: Option<&Toolkit>,
     reporter: &dyn Reporter,
-) -> Result<(Vec<(String, String)>, Vec<stage::KnownDigest>)> {
+) -> Result<(Sources, Vec<stage::KnownDigest>)> {
     let Some(nvcc) = tools.get(Role::Nvcc) else {
         return Ok((vec![], vec![]));
     };
