@@ -134,7 +134,7 @@ fn bench_stage_runtime_link_vs_copy() {
     }
     let (l, c) = (med["link"], med["copy"]);
     println!(
-        "stage-bench runtime {total} MB: ship link/copy = {:.4}, ship+collect link/copy = {:.3}",
+        "stage-bench runtime {total} MB: ship link/copy = {:.5}, ship+collect link/copy = {:.5}",
         l.0 / c.0,
         l.1 / c.1
     );
