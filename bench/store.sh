@@ -155,6 +155,6 @@ if [ -n "$ws_arg" ]; then
   c1=$(bytes "$work/cpucp")
   a3=$(now); cp -a "$(art "$ws/build/$recipe/unpatched/manifest.json")" "$work/cpucp/u"; sync -f "$work/cpucp"; b3=$(now)
   c2=$(bytes "$work/cpucp")
-  python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["store"]; print(f"objects: {s[\"objects_written\"]} written ({s[\"bytes_written\"]} bytes), {s[\"objects_reused\"]} reused")' "$work/c2.json"
+  python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["store"]; print("objects: %d written (%d bytes), %d reused" % (s["objects_written"], s["bytes_written"], s["objects_reused"]))' "$work/c2.json"
   echo "pinforge: +$((s2 - s1)) store bytes, $(el "$a" "$b") s; cp -a: +$((c2 - c1)) bytes, $(el "$a3" "$b3") s; bytes ratio $(ratio $((s2 - s1)) $((c2 - c1)))"
 fi

@@ -20,6 +20,7 @@
 //! ```
 
 mod assemble;
+pub(crate) mod seal;
 mod unpack;
 
 pub(crate) use assemble::assemble;
@@ -115,6 +116,8 @@ pub(crate) struct Toolkit {
     pub record: ToolkitRecord,
     /// Whether this call assembled it (false: reused after re-verification).
     pub assembled: bool,
+    /// The sealed runtime files (see [`seal`]); `None` for a toolkit assembled before them.
+    pub runtime: Option<seal::RuntimeRecord>,
 }
 
 impl Toolkit {
@@ -280,6 +283,7 @@ pub(crate) fn provision(
             root,
             record,
             assembled: false,
+            runtime: seal::load(&dir)?,
         });
     }
     let wheels_dir = base.join("wheels");
@@ -316,6 +320,10 @@ pub(crate) fn provision(
         )
         .with_hint("fix the lock's nvcc-version or its wheels"));
     }
+    // Sealed before the tree digest (which records the execute bit only, so sealing does not
+    // change it): a build ships these by link (see `seal`).
+    let runtime = seal::seal_runtime(&root)?;
+    seal::write(tmp.path(), &runtime)?;
     let record = ToolkitRecord {
         schema: RECORD_SCHEMA.into(),
         name: lock.name.clone(),
@@ -337,6 +345,7 @@ pub(crate) fn provision(
         root: dir.join("root"),
         record,
         assembled: true,
+        runtime: Some(runtime),
     })
 }
 

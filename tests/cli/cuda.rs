@@ -110,6 +110,18 @@ fn a_toolkit_is_assembled_from_verified_wheels_reused_and_refused_when_changed()
         "{elf}"
     );
     assert!(!root.join("nvidia_cuda_nvcc-13.1.115.dist-info").exists());
+    // The runtime is sealed read-only and recorded beside the toolkit (builds link it).
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let rt = std::fs::metadata(root.join("lib/libcudart.so.13.1.80")).expect("cudart");
+    assert_eq!(rt.permissions().mode() & 0o777, 0o444);
+    let rec: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(root.with_file_name("runtime.json")).expect("runtime.json"),
+    )
+    .expect("json");
+    assert_eq!(rec["schema"], "pinforge.toolkit-runtime/v1");
+    assert_eq!(rec["files"][0]["path"], "lib/libcudart.so.13.1.80");
+    assert_eq!(rec["files"][0]["ino"], rt.ino());
+    assert_eq!(rec["files"][0]["size"], 10);
 
     let o = toolkit(ws, &cache, false);
     assert_eq!(code(&o), 0, "{}", stderr(&o));

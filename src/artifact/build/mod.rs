@@ -566,9 +566,9 @@ fn collect(
     reporter: &dyn Reporter,
 ) -> Result<record::Staged> {
     // After the machine-path scan: the shipped libraries are the toolkit's bytes, not ours.
-    let shipped =
+    let (shipped, known) =
         record::ship_cuda_runtime(&site.stage_dir, &job.tools, job.toolkit.as_ref(), reporter)?;
-    let (artifacts, links) = stage::collect(&site.stage_dir)?;
+    let (artifacts, links, examined) = stage::collect_examined(&site.stage_dir, &known)?;
     if artifacts.is_empty() {
         return Err(Error::check(
             format!("build of {}/{}", job.recipe.name, job.variant.name),
@@ -585,6 +585,7 @@ fn collect(
     Ok(record::Staged {
         artifacts,
         links,
+        examined,
         shipped,
         coverage,
         machine_paths,

@@ -10,7 +10,7 @@ use crate::artifact::manifest::{
 use crate::artifact::normalize::{self, Normalized};
 use crate::artifact::toolchain::{ResolvedToolchain, Role};
 use crate::base::digest::Sha256;
-use crate::base::error::Result;
+use crate::base::error::{Error, Result};
 use crate::base::progress::Reporter;
 use crate::source::patch::PatchFile;
 use crate::source::recipe::Recipe;
@@ -29,19 +29,24 @@ pub(crate) fn normalized_annotation(n: &Normalized) -> Value {
     })
 }
 
+/// Each shipped artifact path with the dependency it came from.
+type Sources = Vec<(String, String)>;
+
 /// Ship the CUDA runtime libraries the staged engine needs from the toolkit it was built with
 /// (see [`runtime`]): a provisioned toolkit's root, else a system toolkit's `cuda-root`, else
 /// the folder above the `nvcc` found. Returns each shipped artifact path with the dependency
-/// it came from (`toolkit:NAME` or `tool:nvcc`).
+/// it came from (`toolkit:NAME` or `tool:nvcc`), and each one's digest when it was linked
+/// from a sealed file whose record holds it.
 pub(super) fn ship_cuda_runtime(
     stage_dir: &Path,
     tools: &ResolvedToolchain,
     toolkit: Option<&Toolkit>,
     reporter: &dyn Reporter,
-) -> Result<Vec<(String, String)>> {
+) -> Result<(Sources, Vec<stage::KnownDigest>)> {
     let Some(nvcc) = tools.get(Role::Nvcc) else {
-        return Ok(vec![]);
+        return Ok((vec![], vec![]));
     };
+    let sealed = toolkit.and_then(|k| k.runtime.as_ref());
     let (root, source) = match (toolkit, &tools.cuda_root) {
         (Some(k), _) => (k.root.clone(), format!("toolkit:{}", k.record.name)),
         (None, Some(r)) => (PathBuf::from(r), "tool:nvcc".to_string()),
@@ -49,17 +54,28 @@ pub(super) fn ship_cuda_runtime(
             let real = std::fs::canonicalize(&nvcc.path).unwrap_or_else(|_| nvcc.path.clone());
             match real.parent().and_then(Path::parent) {
                 Some(r) => (r.to_path_buf(), "tool:nvcc".to_string()),
-                None => return Ok(vec![]),
+                None => return Ok((vec![], vec![])),
             }
         }
     };
-    let runtime::Shipping { shipped, missing } = runtime::ship(stage_dir, &root)?;
+    let runtime::Shipping { shipped, missing } = runtime::ship(stage_dir, &root, sealed)?;
     if !shipped.is_empty() {
+        let linked = shipped.iter().filter(|s| s.copied.is_none()).count();
         let names: Vec<&str> = shipped.iter().map(|s| s.path.as_str()).collect();
         reporter.stage(
             "ship",
-            &format!("CUDA runtime from {source}: {}", names.join(", ")),
+            &format!(
+                "CUDA runtime from {source}: {} ({linked} of {} hard-linked from the sealed toolkit)",
+                names.join(", "),
+                shipped.len()
+            ),
         );
+    }
+    // A copy where a link was expected costs ~557 MB per CUDA build: say which, and why.
+    for s in shipped.iter().filter(|s| s.copied.is_some()) {
+        if let Some(why) = &s.copied {
+            reporter.stage("note", &format!("{} copied, not linked: {why}", s.path));
+        }
     }
     if !missing.is_empty() {
         reporter.stage(
@@ -72,10 +88,12 @@ pub(super) fn ship_cuda_runtime(
             ),
         );
     }
-    Ok(shipped
+    let known = shipped.iter().map(|s| (s.path.clone(), s.known)).collect();
+    let sources = shipped
         .into_iter()
         .map(|s| (s.path, source.clone()))
-        .collect())
+        .collect();
+    Ok((sources, known))
 }
 
 /// What names a build: its parameters and resolved dependencies (hashed into the input
@@ -300,6 +318,8 @@ fn hunk_offsets(tree: &Tree, i: usize) -> Vec<String> {
 pub(super) struct Staged {
     pub(super) artifacts: Vec<Artifact>,
     pub(super) links: Links,
+    /// What the read that hashed each non-shipped artifact found (see `stage::collect_examined`).
+    pub(super) examined: BTreeMap<String, stage::Examined>,
     pub(super) shipped: Vec<(String, String)>,
     pub(super) coverage: Vec<stage::Coverage>,
     pub(super) machine_paths: Vec<(String, String)>,
@@ -322,12 +342,15 @@ pub(super) fn subjects(
         if let Some((_, source)) = staged.shipped.iter().find(|(p, _)| p == &a.path) {
             ann.insert(annotation::SHIPPED_FROM.into(), Value::from(source.clone()));
         } else {
-            let bytes = crate::base::fsx::read(&site.stage_dir.join(&a.path))?;
-            if let Some(n) = normalize::normalize(&bytes) {
+            // Examined in the read that hashed it: the file is not read again here.
+            let Some(seen) = staged.examined.get(&a.path) else {
+                return Err(Error::Internal(format!("{} was hashed unexamined", a.path)));
+            };
+            if let Some(n) = &seen.normalized {
                 rules_used.insert(n.rule);
-                ann.insert(annotation::NORMALIZED.into(), normalized_annotation(&n));
+                ann.insert(annotation::NORMALIZED.into(), normalized_annotation(n));
             }
-            if normalize::has_path_hashed_names(&bytes) {
+            if seen.path_hashed {
                 path_hashed_names(&mut ann, &site.paths);
                 path_hashed.push(a.path.clone());
             }

@@ -12,6 +12,8 @@
 //! `libnvidia-*`. A variant built without the VMM pool does not need it at all, which is what
 //! lets the engine load, and fall back to the CPU, on a machine without a driver.
 
+use crate::artifact::cudakit::seal::{self, is_cuda_runtime, RuntimeRecord};
+use crate::base::digest::Sha256;
 use crate::base::error::{Error, Result};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -31,8 +33,14 @@ pub(crate) struct Shipping {
 pub(crate) struct Shipped {
     /// Artifact path relative to the stage (`lib/libcudart.so.13`).
     pub path: String,
-    /// The toolkit file it was copied from.
+    /// The toolkit file it was shipped from.
     pub from: PathBuf,
+    /// `None`: hard-linked (the toolkit's sealed file, unchanged since assembly); else why it
+    /// was copied instead.
+    pub copied: Option<String>,
+    /// When linked: the digest and size its assembly record holds for it (checked unchanged
+    /// by [`seal::unchanged`]), so the stage need not read the file again to name it.
+    pub known: Option<(Sha256, u64)>,
 }
 
 /// Where a toolkit root keeps its runtime libraries (a provisioned root and a system install).
@@ -53,28 +61,6 @@ fn is_driver(soname: &str) -> bool {
     soname.starts_with("libcuda.so") || soname.starts_with("libnvidia-")
 }
 
-/// The CUDA toolkit's redistributable runtime libraries: the only names ever shipped. A
-/// system nvcc's root can be `/usr` or a conda prefix, whose `lib/` also holds libstdc++ and
-/// libc; those belong to the machine, not to the toolkit.
-const RUNTIME_PREFIXES: &[&str] = &[
-    "libcudart.so",
-    "libcublas.so",
-    "libcublasLt.so",
-    "libcufft.so",
-    "libcurand.so",
-    "libcusparse.so",
-    "libcusolver.so",
-    "libnvrtc.so",
-    "libnvrtc-builtins.so",
-    "libnvJitLink.so",
-    "libnvToolsExt.so",
-    "libnvblas.so",
-];
-
-fn is_cuda_runtime(soname: &str) -> bool {
-    RUNTIME_PREFIXES.iter().any(|p| soname.starts_with(p))
-}
-
 /// A `DT_NEEDED` value that can only be a plain file name (a crafted library could name
 /// `../../etc/x`, which must not become a path).
 fn is_plain_soname(s: &str) -> bool {
@@ -85,10 +71,12 @@ fn is_plain_soname(s: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || "-_.+".contains(c))
 }
 
-/// Copy into `stage/lib` every library that the staged ELF files in `lib/` need, directly or
-/// through each other, and that the toolkit at `root` provides. Idempotent: a name already in
-/// `lib/` (a file or a link the install rules made) is left alone.
-pub(crate) fn ship(stage: &Path, root: &Path) -> Result<Shipping> {
+/// Ship into `stage/lib` every library that the staged ELF files in `lib/` need, directly or
+/// through each other, and that the toolkit at `root` provides: a hard link of the toolkit's
+/// sealed file when `sealed` (its assembly record) says it is unchanged, else a copy (see
+/// [`seal`]). Idempotent: a name already in `lib/` (a file or a link the install rules made) is
+/// left alone.
+pub(crate) fn ship(stage: &Path, root: &Path, sealed: Option<&RuntimeRecord>) -> Result<Shipping> {
     let lib = stage.join("lib");
     if !lib.is_dir() {
         return Ok(Shipping::default());
@@ -138,10 +126,12 @@ pub(crate) fn ship(stage: &Path, root: &Path) -> Result<Shipping> {
                 ));
             }
             let dest = lib.join(&name);
-            copy_atomic(&real, &dest)?;
+            let placed = place(&real, &real_root, sealed, &dest)?;
             shipped.push(Shipped {
                 path: format!("lib/{name}"),
                 from: real,
+                known: placed.as_ref().ok().copied(),
+                copied: placed.err(),
             });
             queue.push(dest);
         }
@@ -167,19 +157,84 @@ fn elf_files(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// Copy through a temporary name and rename: a killed build leaves no half library under the
-/// name the loader looks for.
-fn copy_atomic(from: &Path, to: &Path) -> Result<()> {
+/// Put the toolkit file `real` at `to`: a hard link when its assembly record says it is the
+/// sealed file, unchanged, else a copy. Returns the recorded digest and size when linked, else
+/// why it was copied.
+fn place(
+    real: &Path,
+    real_root: &Path,
+    sealed: Option<&RuntimeRecord>,
+    to: &Path,
+) -> Result<std::result::Result<(Sha256, u64), String>> {
+    let rel = real
+        .strip_prefix(real_root)
+        .ok()
+        .and_then(|p| p.to_str())
+        .unwrap_or_default();
+    let verdict = match sealed.map(|r| r.get(rel)) {
+        None => Err("the toolkit has no assembly record of its runtime files".to_string()),
+        Some(None) => Err(format!("`{rel}` is not in the toolkit's assembly record")),
+        Some(Some(rec)) => seal::unchanged(rec, real)?.map(|()| (rec.sha256, rec.size)),
+    };
+    let why = match verdict {
+        Ok(known) => match link_atomic(real, to)? {
+            None => return Ok(Ok(known)),
+            Some(e) => format!("cannot hard-link ({e})"),
+        },
+        Err(why) => why,
+    };
+    copy_atomic(real, to)?;
+    Ok(Err(why))
+}
+
+/// A temporary name beside `to`, to rename over it: a killed build leaves no half library
+/// under the name the loader looks for.
+fn temp_beside(to: &Path) -> Result<tempfile::TempPath> {
     let dir = crate::base::fsx::parent_of(to);
-    let tmp = tempfile::Builder::new()
+    Ok(tempfile::Builder::new()
         .prefix(".pinforge-ship-")
         .tempfile_in(&dir)
-        .map_err(|e| Error::io("create", &dir, e))?;
-    crate::base::fsx::copy_file(from, tmp.path())?;
+        .map_err(|e| Error::io("create", &dir, e))?
+        .into_temp_path())
+}
+
+/// Hard-link `from` at `to` (through a temporary name). `Ok(Some(e))`: the file system refused
+/// the link (another file system, a link count limit), for the caller to copy instead.
+fn link_atomic(from: &Path, to: &Path) -> Result<Option<std::io::Error>> {
+    let tmp = temp_beside(to)?;
+    std::fs::remove_file(&tmp).map_err(|e| Error::io("remove", &tmp, e))?;
+    if let Err(e) = std::fs::hard_link(from, &tmp) {
+        return match e.raw_os_error() {
+            Some(libc::EXDEV | libc::EMLINK | libc::EPERM | libc::EOPNOTSUPP) => Ok(Some(e)),
+            _ => Err(Error::io("link", &tmp, e)),
+        };
+    }
+    // The name checked is the name linked: had `from` been replaced in between, the link is
+    // some other file, and it is copied from the checked path's bytes instead.
+    let (a, b) = (std::fs::metadata(from), std::fs::metadata(&tmp));
+    if let (Ok(a), Ok(b)) = (&a, &b) {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        if a.dev() == b.dev() && a.ino() == b.ino() && a.permissions().mode() & 0o222 == 0 {
+            tmp.persist(to)
+                .map_err(|e| Error::io("rename", to, e.error))?;
+            return Ok(None);
+        }
+    }
+    Ok(Some(std::io::Error::other(
+        "the file changed while it was linked",
+    )))
+}
+
+fn copy_atomic(from: &Path, to: &Path) -> Result<()> {
+    let tmp = temp_beside(to)?;
+    crate::base::fsx::copy_file(from, &tmp)?;
     tmp.persist(to)
         .map_err(|e| Error::io("rename", to, e.error))?;
     Ok(())
 }
+
+#[cfg(test)]
+mod bench;
 
 #[cfg(test)]
 mod tests {
@@ -245,7 +300,7 @@ mod tests {
                 "-l:libfoo.so.1",
             ],
         );
-        let Shipping { shipped, missing } = ship(&stage, &root).expect("ship");
+        let Shipping { shipped, missing } = ship(&stage, &root, None).expect("ship");
         assert_eq!(missing, Vec::<String>::new());
         let names: Vec<&str> = shipped.iter().map(|s| s.path.as_str()).collect();
         assert_eq!(names, ["lib/libcublas.so.99", "lib/libcublasLt.so.99"]);
@@ -256,7 +311,10 @@ mod tests {
         assert!(m.file_type().is_file());
         assert!(!stage.join("lib/libfoo.so.1").exists());
         // Again: everything is already there, nothing is copied twice.
-        assert_eq!(ship(&stage, &root).expect("ship"), Shipping::default());
+        assert_eq!(
+            ship(&stage, &root, None).expect("ship"),
+            Shipping::default()
+        );
 
         // A runtime name that resolves outside the toolkit is refused, not shipped.
         let outside = t.path().join("elsewhere");
@@ -276,8 +334,118 @@ mod tests {
             &stage2.join("lib/libengine.so"),
             &[&lb, "-l:libcudart.so.99"],
         );
-        let e = ship(&stage2, &root).expect_err("outside the toolkit");
+        let e = ship(&stage2, &root, None).expect_err("outside the toolkit");
         assert!(e.to_string().contains("resolves outside"), "{e}");
         assert!(!stage2.join("lib/libcudart.so.99").exists());
+    }
+
+    /// `cc` a stand-in library with `soname` at `out`, needing `needs` (found through `-L dir`).
+    fn cc_lib(out: &Path, soname: &str, dir: &Path, needs: Option<&str>) {
+        let src = out.with_extension("c");
+        std::fs::write(
+            &src,
+            format!("int pf_{}(void) {{ return 1; }}\n", soname.len()),
+        )
+        .expect("write");
+        let mut cmd = std::process::Command::new("cc");
+        cmd.args(["-shared", "-fPIC", "-Wl,--no-as-needed", "-o"])
+            .arg(out)
+            .arg(&src)
+            .arg(format!("-Wl,-soname,{soname}"))
+            .arg(format!("-L{}", dir.display()));
+        if let Some(n) = needs {
+            cmd.arg(format!("-l:{n}"));
+        }
+        assert!(cmd.status().expect("cc").success());
+        std::fs::remove_file(&src).expect("rm");
+    }
+
+    #[test]
+    fn an_unchanged_sealed_runtime_file_is_linked_a_changed_one_copied_with_equal_digests() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let t = tempfile::tempdir().expect("tmp");
+        let root = t.path().join("toolkit");
+        let lib = root.join("lib");
+        std::fs::create_dir_all(&lib).expect("mkdir");
+        std::os::unix::fs::symlink("lib", root.join("lib64")).expect("ln");
+        cc_lib(
+            &lib.join("libcudart.so.99.1"),
+            "libcudart.so.99",
+            &lib,
+            None,
+        );
+        std::os::unix::fs::symlink("libcudart.so.99.1", lib.join("libcudart.so.99")).expect("ln");
+        let record = seal::seal_runtime(&root).expect("seal");
+        let real = lib.join("libcudart.so.99.1");
+        let toolkit_meta = std::fs::metadata(&real).expect("stat");
+        let stage_with = |name: &str, rec: Option<&RuntimeRecord>| {
+            let stage = t.path().join(name);
+            std::fs::create_dir_all(stage.join("lib")).expect("mkdir");
+            cc_lib(
+                &stage.join("lib/libengine.so"),
+                "libengine.so",
+                &lib,
+                Some("libcudart.so.99"),
+            );
+            let s = ship(&stage, &root, rec).expect("ship");
+            assert_eq!(s.shipped.len(), 1, "{s:?}");
+            let (artifacts, _) = crate::artifact::build::stage::collect(&stage).expect("collect");
+            let a = artifacts
+                .into_iter()
+                .find(|a| a.path == "lib/libcudart.so.99")
+                .expect("shipped artifact");
+            // Linked: named by its record's digest, which is the digest of its bytes.
+            let sh = &s.shipped[0];
+            assert_eq!(sh.known.is_some(), sh.copied.is_none(), "{sh:?}");
+            if let Some(known) = sh.known {
+                assert_eq!(known, (a.sha256, a.size));
+                let k = [(sh.path.clone(), sh.known)];
+                let (fast, _, _) =
+                    crate::artifact::build::stage::collect_examined(&stage, &k).expect("collect");
+                assert!(
+                    fast.iter().any(|f| f == &a),
+                    "the known digest is the digest"
+                );
+            }
+            let m = std::fs::symlink_metadata(stage.join(&a.path)).expect("stat");
+            (s.shipped[0].copied.clone(), m, a.sha256)
+        };
+        // Unchanged since assembly: the stage holds the toolkit's own inode, still read-only.
+        let (copied, m, linked_digest) = stage_with("linked", Some(&record));
+        assert_eq!(copied, None);
+        assert!(m.file_type().is_file());
+        assert_eq!((m.dev(), m.ino()), (toolkit_meta.dev(), toolkit_meta.ino()));
+        assert_eq!(m.nlink(), 2);
+        assert_eq!(m.permissions().mode() & 0o222, 0, "sealed in the stage too");
+        // Metadata moved but the bytes are the recorded ones (a restored cache): hashed, linked.
+        let mut moved = record.clone();
+        moved.files[0].ino += 1;
+        let (copied, m, digest) = stage_with("moved", Some(&moved));
+        assert_eq!(copied, None);
+        assert_eq!(m.ino(), toolkit_meta.ino());
+        assert_eq!(digest, linked_digest);
+        // A record that does not match the file: copied (a new inode), and said why.
+        let mut stale = record.clone();
+        stale.files[0].ino += 1;
+        stale.files[0].sha256 = crate::base::digest::Sha256::of_bytes(b"other bytes");
+        let (copied, m, digest) = stage_with("stale", Some(&stale));
+        let why = copied.expect("copied");
+        assert!(why.contains("changed since assembly"), "{why}");
+        assert_ne!(m.ino(), toolkit_meta.ino());
+        assert_eq!(m.nlink(), 1);
+        // No record at all (a system toolkit): copied, and said why.
+        let (copied, m, digest_none) = stage_with("none", None);
+        assert!(copied.expect("copied").contains("no assembly record"));
+        assert_eq!(m.nlink(), 1);
+        // The manifest's digest is the same whichever way the file was shipped.
+        assert_eq!(digest, linked_digest);
+        assert_eq!(digest_none, linked_digest);
+        // The toolkit file itself was never touched: 4 stages, linked twice.
+        let now = std::fs::metadata(&real).expect("stat");
+        assert_eq!(now.nlink(), 3);
+        assert_eq!(
+            now.permissions().mode() & 0o777,
+            0o555 & toolkit_meta.permissions().mode()
+        );
     }
 }

@@ -13,6 +13,7 @@
 
 use super::fileapi::CodeModel;
 use super::{Artifact, Links};
+use crate::artifact::normalize::{self, Normalized};
 use crate::base::digest::Sha256;
 use crate::base::error::{Error, IoContext, Result};
 use crate::base::tree::TreeModel;
@@ -360,14 +361,46 @@ fn leads_to(dir: &Path, p: &Path, name: &std::ffi::OsStr) -> bool {
     false
 }
 
+/// What the one read of a staged file found besides its digest: the normalization rule's
+/// result and whether it holds nvcc's path-hashed `_INTERNAL_` names (see `normalize`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Examined {
+    /// The normalized digest, when the rule applies.
+    pub normalized: Option<Normalized>,
+    /// Whether the file holds `_INTERNAL_…` names hashed from the source's real path.
+    pub path_hashed: bool,
+}
+
 /// Regular files under `root` are the artifacts; links are recorded as links and must stay
 /// inside the stage. Anything else (a FIFO, a socket, a device) is refused.
+#[cfg(test)]
 pub(crate) fn collect(root: &Path) -> Result<(Vec<Artifact>, Links)> {
+    let (files, links, _) = collect_examined(root, &[])?;
+    Ok((files, links))
+}
+
+/// A shipped artifact path, with the digest and size its toolkit's assembly record holds when
+/// it was linked from a sealed file checked unchanged (see `runtime::ship`).
+pub(crate) type KnownDigest = (String, Option<(Sha256, u64)>);
+
+/// [`collect`], examining each file that is not `shipped` (the toolkit's bytes, not ours) in
+/// the same read that hashes it: a file is read once for its digest, its normalized digest and
+/// the `_INTERNAL_` check (55 MB for `libggml-cuda`, read twice before). Shipped files are
+/// hashed streaming, unread otherwise; one linked from a sealed toolkit file is named by the
+/// digest its record holds, without reading it (~557 MB for a CUDA build's runtime).
+pub(crate) fn collect_examined(
+    root: &Path,
+    shipped: &[KnownDigest],
+) -> Result<(Vec<Artifact>, Links, BTreeMap<String, Examined>)> {
     let mut files = Vec::new();
     let mut links = Vec::new();
     let mut model = TreeModel::default();
+    let mut seen = Seen {
+        shipped,
+        examined: BTreeMap::new(),
+    };
     if root.is_dir() {
-        walk(root, root, &mut files, &mut links, &mut model)?;
+        walk(root, root, &mut files, &mut links, &mut model, &mut seen)?;
     }
     // Every link resolved through the others, once all are known: `l -> .` then
     // `x -> l/l/../../etc` leaves the stage although each text alone looks local, and install
@@ -386,7 +419,38 @@ pub(crate) fn collect(root: &Path) -> Result<(Vec<Artifact>, Links)> {
     })?;
     files.sort_by(|a: &Artifact, b| a.path.cmp(&b.path));
     links.sort();
-    Ok((files, links))
+    Ok((files, links, seen.examined))
+}
+
+/// The shipped paths to leave unexamined, and what the others' reads found.
+struct Seen<'a> {
+    shipped: &'a [KnownDigest],
+    examined: BTreeMap<String, Examined>,
+}
+
+impl Seen<'_> {
+    /// Hash the file at `path` (artifact path `rel`), examining it in the same read unless
+    /// it was shipped.
+    fn hash(&mut self, rel: &str, path: &Path) -> Result<(Sha256, u64)> {
+        if let Some((_, known)) = self.shipped.iter().find(|(s, _)| s == rel) {
+            return match known {
+                // The stage's name still is the sealed inode that was checked: same size too.
+                Some((sha, size))
+                    if std::fs::symlink_metadata(path).at("stat", path)?.len() == *size =>
+                {
+                    Ok((*sha, *size))
+                }
+                _ => Sha256::of_file(path),
+            };
+        }
+        let bytes = crate::base::fsx::read(path)?;
+        let examined = Examined {
+            normalized: normalize::normalize(&bytes),
+            path_hashed: normalize::has_path_hashed_names(&bytes),
+        };
+        self.examined.insert(rel.to_string(), examined);
+        Ok((Sha256::of_bytes(&bytes), bytes.len() as u64))
+    }
 }
 
 fn walk(
@@ -395,6 +459,7 @@ fn walk(
     files: &mut Vec<Artifact>,
     links: &mut Links,
     model: &mut TreeModel,
+    seen: &mut Seen,
 ) -> Result<()> {
     let mut entries: Vec<_> = std::fs::read_dir(dir)
         .at("read directory", dir)?
@@ -421,12 +486,12 @@ fn walk(
             model
                 .add_dir(Path::new(&rel))
                 .map_err(|why| Error::check(path.display(), why))?;
-            walk(root, &path, files, links, model)?;
+            walk(root, &path, files, links, model, seen)?;
         } else if meta.is_file() {
             model
                 .add_file(Path::new(&rel))
                 .map_err(|why| Error::check(path.display(), why))?;
-            let (sha256, size) = Sha256::of_file(&path)?;
+            let (sha256, size) = seen.hash(&rel, &path)?;
             files.push(Artifact {
                 path: rel,
                 sha256,
@@ -623,5 +688,34 @@ mod tests {
         assert!(take_prefix(&dest, &d.path().join("stage")).expect("take"));
         assert!(d.path().join("stage/lib/x").is_file());
         assert!(!dest.exists());
+    }
+
+    #[test]
+    fn each_file_is_examined_in_the_read_that_hashes_it_and_shipped_files_are_not() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let lib = d.path().join("lib");
+        std::fs::create_dir_all(&lib).expect("mkdir");
+        let ours = b"x _INTERNAL_0123abcd_12_x.cu y".to_vec();
+        std::fs::write(lib.join("libggml-cuda.so"), &ours).expect("write");
+        std::fs::write(lib.join("libcudart.so.13"), b"_INTERNAL_0123abcd_ theirs").expect("write");
+        let shipped = vec![("lib/libcudart.so.13".to_string(), None)];
+        let (files, _, examined) = collect_examined(d.path(), &shipped).expect("collect");
+        assert_eq!(files.len(), 2);
+        let cuda = files
+            .iter()
+            .find(|a| a.path == "lib/libggml-cuda.so")
+            .expect("ours");
+        assert_eq!(cuda.sha256, Sha256::of_bytes(&ours));
+        assert_eq!(cuda.size, ours.len() as u64);
+        let seen = examined.get("lib/libggml-cuda.so").expect("examined");
+        assert!(seen.path_hashed);
+        assert_eq!(seen.normalized, normalize::normalize(&ours));
+        // The shipped file is hashed like any other but is not ours to examine.
+        assert!(!examined.contains_key("lib/libcudart.so.13"));
+        let (plain, _) = collect(d.path()).expect("collect");
+        assert_eq!(
+            plain, files,
+            "the digests do not depend on what was examined"
+        );
     }
 }
