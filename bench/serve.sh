@@ -4,17 +4,19 @@
 # `pinforge validate --endpoint` sends ROWS rows, then `curl` in a shell loop sends the same
 # request bodies (taken from the run's serve-rows.jsonl prompts) to the same server, same run.
 # Prints rows/s of both and the harness's overhead per row.
-#   bench/serve.sh LLAMA_SERVER [LLAMA_SERVER...]   (ROWS=100 by default)
+#   bench/serve.sh LLAMA_SERVER [LLAMA_SERVER...]   (ROWS=100 by default; PINFORGE=BINARY to skip
+#   the release build)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 rows=${ROWS:-100}
 [ $# -ge 1 ] || { echo "usage: bench/serve.sh LLAMA_SERVER [LLAMA_SERVER...]" >&2; exit 2; }
-(cd "$repo" && cargo build --release --quiet)
-pf="$repo/target/release/pinforge"
+# PINFORGE=path uses that binary (say which in the figures) instead of building a release one.
+pf=${PINFORGE:-}
+if [ -z "$pf" ]; then (cd "$repo" && cargo build --release --quiet); pf="$repo/target/release/pinforge"; fi
 tmp=$(mktemp -d); pid=
 cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
-"$pf" model tiny -o "$tmp/tiny.gguf" >/dev/null
+"$pf" model tiny --arch qwen2vl -o "$tmp/tiny.gguf" >/dev/null
 now() { date +%s.%N; }
 for bin in "$@"; do
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')

@@ -9,8 +9,9 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 ws=$(cd "${1:?usage: bench/verify.sh WORKSPACE [RECIPE/VARIANT]}" && pwd)
 rv=${2:-mrope-cpu/patched}
-(cd "$repo" && cargo build --release --quiet)
-pf="$repo/target/release/pinforge"
+# PINFORGE=path uses that binary (say which in the figures) instead of building a release one.
+pf=${PINFORGE:-}
+if [ -z "$pf" ]; then (cd "$repo" && cargo build --release --quiet); pf="$repo/target/release/pinforge"; fi
 export PATH="$repo/.tools/bin:$PATH" PINFORGE_TOOL_PATH="$repo/.tools/bin"
 cd "$ws"
 manifest="build/$rv/manifest.json"
