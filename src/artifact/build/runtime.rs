@@ -340,7 +340,8 @@ mod tests {
     }
 
     /// `cc` a stand-in library with `soname` at `out`, needing `needs` (found through `-L dir`).
-    fn cc_lib(out: &Path, soname: &str, dir: &Path, needs: Option<&str>) {
+    /// Also the benchmark's (`bench.rs`) way of making real ELF stand-ins.
+    pub(super) fn cc_lib(out: &Path, soname: &str, dir: &Path, needs: &[&str]) {
         let src = out.with_extension("c");
         std::fs::write(
             &src,
@@ -353,7 +354,7 @@ mod tests {
             .arg(&src)
             .arg(format!("-Wl,-soname,{soname}"))
             .arg(format!("-L{}", dir.display()));
-        if let Some(n) = needs {
+        for n in needs {
             cmd.arg(format!("-l:{n}"));
         }
         assert!(cmd.status().expect("cc").success());
@@ -368,12 +369,7 @@ mod tests {
         let lib = root.join("lib");
         std::fs::create_dir_all(&lib).expect("mkdir");
         std::os::unix::fs::symlink("lib", root.join("lib64")).expect("ln");
-        cc_lib(
-            &lib.join("libcudart.so.99.1"),
-            "libcudart.so.99",
-            &lib,
-            None,
-        );
+        cc_lib(&lib.join("libcudart.so.99.1"), "libcudart.so.99", &lib, &[]);
         std::os::unix::fs::symlink("libcudart.so.99.1", lib.join("libcudart.so.99")).expect("ln");
         let record = seal::seal_runtime(&root).expect("seal");
         let real = lib.join("libcudart.so.99.1");
@@ -385,7 +381,7 @@ mod tests {
                 &stage.join("lib/libengine.so"),
                 "libengine.so",
                 &lib,
-                Some("libcudart.so.99"),
+                &["libcudart.so.99"],
             );
             let s = ship(&stage, &root, rec).expect("ship");
             assert_eq!(s.shipped.len(), 1, "{s:?}");

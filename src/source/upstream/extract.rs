@@ -95,20 +95,8 @@ pub(crate) fn extract_archive(
     let mut out = Written::default();
     let mut top: Option<PathBuf> = None;
     let sub = subdir.map(Path::new);
-    let bad = |entry: &Path, why: &str| {
-        Error::input(
-            archive.display(),
-            format!("refused archive entry `{}`: {why}", entry.display()),
-        )
-        .with_hint("the archive is malformed or hostile; nothing from it was used")
-    };
-    // The archive's digest matched its pin, so a read error is a malformed archive (bad input),
-    // not a fault of this machine.
-    let corrupt = |e: std::io::Error| {
-        Error::input(archive.display(), format!("malformed archive: {e}")).with_hint(
-            "the pinned archive cannot be read as a tar (or .tar.gz); nothing from it was used",
-        )
-    };
+    let bad = |entry: &Path, why: &str| refused_entry(archive, entry, why);
+    let corrupt = |e: std::io::Error| malformed_archive(archive, e);
     for entry in tar.entries().map_err(corrupt)? {
         let mut entry = entry.map_err(corrupt)?;
         let raw = entry.path().map_err(corrupt)?.into_owned();
@@ -183,18 +171,8 @@ pub(crate) fn read_member(archive: &Path, member: &str) -> Result<Vec<u8>> {
         )
     })?;
     let mut tar = tar::Archive::new(open_archive(archive)?);
-    let bad = |entry: &Path, why: &str| {
-        Error::input(
-            archive.display(),
-            format!("refused archive entry `{}`: {why}", entry.display()),
-        )
-        .with_hint("the archive is malformed or hostile; nothing from it was used")
-    };
-    let corrupt = |e: std::io::Error| {
-        Error::input(archive.display(), format!("malformed archive: {e}")).with_hint(
-            "the pinned archive cannot be read as a tar (or .tar.gz); nothing from it was used",
-        )
-    };
+    let bad = |entry: &Path, why: &str| refused_entry(archive, entry, why);
+    let corrupt = |e: std::io::Error| malformed_archive(archive, e);
     let mut found: Option<Vec<u8>> = None;
     for entry in tar.entries().map_err(corrupt)? {
         let mut entry = entry.map_err(corrupt)?;
@@ -233,6 +211,23 @@ pub(crate) fn read_member(archive: &Path, member: &str) -> Result<Vec<u8>> {
         )
         .with_hint("check the pin's `bundle` path (`tar tzf` lists the archive)")
     })
+}
+
+/// The refusal of one archive entry (an escape, a link, a duplicate, …), naming the archive.
+fn refused_entry(archive: &Path, entry: &Path, why: &str) -> Error {
+    Error::input(
+        archive.display(),
+        format!("refused archive entry `{}`: {why}", entry.display()),
+    )
+    .with_hint("the archive is malformed or hostile; nothing from it was used")
+}
+
+/// A read error inside a pinned archive. Its digest matched its pin, so this is a malformed
+/// archive (bad input), not a fault of this machine.
+fn malformed_archive(archive: &Path, e: std::io::Error) -> Error {
+    Error::input(archive.display(), format!("malformed archive: {e}")).with_hint(
+        "the pinned archive cannot be read as a tar (or .tar.gz); nothing from it was used",
+    )
 }
 
 /// The archive as a byte stream: gunzipped when it starts with the gzip magic.

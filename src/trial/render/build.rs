@@ -338,20 +338,29 @@ impl Builder {
     /// The record file itself: a soak record is re-checked by the soak verify library; a smoke
     /// record has nothing of its own to re-check (its manifests are listed with their checks).
     fn record_evidence(&mut self, f: &FlipView, path: &Path) {
+        self.push_record(
+            path,
+            format!("flip record {}", f.id),
+            f.soak.is_some(),
+            "a smoke flip record: verify re-checks its manifests, listed below",
+        );
+    }
+
+    /// A flip or ablation record file in the evidence index: its digest, and its status now
+    /// (re-checked by the soak verify library when it links soak runs; otherwise `smoke_detail`
+    /// says what verify re-checks instead).
+    fn push_record(&mut self, path: &Path, role: String, soak: bool, smoke_detail: &str) {
         let sha = crate::base::fsx::read(path)
             .map(|b| Sha256::of_bytes(&b).to_hex())
             .unwrap_or_else(|_| "-".into());
-        let (status, detail) = if f.soak.is_some() {
+        let (status, detail) = if soak {
             soak_record_status(path)
         } else {
-            (
-                Status::Absent,
-                "a smoke flip record: verify re-checks its manifests, listed below".into(),
-            )
+            (Status::Absent, smoke_detail.to_string())
         };
         self.r.evidence.push(EvidenceItem {
             path: shown_path(path),
-            role: format!("flip record {}", f.id),
+            role,
             sha256: sha,
             status,
             detail,
@@ -460,24 +469,12 @@ impl Builder {
             )),
             facts: Vec::new(),
         };
-        let sha = crate::base::fsx::read(path)
-            .map(|b| Sha256::of_bytes(&b).to_hex())
-            .unwrap_or_else(|_| "-".into());
-        let (status, detail) = if a.subsets.iter().any(|s| s.soak.is_some()) {
-            soak_record_status(path)
-        } else {
-            (
-                Status::Absent,
-                "verify re-checks its subsets' manifests, listed below".into(),
-            )
-        };
-        self.r.evidence.push(EvidenceItem {
-            path: shown_path(path),
-            role: format!("ablation record {}", a.id),
-            sha256: sha,
-            status,
-            detail,
-        });
+        self.push_record(
+            path,
+            format!("ablation record {}", a.id),
+            a.subsets.iter().any(|s| s.soak.is_some()),
+            "verify re-checks its subsets' manifests, listed below",
+        );
         let full: BTreeSet<&str> = a.patches.iter().map(|p| p.file.as_str()).collect();
         for s in &a.subsets {
             let word = match (&s.smoke, &s.soak) {

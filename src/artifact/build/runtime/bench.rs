@@ -6,30 +6,11 @@
 //! the toolkit is already assembled and in the page cache) and then collects the stage as the
 //! build does (the digest of every file).
 
+use super::tests::cc_lib as cc;
 use super::*;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Instant;
-
-fn cc(out: &Path, soname: &str, dir: &Path, needs: &[&str]) {
-    let src = out.with_extension("c");
-    std::fs::write(
-        &src,
-        format!("int pf_{}(void) {{ return 1; }}\n", soname.len()),
-    )
-    .expect("c");
-    let mut cmd = std::process::Command::new("cc");
-    cmd.args(["-shared", "-fPIC", "-Wl,--no-as-needed", "-o"])
-        .arg(out)
-        .arg(&src)
-        .arg(format!("-Wl,-soname,{soname}"))
-        .arg(format!("-L{}", dir.display()));
-    for n in needs {
-        cmd.arg(format!("-l:{n}"));
-    }
-    assert!(cmd.status().expect("cc").success());
-    std::fs::remove_file(&src).expect("rm");
-}
 
 /// Append `mb` MB of non-repeating bytes (trailing data past an ELF's sections is never read
 /// by the loader nor by `needed_of_file`).
