@@ -262,7 +262,18 @@ pub(crate) struct AblationRecord {
 pub(crate) fn claim_record_dir(root: &Path, kind: &str, stem: &str) -> Result<(String, PathBuf)> {
     let base = root.join(kind);
     if !real_folder(&base)? {
-        std::fs::create_dir(&base).at("create directory", &base)?
+        // Two records claimed at once (two `ablate` runs in one workspace) both see no
+        // folder; the loser's `mkdir` meets the winner's, which is fine as long as what is
+        // there now is a real folder and not a link planted in between.
+        match std::fs::create_dir(&base) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                if !real_folder(&base)? {
+                    return Err(Error::io("create directory", &base, e));
+                }
+            }
+            Err(e) => return Err(Error::io("create directory", &base, e)),
+        }
     }
     for n in 1..=9999u32 {
         let id = format!("{stem}-{n:04}");
@@ -340,5 +351,32 @@ mod tests {
         let e = claim_record_dir(dir.path(), "ablations", "s").expect_err("link");
         assert_eq!(e.exit_code(), 2, "{e}");
         assert_eq!(std::fs::read_dir(other.path()).expect("ls").count(), 0);
+    }
+
+    /// CI once saw `ablations: cannot create directory: File exists` when two ablate
+    /// runs claimed their first record at once: both saw no folder and both ran `mkdir`.
+    #[test]
+    fn records_claimed_at_once_in_a_fresh_workspace_all_succeed_with_distinct_ids() {
+        for _round in 0..20 {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let start = std::sync::Arc::new(std::sync::Barrier::new(8));
+            let handles: Vec<_> = (0..8)
+                .map(|_| {
+                    let root = dir.path().to_path_buf();
+                    let start = start.clone();
+                    std::thread::spawn(move || {
+                        start.wait();
+                        claim_record_dir(&root, "ablations", "s").map(|(id, _)| id)
+                    })
+                })
+                .collect();
+            let mut ids: Vec<String> = handles
+                .into_iter()
+                .map(|h| h.join().expect("thread").expect("claim"))
+                .collect();
+            ids.sort();
+            ids.dedup();
+            assert_eq!(ids.len(), 8, "{ids:?}");
+        }
     }
 }
