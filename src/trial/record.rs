@@ -3,7 +3,7 @@
 //! `mkdir`, write canonical JSON atomically, and put an error on one line.
 
 use crate::base::digest::Sha256;
-use crate::base::error::{Error, IoContext, Result};
+use crate::base::error::{Error, Result};
 use crate::base::fsx;
 use crate::trial::axis::{Axis, AxisRow};
 use crate::trial::config::{Config, PatchRef};
