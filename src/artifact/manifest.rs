@@ -10,6 +10,7 @@
 //! walks through no link on the way to an artifact.
 
 mod check;
+pub(crate) mod inputs;
 mod verify;
 
 use crate::base::digest::Sha256;

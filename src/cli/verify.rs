@@ -73,8 +73,10 @@ fn cmd_verify(path: &std::path::Path, json: bool) -> Result<i32> {
             report.bytes_hashed
         );
         if !report.inputs_absent.is_empty() {
+            // A pulled build's inputs are another machine's files: none was looked for.
+            let why = if report.pulled { "pulled" } else { "skipped" };
             outln!(
-                "  not on disk (skipped): {}",
+                "  not on disk ({why}): {}",
                 shown_list(&report.inputs_absent)
             );
         }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 /// Run `pinforge ARGS` in `ws`, killed (and the test failed) after `secs`: the refusals these
 /// tests check used to hang.
-fn pinforge_within(ws: &Path, args: &[&str], secs: u64) -> Output {
+pub(crate) fn pinforge_within(ws: &Path, args: &[&str], secs: u64) -> Output {
     let logs = tempfile::tempdir().expect("tempdir");
     let out_path = logs.path().join("stdout");
     let err_path = logs.path().join("stderr");
@@ -41,7 +41,7 @@ fn pinforge_within(ws: &Path, args: &[&str], secs: u64) -> Output {
     }
 }
 
-fn mkfifo(p: &Path) {
+pub(crate) fn mkfifo(p: &Path) {
     let c = std::ffi::CString::new(p.as_os_str().as_bytes()).expect("path");
     // SAFETY: a valid NUL-terminated path; mkfifo has no other preconditions.
     let rc = unsafe { libc::mkfifo(c.as_ptr(), 0o644) };

@@ -35,6 +35,7 @@ mod serve_soak;
 mod serve_tree;
 mod shard;
 mod ship;
+mod ship_inputs;
 mod sign;
 mod sign_p256;
 mod sign_prompt;

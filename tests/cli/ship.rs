@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 
 /// A registry of this test: its own storage folder and port, killed and waited for on drop.
-struct Registry {
+pub(crate) struct Registry {
     child: Child,
     port: u16,
     storage: PathBuf,
@@ -18,7 +18,7 @@ struct Registry {
 }
 
 impl Registry {
-    fn start() -> Option<Registry> {
+    pub(crate) fn start() -> Option<Registry> {
         if which("docker-registry").is_none() || which("curl").is_none() {
             crate::skip("docker-registry or curl is not installed (tools/bootstrap.sh installs them as root)");
             return None;
@@ -61,7 +61,7 @@ impl Registry {
         panic!("docker-registry did not answer /v2/ on port {port}");
     }
 
-    fn host(&self) -> String {
+    pub(crate) fn host(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
 
@@ -201,7 +201,7 @@ fn sign(key: &Path, manifest: &Path) {
 }
 
 /// Push and return the artifact digest (hex) from `--json`.
-fn push(ws: &Path, manifest: &Path, reference: &str) -> String {
+pub(crate) fn push(ws: &Path, manifest: &Path, reference: &str) -> String {
     let o = pinforge(
         ws,
         &["push", &manifest.display().to_string(), reference, "--json"],

@@ -2,6 +2,7 @@
 //! normalized digest re-derived), every link read back, every input still on disk re-hashed;
 //! the files are hashed on all cores, each read once (`base::hashing`).
 
+use super::inputs::{Place, Scope};
 use super::{annotation, Mismatch, Statement};
 use crate::base::digest::{GitOid, Sha256};
 use crate::base::error::{Error, Result};
@@ -23,6 +24,9 @@ pub(crate) struct VerifyReport {
     pub inputs_checked: usize,
     /// Inputs not on disk any more (not an error: a manifest outlives its workspace).
     pub inputs_absent: Vec<String>,
+    /// The manifest came from a registry (`pull`): its inputs name another machine's files,
+    /// so none was read and every one is in `inputs_absent`.
+    pub pulled: bool,
     /// Bytes re-hashed (outputs and inputs), each file read once.
     pub bytes_hashed: u64,
     /// The manifest's input digest.
@@ -35,7 +39,7 @@ pub(crate) fn verify(manifest_path: &Path) -> Result<VerifyReport> {
     let root = st.checked_artifact_root(manifest_path)?;
     let (mut mismatches, out_bytes) = verify_subjects(&st, &root, manifest_path)?;
     mismatches.extend(verify_links(&st, &root)?);
-    let (inputs_checked, inputs_absent, in_bytes) =
+    let (inputs_checked, inputs_absent, in_bytes, pulled) =
         verify_inputs(&st, manifest_path, &mut mismatches)?;
     Ok(VerifyReport {
         ok: mismatches.is_empty(),
@@ -43,6 +47,7 @@ pub(crate) fn verify(manifest_path: &Path) -> Result<VerifyReport> {
         outputs_checked: st.subject.len(),
         inputs_checked,
         inputs_absent,
+        pulled,
         bytes_hashed: out_bytes + in_bytes,
         input_digest: st
             .predicate
@@ -179,33 +184,41 @@ fn verify_links(st: &Statement, root: &Path) -> Result<Vec<Mismatch>> {
     Ok(mismatches)
 }
 
-/// Every input still on disk re-hashed (a git tree checked clean), on all cores; returns how
-/// many were checked, which are absent, and the bytes hashed.
+/// Every input still on disk re-hashed (a git tree checked clean), on all cores, each path
+/// placed by [`Scope`] first (a pulled manifest's none, an escaping or special one refused as
+/// a mismatch); returns how many were checked, which are absent, the bytes hashed, and
+/// whether the manifest was pulled.
 fn verify_inputs(
     st: &Statement,
     manifest_path: &Path,
     mismatches: &mut Vec<Mismatch>,
-) -> Result<(usize, Vec<String>, u64)> {
+) -> Result<(usize, Vec<String>, u64, bool)> {
     let internal = &st.predicate.build_definition.internal_parameters;
-    let base = fsx::parent_of(manifest_path);
+    let scope = Scope::of(manifest_path);
     let mut inputs_absent = Vec::new();
     let mut jobs = Vec::new();
     for dep in &st.predicate.build_definition.resolved_dependencies {
         let Some(local) = internal.inputs.get(&dep.name) else {
             continue;
         };
-        let path = if local.is_absolute() {
-            local.clone()
-        } else {
-            base.join(local)
+        let path = match scope.place(&dep.name, local, is_tree(dep)) {
+            Place::Read(p) => p,
+            Place::Absent(_) => {
+                inputs_absent.push(dep.name.clone());
+                continue;
+            }
+            Place::Refused(why) => {
+                mismatches.push(Mismatch {
+                    path: local.display().to_string(),
+                    expected: format!("input `{}` inside its workspace", dep.name),
+                    actual: format!("refused: {why}"),
+                    role: "input".into(),
+                });
+                continue;
+            }
         };
-        // symlink_metadata first: a dangling or looping link is absent, not an error.
-        let Ok(meta) = std::fs::symlink_metadata(&path).and_then(|_| std::fs::metadata(&path))
-        else {
-            inputs_absent.push(dep.name.clone());
-            continue;
-        };
-        jobs.push((dep, path, meta.len()));
+        let len = std::fs::metadata(&path).map_or(0, |m| m.len());
+        jobs.push((dep, path, len));
     }
     let checked =
         crate::base::hashing::par_map(&jobs, |j| j.2, |(dep, path, _)| check_input(dep, path));
@@ -215,7 +228,12 @@ fn verify_inputs(
         bytes += n;
         mismatches.extend(m);
     }
-    Ok((jobs.len(), inputs_absent, bytes))
+    Ok((jobs.len(), inputs_absent, bytes, scope.pulled()))
+}
+
+/// The input is a git tree (checked clean at its commit), not a file.
+fn is_tree(dep: &super::Resource) -> bool {
+    dep.digest.contains_key("gitCommit") && !dep.digest.contains_key("sha256")
 }
 
 /// One input on disk checked: a git tree must be clean at its commit, a file must hash to its
@@ -223,10 +241,7 @@ fn verify_inputs(
 fn check_input(dep: &super::Resource, path: &Path) -> Result<(Option<Mismatch>, u64)> {
     // An npm pin's upstream names both its tarball (sha256, the file on disk) and the bundle's
     // commit: the input kept is the file, so it is hashed; a tree has a commit only.
-    let tree_commit = dep
-        .digest
-        .get("gitCommit")
-        .filter(|_| !dep.digest.contains_key("sha256"));
+    let tree_commit = dep.digest.get("gitCommit").filter(|_| is_tree(dep));
     if let Some(commit) = tree_commit {
         let head: GitOid = commit.parse()?;
         if let Err(e) = crate::base::git::check_clean(path, head) {

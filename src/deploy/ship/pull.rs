@@ -11,8 +11,10 @@
 //!    unsigned artifact, an unknown key, a bad signature: refused);
 //! 4. under the lock of `pulled/`: the layer streamed into a fresh stage folder and re-hashed,
 //!    then unpacked by the pins' extractor (escapes, hard links, devices, FIFOs refused; links
-//!    only inside the tree), the statement and signatures written beside it, every output
-//!    re-hashed against the statement and nothing extra allowed;
+//!    only inside the tree), the statement, its signatures and the `pulled.json` marker
+//!    written beside it, every output re-hashed against the statement and nothing extra
+//!    allowed (the statement's inputs are another machine's paths: never read, see
+//!    `manifest::inputs`);
 //! 5. commit: one rename of the stage onto `pulled/<digest>` (an exchange with a damaged old
 //!    copy). A crash leaves a `.stage-*` folder the next pull removes under the lock.
 
@@ -326,6 +328,18 @@ fn fill_stage(c: &mut Client, stage: &Path, f: &Fetched) -> Result<()> {
     })?;
     std::fs::remove_file(&tar_path).at("remove", &tar_path)?;
     let m = stage.join("manifest.json");
+    // The marker first: the verify below, and every later one, must see a pulled manifest
+    // (its inputs are the registry's data, never read here; `manifest::inputs`).
+    let marker = serde_json::json!({
+        "registry": c.registry(),
+        "digest": format!("sha256:{}", f.digest.to_hex()),
+    });
+    let mut marker_text = marker.to_string();
+    marker_text.push('\n');
+    fsx::write_atomic(
+        &stage.join(manifest::inputs::PULLED_MARKER),
+        marker_text.as_bytes(),
+    )?;
     fsx::write_atomic(&m, &f.config)?;
     let (dsse_path, sig_path) = signature_paths(&m);
     if let Some(b) = &f.dsse {

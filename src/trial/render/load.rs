@@ -5,6 +5,7 @@
 //! file that is not one of the known kinds, or that does not parse as its kind, is an input
 //! error naming the file and what was expected.
 
+use crate::artifact::manifest::inputs::{Place, Scope};
 use crate::artifact::manifest::{self, Statement};
 use crate::base::digest::Sha256;
 use crate::base::error::{Error, Result};
@@ -423,7 +424,7 @@ pub(crate) fn recorded_manifest(
 /// of the patch file when it is still on disk with the recorded digest.
 pub(crate) fn manifest_patches(st: &Statement, manifest_path: &Path) -> Vec<PatchSeen> {
     let def = &st.predicate.build_definition;
-    let base = fsx::parent_of(manifest_path);
+    let scope = Scope::of(manifest_path);
     let mut out = Vec::new();
     for dep in &def.resolved_dependencies {
         let Some(id) = dep.name.strip_prefix("patch:") else {
@@ -450,14 +451,14 @@ pub(crate) fn manifest_patches(st: &Statement, manifest_path: &Path) -> Vec<Patc
                 }
                 _ => Err("the manifest records no local path for it".to_string()),
             },
-            Some(local) => {
-                let p = if local.is_absolute() {
-                    local.clone()
-                } else {
-                    base.join(local)
-                };
-                patch_fields(&p, sha)
-            }
+            // The path is the manifest's data: placed as `verify` places it (a pulled
+            // manifest's, an escaping one or a FIFO are not read).
+            Some(local) => match scope.place(&dep.name, local, false) {
+                Place::Read(p) => patch_fields(&p, sha),
+                Place::Absent("pulled") => Err("pulled: the patch file is not on disk".into()),
+                Place::Absent(_) => Err("patch file no longer on disk".into()),
+                Place::Refused(why) => Err(format!("refused: {why}")),
+            },
         };
         out.push(PatchSeen {
             id: id.to_string(),
