@@ -143,6 +143,106 @@ pub(crate) fn exchange(a: &Path, b: &Path, what: &'static str) -> Result<()> {
         .map_err(|e| Error::io(what, b, std::io::Error::from(e)))
 }
 
+/// Rename `from` onto `to` only if nothing is at `to` (Linux `renameat2(RENAME_NOREPLACE)`):
+/// publishing a file that must never replace another (a key pair), atomically, even against a
+/// writer that raced the caller's check. Something at `to` (a link included) is an input
+/// error naming it.
+pub(crate) fn rename_noreplace(from: &Path, to: &Path) -> Result<()> {
+    use rustix::fs::{renameat_with, RenameFlags, CWD};
+    renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE).map_err(|e| {
+        if e == rustix::io::Errno::EXIST {
+            Error::input(
+                to.display(),
+                "appeared while it was being written; not overwritten",
+            )
+            .with_hint("another writer made it: choose another path")
+        } else {
+            Error::io("rename into", to, std::io::Error::from(e))
+        }
+    })
+}
+
+/// A new file at `path` (`O_EXCL`, not following a link) created with `mode` (so that a
+/// secret is never readable by others, not even before a chmod), holding `bytes`, synced.
+pub(crate) fn create_new_synced(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .at("create", path)?;
+    f.write_all(bytes).at("write", path)?;
+    f.sync_all().at("fsync", path)
+}
+
+/// A secret's bytes (a private key): a regular file, at most `max` bytes, read into one buffer
+/// sized up front (no reallocation leaves a copy behind) that is wiped when dropped.
+pub(crate) fn read_secret(path: &Path, max: u64) -> Result<zeroize::Zeroizing<Vec<u8>>> {
+    use std::io::Read;
+    if let Err(e) = std::fs::metadata(path) {
+        return Err(Error::io("read", path, e));
+    }
+    let file = open_regular(path, "key file", true)?;
+    let len = file.metadata().at("stat", path)?.len();
+    if len > max {
+        return Err(Error::input(
+            path.display(),
+            format!("is {len} bytes, more than a key ({max} at most); not read"),
+        ));
+    }
+    // One byte of room tells a file that grew since the stat from one that did not.
+    let cap = usize::try_from(len).unwrap_or(0) + 1;
+    let mut bytes = zeroize::Zeroizing::new(Vec::with_capacity(cap));
+    let n = file
+        .take(cap as u64)
+        .read_to_end(&mut bytes)
+        .at("read", path)?;
+    if n >= cap {
+        return Err(
+            Error::input(path.display(), "changed while it was read; not used")
+                .with_hint("run the command again"),
+        );
+    }
+    Ok(bytes)
+}
+
+/// The entries of `dir` named `PREFIX<PID>-…` whose writer (PID) is no longer running (what
+/// a killed writer left: its staged temp files or folders); a name
+/// that does not parse, or a writer that is alive (signal 0 reaches it, or it exists under
+/// another account), is not listed. A missing folder has none.
+pub(crate) fn dead_writer_entries(dir: &Path, prefix: &str) -> Result<Vec<PathBuf>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io("list", dir, e)),
+    };
+    let mut dead = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io("list", dir, e))?;
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(prefix))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<i32>().ok())
+            .and_then(rustix::process::Pid::from_raw)
+        else {
+            continue;
+        };
+        let gone = matches!(
+            rustix::process::test_kill_process(pid),
+            Err(rustix::io::Errno::SRCH)
+        );
+        if gone {
+            dead.push(entry.path());
+        }
+    }
+    dead.sort();
+    Ok(dead)
+}
+
 /// The permission bits of the regular file at `path`, if there is one (a link is not followed).
 pub(crate) fn mode_of(path: &Path) -> Option<u32> {
     use std::os::unix::fs::PermissionsExt;

@@ -31,9 +31,8 @@ pub struct GenerateArgs {
 /// Run a key command.
 pub(super) fn run(c: KeyCommand) -> Result<i32> {
     let KeyCommand::Generate(a) = c;
-    let pass = std::env::var(sign::PASSPHRASE_VAR)
-        .ok()
-        .filter(|p| !p.is_empty());
+    // An empty passphrase means none (an unencrypted key), as before.
+    let pass = sign::passphrase_from_env()?.filter(|p| !p.is_empty());
     let p256 = a.key_type == "p256";
     let output = a.output.unwrap_or_else(|| {
         PathBuf::from(if p256 {
@@ -42,7 +41,7 @@ pub(super) fn run(c: KeyCommand) -> Result<i32> {
             "pinforge_ed25519"
         })
     });
-    let (private, public) = sign::generate(&a.comment, pass.as_deref(), p256)?;
+    let (private, public) = sign::generate(&a.comment, pass.as_ref().map(|p| p.as_str()), p256)?;
     sign::write_pair(&output, &private, &public)?;
     outln!(
         "wrote {} ({}) and {}.pub",

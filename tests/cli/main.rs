@@ -39,6 +39,7 @@ mod ship_inputs;
 mod sign;
 mod sign_p256;
 mod sign_prompt;
+mod sign_txn;
 mod sign_with;
 mod smoke_trust;
 mod snapshots_cli;

@@ -21,9 +21,11 @@
 //! (SSHSIG renamed), `sign:3` (both renamed, folder not yet synced). Records signed as a
 //! command writes them: [`record`].
 
+mod keygen;
 mod policy;
 pub(crate) mod record;
 
+pub(crate) use keygen::write_pair;
 pub(crate) use policy::{Policy, NAMESPACE};
 
 use crate::base::error::{Error, Result};
@@ -40,6 +42,8 @@ pub(crate) const PINFORGE_PAYLOAD_TYPE: &str = "application/vnd.pinforge.record+
 pub(crate) const PASSPHRASE_VAR: &str = "PINFORGE_KEY_PASSPHRASE";
 /// Envelopes and signatures larger than this are refused before parsing.
 const MAX_SIDECAR: usize = 1 << 20;
+/// A private key file larger than this is not an Ed25519 or P-256 key.
+const MAX_KEY_FILE: u64 = 64 << 10;
 
 const P256: ssh_key::EcdsaCurve = ssh_key::EcdsaCurve::NistP256;
 
@@ -105,8 +109,11 @@ impl SigningKey {
     /// [`PASSPHRASE_VAR`], or, when that is unset and both stdin and stderr are a terminal,
     /// one typed at a prompt on the terminal (see [`passphrase_for`]).
     pub(crate) fn load(path: &Path) -> Result<SigningKey> {
-        let bytes = fsx::read(path)?;
-        let key = ssh_key::PrivateKey::from_openssh(&bytes).map_err(|e| {
+        // The text, the passphrase and the decrypted key are wiped when dropped: the text
+        // and the passphrase are `Zeroizing`, and ssh-key wipes a private key's bytes in its
+        // own `Drop` (Ed25519 and ECDSA key data) and decrypts through a `Zeroizing` buffer.
+        let bytes = fsx::read_secret(path, MAX_KEY_FILE)?;
+        let key = ssh_key::PrivateKey::from_openssh(bytes.as_slice()).map_err(|e| {
             Error::input(path.display(), format!("not an OpenSSH private key: {e}"))
                 .with_hint("make one with `pinforge key generate` or `ssh-keygen -t ed25519`")
         })?;
@@ -171,13 +178,10 @@ impl SigningKey {
 /// a script that sets it means it); otherwise a prompt on `/dev/tty` with echo off, but only
 /// when stdin and stderr are both terminals, so that a pipeline or a CI job never hangs
 /// waiting for a person; otherwise an input error (exit 2) before anything is written.
-fn passphrase_for(path: &Path) -> Result<String> {
+fn passphrase_for(path: &Path) -> Result<Secret> {
     use std::io::IsTerminal;
-    if let Some(p) = std::env::var_os(PASSPHRASE_VAR) {
-        return p.into_string().map_err(|_| {
-            Error::input(PASSPHRASE_VAR, "is not UTF-8")
-                .with_hint("set it to the key's passphrase as text")
-        });
+    if let Some(p) = passphrase_from_env()? {
+        return Ok(p);
     }
     if !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
         return Err(Error::input(
@@ -189,7 +193,20 @@ fn passphrase_for(path: &Path) -> Result<String> {
         )));
     }
     rpassword::prompt_password(format!("passphrase for {}: ", path.display()))
+        .map(Secret::new)
         .map_err(|e| Error::io("read a passphrase from", Path::new("/dev/tty"), e))
+}
+
+/// [`PASSPHRASE_VAR`] when it is set (even empty), wiped when dropped. (The process's own
+/// copy of its environment is not ours to wipe; use the prompt where that matters.)
+pub(crate) fn passphrase_from_env() -> Result<Option<Secret>> {
+    match std::env::var_os(PASSPHRASE_VAR) {
+        None => Ok(None),
+        Some(p) => p.into_string().map(|s| Some(Secret::new(s))).map_err(|_| {
+            Error::input(PASSPHRASE_VAR, "is not UTF-8")
+                .with_hint("set it to the key's passphrase as text")
+        }),
+    }
 }
 
 /// What a signing wrote.
@@ -454,7 +471,7 @@ pub(crate) fn generate(
     comment: &str,
     passphrase: Option<&str>,
     p256: bool,
-) -> Result<(zeroize_string::Secret, String)> {
+) -> Result<(Secret, String)> {
     let mut rng = ssh_key::rand_core::OsRng;
     let algorithm = if p256 {
         ssh_key::Algorithm::Ecdsa { curve: P256 }
@@ -474,55 +491,15 @@ pub(crate) fn generate(
             .map_err(|e| Error::Internal(format!("key encryption failed: {e}")))?,
         None => key,
     };
+    // ssh-key returns the text as `Zeroizing<String>` already: kept as it is, never copied.
     let private = key
         .to_openssh(ssh_key::LineEnding::LF)
         .map_err(|e| Error::Internal(e.to_string()))?;
-    Ok((zeroize_string::Secret(private.to_string()), public))
+    Ok((private, public))
 }
 
-/// The private key text (not yet wiped on drop: follow-up, use `zeroize`).
-pub(crate) mod zeroize_string {
-    /// A private key's OpenSSH text.
-    pub(crate) struct Secret(pub(crate) String);
-}
-
-/// Write a generated pair: the private key 0600 and `PATH.pub` 0644, refusing to overwrite
-/// either (created with `O_EXCL`).
-pub(crate) fn write_pair(
-    path: &Path,
-    private: &zeroize_string::Secret,
-    public: &str,
-) -> Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let pub_path = {
-        let mut s = path.as_os_str().to_os_string();
-        s.push(".pub");
-        PathBuf::from(s)
-    };
-    for p in [path, pub_path.as_path()] {
-        if std::fs::symlink_metadata(p).is_ok() {
-            return Err(
-                Error::input(p.display(), "already exists; not overwriting it")
-                    .with_hint("choose another path with -o"),
-            );
-        }
-    }
-    let create = |p: &Path, mode: u32, bytes: &[u8]| -> Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(p)
-            .map_err(|e| Error::io("create", p, e))?;
-        f.write_all(bytes).map_err(|e| Error::io("write", p, e))?;
-        f.sync_all().map_err(|e| Error::io("fsync", p, e))
-    };
-    create(path, 0o600, private.0.as_bytes())?;
-    create(&pub_path, 0o644, format!("{public}\n").as_bytes())?;
-    fsx::sync_dir(&fsx::parent_of(path))
-}
+/// A private key's OpenSSH text (or a passphrase): wiped from memory when dropped.
+pub(crate) type Secret = zeroize::Zeroizing<String>;
 
 #[cfg(test)]
 mod tests;

@@ -94,32 +94,8 @@ fn stage(path: &Path, bytes: &[u8]) -> Result<tempfile::TempPath> {
 /// running: what a killed `sign` or `--sign` left. A name that does not parse, or a writer
 /// that is alive (signal 0 reaches it, or it exists under another account), is kept.
 pub(crate) fn remove_stale_temps(dir: &Path) -> Result<usize> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(Error::io("list", dir, e)),
-    };
     let mut removed = 0;
-    for entry in entries {
-        let entry = entry.map_err(|e| Error::io("list", dir, e))?;
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(TEMP_PREFIX))
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|p| p.parse::<i32>().ok())
-            .and_then(rustix::process::Pid::from_raw)
-        else {
-            continue;
-        };
-        let gone = matches!(
-            rustix::process::test_kill_process(pid),
-            Err(rustix::io::Errno::SRCH)
-        );
-        if !gone {
-            continue;
-        }
-        let path = entry.path();
+    for path in fsx::dead_writer_entries(dir, TEMP_PREFIX)? {
         match std::fs::remove_file(&path) {
             Ok(()) => removed += 1,
             // Another signer cleaned it first.
