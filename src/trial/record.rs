@@ -1,6 +1,7 @@
 //! The record schemas of a flip (`Pair`, `BuildSide`, `SmokeSide`, `ArtifactRow`, `FlipRecord`)
 //! and of an ablation (`SubsetRecord`, `AblationRecord`), and the record-folder helpers flip and ablate share: claim a fresh numbered folder with one
-//! `mkdir`, write canonical JSON atomically, and put an error on one line.
+//! `mkdir`, write canonical JSON atomically, commit a folder's final files at once
+//! ([`commit_final`]), and put an error on one line.
 
 use crate::base::digest::Sha256;
 use crate::base::error::{Error, Result};
@@ -275,6 +276,7 @@ pub(crate) fn claim_record_dir(root: &Path, kind: &str, stem: &str) -> Result<(S
             Err(e) => return Err(Error::io("create directory", &base, e)),
         }
     }
+    remove_stale_finals(&base)?;
     for n in 1..=9999u32 {
         let id = format!("{stem}-{n:04}");
         let dir = base.join(&id);
@@ -289,6 +291,75 @@ pub(crate) fn claim_record_dir(root: &Path, kind: &str, stem: &str) -> Result<(S
         format!("9999 records named {stem}-NNNN already exist"),
     )
     .with_hint("archive old records"))
+}
+
+/// The prefix of a record folder's staged final contents: `.pinforge-final-PID-ID` beside the
+/// folder (a name no claimed id can have).
+const FINAL_PREFIX: &str = ".pinforge-final-";
+
+/// Make a record folder's final files visible at once: `record.json` (with its `.dsse.json`
+/// and `.sig` under `--sign`, made by [`write_json`]) and `summary.md` are written into a
+/// fresh stage folder beside `dir`, synced, and the stage is exchanged with `dir` by one
+/// atomic exchange ([`fsx::exchange`]): the commit point. Before it, `dir` is what it was (the
+/// record as last written, unfinished, without a summary); after it, every final file is
+/// there, signed or not as the command was asked. The old contents, now in the stage's name,
+/// are removed last. Crash points `OP:1` (stage written and synced) and `OP:2` (exchanged,
+/// the old contents not yet removed); what a killed run leaves beside `dir` is removed by
+/// the next claim or commit in that folder ([`remove_stale_finals`]).
+pub(crate) fn commit_final<T: Serialize>(
+    dir: &Path,
+    op: &str,
+    record: &T,
+    summary: &str,
+) -> Result<()> {
+    let parent = fsx::parent_of(dir);
+    let name = dir
+        .file_name()
+        .ok_or_else(|| Error::Internal(format!("record folder {} has no name", dir.display())))?;
+    remove_stale_finals(&parent)?;
+    let stage = parent.join(format!(
+        "{FINAL_PREFIX}{}-{}",
+        std::process::id(),
+        name.to_string_lossy()
+    ));
+    if std::fs::symlink_metadata(&stage).is_ok() {
+        // Ours by name (this PID): a failed earlier commit of this process.
+        std::fs::remove_dir_all(&stage).at("remove", &stage)?;
+    }
+    std::fs::create_dir(&stage).at("create directory", &stage)?;
+    let filled = (|| {
+        fsx::write_atomic(&stage.join("summary.md"), summary.as_bytes())?;
+        write_json(&stage.join("record.json"), record)?;
+        fsx::sync_dir(&stage)
+    })();
+    if let Err(e) = filled {
+        let _ = std::fs::remove_dir_all(&stage);
+        return Err(e);
+    }
+    crate::base::hooks::crash_point(op, 1);
+    if let Err(e) = fsx::exchange(&stage, dir, "exchange with") {
+        let _ = std::fs::remove_dir_all(&stage);
+        return Err(e);
+    }
+    fsx::sync_dir(&parent)?;
+    crate::base::hooks::crash_point(op, 2);
+    std::fs::remove_dir_all(&stage).at("remove", &stage)
+}
+
+/// Remove the staged final folders in `parent` whose writer is gone (a run killed before or
+/// right after its commit: either way the record folder itself is whole). A live writer's
+/// stage is never touched.
+pub(crate) fn remove_stale_finals(parent: &Path) -> Result<usize> {
+    let mut removed = 0;
+    for p in fsx::dead_writer_entries(parent, FINAL_PREFIX)? {
+        // remove_dir_all removes a link itself, never what it points to.
+        match std::fs::remove_dir_all(&p) {
+            Ok(()) => removed += 1,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("remove stale staged record folder", &p, e)),
+        }
+    }
+    Ok(removed)
 }
 
 /// Whether `path`, a folder pinforge keeps records in (`flips/`, `ablations/`, `validate/`

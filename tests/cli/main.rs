@@ -12,6 +12,7 @@
 // One module per workstream; the shared fixtures (pinforge runner, tiny upstream, install
 // fixture) live in this file and are reachable from every module as `crate::…`.
 mod ablate_soak;
+mod ablate_txn;
 mod artifacts;
 mod attribution;
 mod audit;

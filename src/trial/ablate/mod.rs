@@ -359,11 +359,10 @@ pub(crate) fn run(
     record.no_effect = names(&a.no_effect);
     record.finished_at = Some(manifest::now_rfc3339());
     record.seconds = started.elapsed().as_secs_f64();
-    crate::base::fsx::write_atomic(
-        &record.summary,
-        report::ablation_markdown(&record).as_bytes(),
-    )?;
-    record::write_json(&record.record, &record)?;
+    // The finished record and its summary appear together (one exchange of the folder),
+    // signed inside the same transaction under `--sign`; crash points `ablate:1`, `ablate:2`.
+    let dir = crate::base::fsx::parent_of(&record.record);
+    record::commit_final(&dir, "ablate", &record, &report::ablation_markdown(&record))?;
     Ok(record)
 }
 
