@@ -20,6 +20,7 @@
 //! | `PINFORGE_CRASH_AT=key:N` | SIGKILL after step N of `key generate` (`artifact::sign::keygen`): 1 both staged, 2 the `.pub` published, 3 the private key published (the commit) |
 //! | `PINFORGE_CRASH_AT=ablate:N` | SIGKILL after an ablation's final files are staged (1) or exchanged into its record folder (2, the old contents not yet removed) (`trial::record::commit_final`) |
 //! | `PINFORGE_CRASH_AT=sign-record:N` | SIGKILL after a record's sidecars are staged (1) or renamed (2), before the record (`artifact::sign::record`) |
+//! | `PINFORGE_CRASH_AT=install-server:answered` | SIGKILL once the `install --smoke` server check's server answered, before it is stopped (`deploy::serve::gate`) |
 //! | `PINFORGE_CRASH_AT=flip:registered` | SIGKILL right after a flip's pre-registration is written |
 //! | `PINFORGE_VALIDATE_CRASH_ROWS=N,M` | the validate engine crashes on those rows |
 //! | `PINFORGE_SOAK_FORCE_CLEAN=SIDE:R` | a soak flip reads the crash rows of SIDE's (`from`/`to`) run in repeat R as clean |

@@ -7,6 +7,7 @@ use crate::base::error::{exit, Error, Result};
 use crate::base::text::Shown;
 use crate::base::workspace::Workspace;
 use crate::deploy::install::{InstallOutcome, Layer, Root, StageMode};
+use crate::deploy::serve::gate::{self, ServerCheck};
 use crate::deploy::smoke::{self, Verdict};
 use crate::outln;
 use crate::source::recipe::Recipe;
@@ -41,6 +42,11 @@ pub struct InstallArgs {
     /// Architecture of the gate's tiny model
     #[arg(long, default_value = "qwen2vl", value_parser = ["qwen2vl", "qwen2"])]
     pub smoke_arch: String,
+    /// Gate of a build with bin/llama-server: how long the server may take to answer
+    /// /health, and each read of its one chat completion (seconds)
+    #[arg(long, default_value_t = 120, value_name = "SECS", requires = "smoke",
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub smoke_server_timeout: u64,
     #[command(flatten)]
     pub sign: super::sign::SignWith,
     #[command(flatten)]
@@ -73,8 +79,9 @@ pub(super) fn run(ctx: &super::Ctx, a: InstallArgs) -> Result<i32> {
             manifest_for(ws_root, a.target, a.variant)?
         }
     };
+    let server_timeout = std::time::Duration::from_secs(a.smoke_server_timeout);
     let gate = match a.smoke.then_some(a.smoke_arch) {
-        Some(arch) => Some(smoke_gate(ws_root, &manifest, &arch, json)?),
+        Some(arch) => Some(smoke_gate(ws_root, &manifest, &arch, server_timeout, json)?),
         None => None,
     };
     let root = Root::open(&root)?;
@@ -84,7 +91,8 @@ pub(super) fn run(ctx: &super::Ctx, a: InstallArgs) -> Result<i32> {
             super::schema::id::INSTALL,
             &InstallJson {
                 outcome: &out,
-                smoke: gate.as_ref(),
+                smoke: gate.as_ref().map(|g| &g.0),
+                server: gate.as_ref().and_then(|g| g.1.as_ref()),
             },
         )?;
     } else {
@@ -168,23 +176,30 @@ fn manifest_for(
 }
 
 /// The `install --json` document: the outcome, plus the gate's smoke report under `smoke`
-/// when `--smoke` was given (absent otherwise, so the document is unchanged without it).
+/// when `--smoke` was given, and its server check under `server` when the build has
+/// `bin/llama-server` (each absent otherwise, so the document is unchanged without them).
 #[derive(serde::Serialize, schemars::JsonSchema)]
 pub(super) struct InstallJson<'a> {
     #[serde(flatten)]
     outcome: &'a InstallOutcome,
     #[serde(skip_serializing_if = "Option::is_none")]
     smoke: Option<&'a smoke::SmokeReport>,
+    /// The gate's server check: the build's `bin/llama-server` started and answering one chat
+    /// completion before the swap.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    server: Option<&'a ServerCheck>,
 }
 
 /// The `--smoke` gate: smoke the build and refuse (exit 1) unless the verdict is ok; the
-/// report is printed either way.
+/// report is printed either way. A build with `bin/llama-server` must then also start it
+/// and answer one chat completion ([`gate::check`]), or the swap is refused (exit 1).
 fn smoke_gate(
     ws_root: &std::path::Path,
     manifest: &std::path::Path,
     arch: &str,
+    server_timeout: std::time::Duration,
     json: bool,
-) -> Result<smoke::SmokeReport> {
+) -> Result<(smoke::SmokeReport, Option<ServerCheck>)> {
     // The gate smokes the build folder, but only after re-hashing every file it compiles
     // against or loads (libllama, the other lib/ shared libraries, every include/*.h)
     // against the digests this manifest names, refusing any difference (exit 1); the
@@ -193,10 +208,8 @@ fn smoke_gate(
     // verdict is for the bytes that are installed: a file changed between the two checks
     // fails the second, and nothing is committed.
     let target = smoke::target_from_manifest(manifest)?;
-    let report = smoke::run(
-        &target,
-        &smoke_options(ws_root, None, Some(arch.to_string()), 16, false)?,
-    )?;
+    let opts = smoke_options(ws_root, None, Some(arch.to_string()), 16, false)?;
+    let report = smoke::run(&target, &opts)?;
     if report.verdict != Verdict::Ok {
         if json {
             // The swap is refused, but the report is the evidence: it goes to stdout as
@@ -216,7 +229,54 @@ fn smoke_gate(
     if !json {
         render_smoke(&report);
     }
-    Ok(report)
+    // The server binary is re-hashed against this manifest right before it is started and
+    // through the running process after; the libraries it loads are the ones just checked.
+    let Some(build) = gate::server_of_manifest(manifest)? else {
+        return Ok((report, None));
+    };
+    let check = gate::check(
+        &build,
+        &gate::GateOptions {
+            model: smoke::model_file(&opts)?,
+            timeout: server_timeout,
+            gpu_layers: if report.device.starts_with("cuda:") {
+                999
+            } else {
+                0
+            },
+            cuda: target.cuda,
+        },
+    )?;
+    if !json {
+        render_server(&check);
+    }
+    Ok((report, Some(check)))
+}
+
+/// The human rendering of the gate's server check.
+fn render_server(c: &ServerCheck) {
+    outln!(
+        "server {} (sha256 {}): started on 127.0.0.1, /health 200 after {:.0} ms",
+        c.binary,
+        c.sha256.short(16),
+        c.timings.start_ms
+    );
+    outln!(
+        "  one chat completion: HTTP {}, finish_reason {}, {} tokens in {:.0} ms{}",
+        c.answer.status,
+        c.answer.finish_reason,
+        c.answer.completion_tokens,
+        c.timings.request_ms,
+        c.build_info
+            .as_deref()
+            .map(|b| format!(" (build {b})"))
+            .unwrap_or_default()
+    );
+    outln!(
+        "  stopped in {:.0} ms, nothing of it left running; the check took {:.0} ms",
+        c.timings.stop_ms,
+        c.timings.total_ms
+    );
 }
 
 /// The human rendering of an install.

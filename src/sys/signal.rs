@@ -46,20 +46,53 @@ pub(crate) fn interrupted() -> bool {
     INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst)
 }
 
+/// Interrupts caught ([`catch_interrupts`]) for as long as this value lives, the default
+/// dispositions (SIGINT and SIGTERM end the process) back when it is dropped: for a command
+/// that owns a server for only one step (the `install --smoke` server check) and must stay
+/// interruptible the usual way before and after it.
+pub(crate) struct InterruptsCaught(());
+
+impl InterruptsCaught {
+    /// Catch SIGINT and SIGTERM from now on.
+    pub(crate) fn new() -> InterruptsCaught {
+        catch_interrupts();
+        InterruptsCaught(())
+    }
+}
+
+impl Drop for InterruptsCaught {
+    fn drop(&mut self) {
+        for sig in [libc::SIGINT, libc::SIGTERM] {
+            // SAFETY: SIG_DFL installs no handler code; `signal` only changes this process's
+            // disposition table.
+            unsafe {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+        }
+    }
+}
+
 /// Make the process `cmd` starts receive SIGKILL when the thread that spawned it dies
 /// (`PR_SET_PDEATHSIG`): if pinforge is killed outright, a server it started does not stay
 /// listening. (The router's own children are in its process group, stopped with it.)
 pub(crate) fn kill_with_parent(cmd: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs in the forked child before exec and calls only `prctl`,
-    // which is async-signal-safe; it allocates nothing and touches no parent state.
+    // The parent as the child will see it before exec. If the parent dies between the fork
+    // and the `prctl`, the death signal is never sent (the child was reparented first), so
+    // the child checks after setting it and refuses to exec when its parent is gone.
+    let parent = rustix::process::getpid().as_raw_nonzero().get();
+    // SAFETY: the closure runs in the forked child before exec and calls only `prctl` and
+    // `getppid`, which are async-signal-safe; it allocates nothing and touches no parent
+    // state (`parent` is a copied integer).
     unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) == 0 {
-                Ok(())
-            } else {
-                Err(std::io::Error::last_os_error())
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
             }
+            if libc::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
         });
     }
 }

@@ -53,6 +53,14 @@ impl Group {
         !matches!(self.child.as_mut().map(Child::try_wait), Some(Ok(None)))
     }
 
+    /// The leader's exit status once it has exited by itself (None while it runs, and after
+    /// [`Group::stop`]): what a server that died before it was stopped ended with.
+    pub(crate) fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
     /// Stop the whole group: SIGTERM, wait up to the grace period for every member to go,
     /// then SIGKILL; reap the leader.
     pub(crate) fn stop(&mut self) {

@@ -6,9 +6,14 @@
 //! ([`group`]).
 //!
 //! The HTTP side of a server ([`client`]: health wait, chat completions, `/models`, `/props`)
-//! is here too; the row loop that drives them is `trial::validate::served`.
+//! is here too; the row loop that drives them is `trial::validate::served`. Starting a server
+//! pinforge owns, from its recorded bytes and with nothing else answering for it, is
+//! [`launch`]; the `install --smoke` check that a build's server answers one request before a
+//! swap is [`gate`].
 
 pub(crate) mod client;
+pub(crate) mod gate;
 pub(crate) mod group;
+pub(crate) mod launch;
 pub(crate) mod preset;
 pub(crate) mod sse;

@@ -15,7 +15,9 @@ mod shim;
 pub(crate) mod signature;
 mod target;
 
-pub(crate) use run::{run, SmokeOptions, SmokeReport, Verdict};
-pub(crate) use sanitizer::{asan_signature, engine_env_symbolized, without_shadow_legend};
+pub(crate) use run::{model_file, run, SmokeOptions, SmokeReport, Verdict};
+pub(crate) use sanitizer::{
+    asan_signature, engine_env_symbolized, without_shadow_legend, ASAN_EXIT,
+};
 pub(crate) use shim::shim_for;
 pub(crate) use target::{target_from_installed, target_from_manifest, SmokeTarget};

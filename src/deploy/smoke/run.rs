@@ -212,6 +212,14 @@ fn choose_device(
 fn model_for(opts: &SmokeOptions, report: &mut SmokeReport) -> Result<PathBuf> {
     if let Some(m) = &opts.model {
         report.arch = model::architecture(m)?;
+    }
+    model_file(opts)
+}
+
+/// The model file a smoke with `opts` decodes: the given one, or the cached tiny model of
+/// the architecture (written on first use). The install gate's server check serves the same.
+pub(crate) fn model_file(opts: &SmokeOptions) -> Result<PathBuf> {
+    if let Some(m) = &opts.model {
         return Ok(m.clone());
     }
     let p = opts
