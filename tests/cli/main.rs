@@ -26,6 +26,7 @@ mod flip;
 mod flip_soak;
 mod history;
 mod inputs;
+mod install_server;
 mod noop;
 mod output;
 mod patch_apply;
@@ -299,6 +300,55 @@ fn server_build(variant: &str) -> Option<serde_json::Value> {
     let j = json(&o);
     done.insert(variant.to_string(), j.clone());
     Some(j)
+}
+
+/// The port of `url` is not in LISTEN state on this machine (IPv4 loopback).
+pub(crate) fn assert_not_listening(url: &str) {
+    let port: u16 = url
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.trim_end_matches('/').parse().ok())
+        .unwrap_or_else(|| panic!("no port in {url}"));
+    let tcp = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    let listening = tcp.lines().skip(1).any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() > 3
+            && f[3] == "0A"
+            && f[1]
+                .rsplit(':')
+                .next()
+                .and_then(|p| u16::from_str_radix(p, 16).ok())
+                == Some(port)
+    });
+    assert!(!listening, "port {port} ({url}) is still listening");
+}
+
+/// Live processes that run a binary from under `dir`, or run in a folder under it (servers
+/// pinforge starts in a temp folder of its own), as `pid exe (cwd)` lines.
+pub(crate) fn running_under(dir: &Path) -> Vec<String> {
+    let dir = std::fs::canonicalize(dir).expect("dir");
+    let mut left = Vec::new();
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let exe = std::fs::read_link(e.path().join("exe"));
+        let cwd = std::fs::read_link(e.path().join("cwd"));
+        let inside = |p: &std::io::Result<PathBuf>| p.as_ref().is_ok_and(|p| p.starts_with(&dir));
+        if inside(&exe) || inside(&cwd) {
+            left.push(format!(
+                "{} {:?} ({:?})",
+                e.file_name().to_string_lossy(),
+                exe.ok(),
+                cwd.ok()
+            ));
+        }
+    }
+    left
+}
+
+/// No live process runs a binary from under `root` or in a folder under it (the routers and
+/// their children, a gate's server).
+pub(crate) fn assert_no_server_of(root: &Path) {
+    let left = running_under(root);
+    assert!(left.is_empty(), "left running: {left:?}");
 }
 
 fn pinforge(ws: &Path, args: &[&str]) -> Output {

@@ -5,7 +5,9 @@
 //! against a server the test started. After every run: no router or child of the run is alive
 //! and its port is not listening (/proc/net/tcp).
 
-use crate::{code, llama_ws, pinforge, pinforge_cmd, stderr};
+use crate::{
+    assert_no_server_of, assert_not_listening, code, llama_ws, pinforge, pinforge_cmd, stderr,
+};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -108,41 +110,6 @@ fn count(a: &serde_json::Value, class: &str) -> u64 {
     a["counts"][class]
         .as_u64()
         .unwrap_or_else(|| panic!("no count {class} in {a}"))
-}
-
-/// The port of `url` is not in LISTEN state on this machine (IPv4 loopback).
-fn assert_not_listening(url: &str) {
-    let port: u16 = url
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.trim_end_matches('/').parse().ok())
-        .unwrap_or_else(|| panic!("no port in {url}"));
-    let tcp = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
-    let listening = tcp.lines().skip(1).any(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        f.len() > 3
-            && f[3] == "0A"
-            && f[1]
-                .rsplit(':')
-                .next()
-                .and_then(|p| u16::from_str_radix(p, 16).ok())
-                == Some(port)
-    });
-    assert!(!listening, "port {port} ({url}) is still listening");
-}
-
-/// No live process runs a binary from under `root` (the routers and their children).
-fn assert_no_server_of(root: &Path) {
-    let root = std::fs::canonicalize(root).expect("root");
-    let mut left = Vec::new();
-    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        if let Ok(exe) = std::fs::read_link(e.path().join("exe")) {
-            if exe.starts_with(&root) {
-                left.push((e.file_name(), exe));
-            }
-        }
-    }
-    assert!(left.is_empty(), "left running: {left:?}");
 }
 
 #[test]

@@ -57,8 +57,13 @@ pub(crate) struct Running {
     pub start_ms: f64,
 }
 
-/// Re-hash `bin` (a regular file, never a link, FIFO or device) against `recorded`.
-pub(crate) fn check_binary(bin: &Path, recorded: Sha256) -> Result<Sha256> {
+/// Re-hash `bin` (a regular file, never a link, FIFO or device) against `recorded`; whether
+/// it is an interpreter script (`#!`), which the kernel runs through another binary.
+pub(crate) fn check_binary(bin: &Path, recorded: Sha256) -> Result<bool> {
+    use std::io::Read;
+    let mut f = crate::base::fsx::open_regular(bin, "the server binary", false)?;
+    let mut head = [0u8; 2];
+    let script = f.read_exact(&mut head).is_ok() && head == *b"#!";
     let f = crate::base::fsx::open_regular(bin, "the server binary", false)?;
     let (now, _) = Sha256::of_reader(f, bin)?;
     if now != recorded {
@@ -70,7 +75,7 @@ pub(crate) fn check_binary(bin: &Path, recorded: Sha256) -> Result<Sha256> {
             ),
         ));
     }
-    Ok(now)
+    Ok(script)
 }
 
 /// The command: a fixed environment, so an operator's `LLAMA_ARG_*` (llama-server reads its
@@ -102,7 +107,7 @@ fn command(l: &Launch<'_>, port: u16, out: std::fs::File) -> Result<Command> {
 pub(crate) fn start(l: &Launch<'_>) -> Result<Running> {
     let t0 = Instant::now();
     // The bytes started must be the recorded ones: refused here, before anything runs.
-    check_binary(l.bin, l.recorded)?;
+    let script = check_binary(l.bin, l.recorded)?;
     let mut hash_ms = ms(t0.elapsed());
     let port = super::preset::free_port()?;
     let out = std::fs::OpenOptions::new()
@@ -144,9 +149,13 @@ pub(crate) fn start(l: &Launch<'_>) -> Result<Running> {
         ));
     }
     // And the process runs the recorded bytes: a file swapped between the check above and
-    // the exec shows here (once running, the file cannot be written: ETXTBSY).
+    // the exec shows here (once running, the file cannot be written: ETXTBSY). A script's
+    // process runs its interpreter, so for one (a stand-in) the file is re-hashed instead.
     let t1 = Instant::now();
-    let exe = Path::new("/proc").join(group.pid().to_string()).join("exe");
+    let exe = match script {
+        false => Path::new("/proc").join(group.pid().to_string()).join("exe"),
+        true => l.bin.to_path_buf(),
+    };
     let (exe_sha256, _) = Sha256::of_file(&exe)?;
     hash_ms += ms(t1.elapsed());
     if exe_sha256 != l.recorded {
