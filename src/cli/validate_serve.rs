@@ -12,7 +12,8 @@ use crate::trial::validate::served::{self, ServeOptions, ServeReport, Target};
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeArgs {
     /// Send the rows to each arm's own `bin/llama-server`, started in router mode with two
-    /// presets of the model and `--models-max 1`
+    /// presets of the model and `--models-max 1`. `--resume ID` continues a served run after
+    /// each arm's last complete row; `--shard` is refused in the served mode
     #[arg(long, conflicts_with = "endpoint")]
     pub serve: bool,
     /// Send the rows to a server pinforge did not start (recorded as mode `endpoint`)
@@ -66,10 +67,10 @@ pub(super) fn run(
     base: crate::trial::validate::Options,
     json: bool,
 ) -> Result<i32> {
-    if base.resume.is_some() || base.shard.is_some() {
+    if base.shard.is_some() {
         return Err(Error::input(
             "validate --serve/--endpoint",
-            "--resume and --shard are not available in the served mode yet",
+            "--shard is not available in the served mode (each arm's router serves every row)",
         ));
     }
     let target = match &a.endpoint {
@@ -139,14 +140,19 @@ fn render(r: &ServeReport) {
         let health: Vec<String> = a.health.iter().map(|(k, v)| format!("{k}: {v}")).collect();
         outln!("    /health {}", health.join(", "));
     }
+    for n in &r.notes {
+        outln!("note: {n}");
+    }
     let good = r.passed();
     outln!(
         "verdict: {}",
         paint(if good { Tone::Good } else { Tone::Bad }, &r.verdict)
     );
-    outln!(
-        "evidence: {} (sha256 {})",
-        r.evidence.display(),
-        r.evidence_sha256.short(16)
-    );
+    match (&r.evidence, &r.evidence_sha256) {
+        (Some(p), Some(sha)) => outln!("evidence: {} (sha256 {})", p.display(), sha.short(16)),
+        _ => outln!(
+            "no evidence written (the run did not finish): pinforge validate --serve … --resume {}",
+            r.run
+        ),
+    }
 }

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 #[derive(Debug, clap::Args)]
 pub struct VerifyArgs {
     /// A manifest written by `pinforge build`, a validate run's evidence.json (or its run
-    /// folder), or a soak flip's or soak ablation's record.json (or its record folder)
+    /// folder; a served run's folder or its serve-evidence.json), or a soak flip's or soak ablation's record.json (or its record folder)
     #[arg(required_unless_present = "installed")]
     pub manifest: Option<PathBuf>,
     /// Verify the install root instead: `current`, or the named layer
@@ -53,6 +53,10 @@ pub(super) fn run(ctx: &super::Ctx, a: VerifyArgs) -> Result<i32> {
 }
 
 fn cmd_verify(path: &std::path::Path, json: bool) -> Result<i32> {
+    if let Some(dir) = crate::trial::validate::served::evidence::served_run_dir(path) {
+        let c = crate::trial::validate::served::evidence::verify(&dir)?;
+        return render_evidence_check(path, &c, json);
+    }
     if crate::trial::validate::is_evidence(path) {
         return cmd_verify_evidence(path, json);
     }
@@ -154,8 +158,17 @@ fn cmd_verify_signed(path: &std::path::Path, allowed: &std::path::Path, json: bo
 /// recomputed from the rows.
 fn cmd_verify_evidence(path: &std::path::Path, json: bool) -> Result<i32> {
     let c = crate::trial::validate::verify_evidence(path)?;
+    render_evidence_check(path, &c, json)
+}
+
+/// A run's evidence check (in-process or served) rendered; exit 1 when anything differs.
+fn render_evidence_check(
+    path: &std::path::Path,
+    c: &crate::trial::validate::EvidenceCheck,
+    json: bool,
+) -> Result<i32> {
     if json {
-        print_json(super::schema::id::VERIFY_EVIDENCE, &c)?;
+        print_json(super::schema::id::VERIFY_EVIDENCE, c)?;
     } else if c.ok {
         outln!(
             "{}: validate run {}: {} item(s) re-checked against {}",

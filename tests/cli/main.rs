@@ -33,6 +33,7 @@ mod patch_apply;
 mod rebase_resolve;
 mod report;
 mod schemas;
+mod serve_fake;
 mod serve_soak;
 mod serve_tree;
 mod shard;

@@ -156,6 +156,56 @@ fn served_control_crashes_from_an_onset_with_the_router_healthy_and_live_stays_c
                 .any(|x| x.as_str().unwrap_or("").contains("AddressSanitizer")))),
         "{crash:?}"
     );
+    // The sharper rows: /models is polled after a crash until the preset shows failed, and a
+    // crash row's report is taken whole (its SUMMARY line).
+    let with_report = crash
+        .iter()
+        .filter(|r| {
+            r["sanitizer"].as_array().is_some_and(|l| {
+                l.iter()
+                    .any(|x| x.as_str().unwrap_or("").contains("SUMMARY:"))
+            })
+        })
+        .count();
+    let failed = crash.iter().filter(|r| r["child_failed"] == true).count();
+    assert!(failed > 0, "child_failed on a crash row: {crash:?}");
+    for s in sigs.keys() {
+        assert!(!s.contains('/'), "a signature is path-free: {s}");
+    }
+    let dir = PathBuf::from(j["run_dir"].as_str().expect("run_dir"));
+    let t0 = std::time::Instant::now();
+    let (vc, v) = arms.verify(&dir);
+    let verify_s = t0.elapsed().as_secs_f64();
+    assert_eq!(vc, 0, "{v}");
+    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("ls")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    let t0 = std::time::Instant::now();
+    let st = Command::new("sha256sum")
+        .args(&files)
+        .stdout(Stdio::null())
+        .status()
+        .expect("sha256sum");
+    let sha_s = t0.elapsed().as_secs_f64();
+    assert!(st.success());
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    eprintln!(
+        "MEASURED 200 rows: control {:.2} rows/s, live {:.2} rows/s; control crash {} (with the \
+         report's SUMMARY {with_report}, child_failed {failed}), follow-on {}, token-budget {}; \
+         live crash {}, token-budget {}; signatures {sigs:?}; verify {verify_s:.3}s vs sha256sum \
+         {sha_s:.3}s over {} files; loadavg {}",
+        control["rows_per_second"].as_f64().unwrap_or(0.0),
+        live["rows_per_second"].as_f64().unwrap_or(0.0),
+        count(control, "crash"),
+        count(control, "follow-on"),
+        count(control, "token-budget"),
+        count(live, "crash"),
+        count(live, "token-budget"),
+        files.len(),
+        load.trim()
+    );
 }
 
 #[test]
@@ -267,4 +317,131 @@ fn endpoint_mode_runs_against_a_server_the_test_started_and_says_so() {
         .as_object()
         .is_some_and(|m| m.is_empty()));
     assert_not_listening(&url);
+}
+
+impl Arms {
+    /// `validate --serve` of both arms with the test schema, as the process ended.
+    fn serve_output(&self, extra: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+        let schema = self.ws.join("schema.json");
+        std::fs::write(&schema, SCHEMA).expect("schema");
+        let mut cmd = pinforge_cmd(&self.ws);
+        cmd.args([
+            "validate",
+            "--serve",
+            "--installed",
+            "control,live",
+            "--root",
+            self.root.to_str().expect("utf8"),
+            "--schema",
+            schema.to_str().expect("utf8"),
+            "--json",
+        ])
+        .args(extra);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().expect("run pinforge")
+    }
+
+    fn verify(&self, dir: &Path) -> (i32, serde_json::Value) {
+        let o = pinforge(&self.ws, &["verify", dir.to_str().expect("utf8"), "--json"]);
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("verify: not JSON ({e}): {}", stderr(&o)));
+        crate::schemas::validate(&j);
+        (code(&o), j)
+    }
+}
+
+/// Every row's (arm, row, class), timings aside.
+fn classes_of(dir: &Path) -> Vec<(String, u64, String)> {
+    std::fs::read_to_string(dir.join("serve-rows.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            let r: serde_json::Value = serde_json::from_str(l).expect("row");
+            (
+                r["arm"].as_str().expect("arm").to_string(),
+                r["row"].as_u64().expect("row"),
+                r["class"].as_str().expect("class").to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The ports the arms' routers had (from their records in the run folder).
+fn arm_urls(dir: &Path) -> Vec<String> {
+    ["control", "live"]
+        .iter()
+        .filter_map(|a| std::fs::read_to_string(dir.join(format!("serve-arm-{a}.json"))).ok())
+        .map(|t| {
+            let j: serde_json::Value = serde_json::from_str(&t).expect("record");
+            j["url"].as_str().expect("url").to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn a_served_run_killed_at_each_step_leaves_no_server_and_resumes_to_the_uninterrupted_classes() {
+    let Some(arms) = installed_arms() else { return };
+    // Without the prompt cache the rows are deterministic (no crash), so a resumed run must
+    // give the classes of one never interrupted.
+    let args = ["--rows", "8", "--budget", "12", "--cache-ram", "0"];
+    let (c, whole) = arms.serve(&args, &[]);
+    assert_eq!(c, 0, "{whole}");
+    let whole_dir = PathBuf::from(whole["run_dir"].as_str().expect("run_dir"));
+    let want = classes_of(&whole_dir);
+    assert_eq!(want.len(), 16);
+    assert_eq!(arms.verify(&whole_dir).0, 0);
+    for at in [
+        "serve:settings",
+        "serve:row:control:3",
+        "serve:row:live:0",
+        "serve:summary",
+        "serve:evidence",
+    ] {
+        let o = arms.serve_output(&args, &[("PINFORGE_CRASH_AT", at)]);
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(o.status.signal(), Some(9), "{at}: {}", stderr(&o));
+        let runs: Vec<PathBuf> = std::fs::read_dir(arms.ws.join("validate"))
+            .expect("validate/")
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| !p.join("serve-evidence.json").exists())
+            .collect();
+        assert_eq!(runs.len(), 1, "{at}: {runs:?}");
+        let dir = &runs[0];
+        // PR_SET_PDEATHSIG: the routers (and their children) died with pinforge.
+        let t0 = std::time::Instant::now();
+        loop {
+            let left = crate::running_under(&arms.root);
+            if left.is_empty() {
+                break;
+            }
+            assert!(t0.elapsed().as_secs() < 10, "{at}: left running: {left:?}");
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        for url in arm_urls(dir) {
+            assert_not_listening(&url);
+        }
+        let (c, v) = arms.verify(dir);
+        assert_eq!(c, 1, "{at}: {v}");
+        assert!(
+            v["mismatches"][0]["actual"]
+                .as_str()
+                .is_some_and(|a| a.contains("no serve-evidence.json: the run did not finish")),
+            "{at}: {v}"
+        );
+        let id = dir.file_name().expect("id").to_str().expect("utf8");
+        let mut resumed: Vec<&str> = args.to_vec();
+        resumed.extend(["--resume", id]);
+        let (c, j) = arms.serve(&resumed, &[]);
+        assert_eq!(c, 0, "{at}: {j}");
+        assert_eq!(
+            classes_of(dir),
+            want,
+            "{at}: classes of the uninterrupted run"
+        );
+        let (c, v) = arms.verify(dir);
+        assert_eq!(c, 0, "{at}: {v}");
+    }
 }

@@ -38,6 +38,13 @@ pub(crate) struct ModelState {
     pub exit_code: Option<i64>,
 }
 
+/// A GET's answer.
+struct Got {
+    status: u16,
+    location: Option<String>,
+    body: Vec<u8>,
+}
+
 /// What one chat request showed: the raw facts the row rules classify.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Answer {
@@ -87,6 +94,9 @@ impl Server {
             .http_status_as_error(false)
             .timeout_connect(Some(Duration::from_secs(5)))
             .timeout_per_read(Some(read_timeout))
+            // A server that trickles a byte now and then never trips the per-read bound:
+            // this one ends any request.
+            .timeout_global(Some(read_timeout * 3))
             .max_redirects(0)
             .build()
             .into();
@@ -102,39 +112,75 @@ impl Server {
         &self.base
     }
 
-    fn get(&self, path: &str) -> std::result::Result<(u16, String), ureq::Error> {
+    /// `GET path`: the status, a redirect's target, and the body's bytes (at most
+    /// [`BODY_LIMIT`]).
+    fn get(&self, path: &str) -> std::result::Result<Got, ureq::Error> {
         let mut req = self.agent.get(format!("{}{path}", self.base));
         if let Some(k) = &self.api_key {
             req = req.header("Authorization", format!("Bearer {k}"));
         }
         let mut resp = req.call()?;
         let status = resp.status().as_u16();
+        let location = resp
+            .headers()
+            .get("location")
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
         let body = resp
             .body_mut()
             .with_config()
             .limit(BODY_LIMIT)
-            .read_to_string()?;
-        Ok((status, body))
+            .read_to_vec()?;
+        Ok(Got {
+            status,
+            location,
+            body,
+        })
     }
 
+    /// `GET path` as JSON. What the server sent that is not a usable answer (a redirect, a
+    /// body over the limit, bytes that are not UTF-8, text that is not JSON or nests deeper
+    /// than the parser's limit) is an input error naming the URL (exit 2); no answer at all,
+    /// or an error status, is a failed check (exit 1).
     fn get_json(&self, path: &str) -> Result<Value> {
         let url = format!("{}{path}", self.base);
-        let (status, body) = self
-            .get(path)
-            .map_err(|e| Error::check(&url, format!("no answer: {e}")))?;
-        if status != 200 {
+        let got = match self.get(path) {
+            Ok(g) => g,
+            Err(e @ ureq::Error::BodyExceedsLimit(_)) => {
+                return Err(Error::input(&url, format!("the body is too large: {e}")))
+            }
+            Err(e) => return Err(Error::check(&url, format!("no answer: {e}"))),
+        };
+        let Ok(body) = std::str::from_utf8(&got.body) else {
+            return Err(Error::input(&url, "the body is not UTF-8"));
+        };
+        if (300..400).contains(&got.status) {
+            return Err(Error::input(
+                &url,
+                format!(
+                    "HTTP {} redirects to `{}`: redirects are not followed",
+                    got.status,
+                    got.location.unwrap_or_default().escape_debug()
+                ),
+            )
+            .with_hint("give the URL the server really answers on"));
+        }
+        if got.status != 200 {
             return Err(Error::check(
                 &url,
-                format!("HTTP {status}: {}", excerpt(&body)),
+                format!("HTTP {}: {}", got.status, excerpt(body).escape_debug()),
             ));
         }
-        serde_json::from_str(&body)
-            .map_err(|e| Error::check(&url, format!("not JSON ({e}): {}", excerpt(&body))))
+        serde_json::from_str(body).map_err(|e| {
+            Error::input(
+                &url,
+                format!("not JSON ({e}): {}", excerpt(body).escape_debug()),
+            )
+        })
     }
 
     /// `GET /health`: the status, or None when nothing answered.
     pub(crate) fn health(&self) -> Option<u16> {
-        self.get("/health").ok().map(|(s, _)| s)
+        self.get("/health").ok().map(|g| g.status)
     }
 
     /// Wait until `/health` answers 200, giving up at `timeout` or as soon as `alive` says
@@ -171,18 +217,47 @@ impl Server {
         ))
     }
 
-    /// `GET /models`: every preset and its state.
+    /// `GET /models`: every preset and its state. A field of the wrong type is an input
+    /// error naming the URL and the field (exit 2), never read as a default.
     pub(crate) fn models(&self) -> Result<Vec<ModelState>> {
+        let url = format!("{}/models", self.base);
         let v = self.get_json("/models")?;
+        let wrong =
+            |field: String, want: &str| Error::input(&url, format!("field {field} is not {want}"));
+        let data = v["data"]
+            .as_array()
+            .ok_or_else(|| wrong("data".into(), "an array"))?;
         let mut out = Vec::new();
-        for m in v["data"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
-            let Some(id) = m["id"].as_str() else { continue };
+        for (i, m) in data.iter().enumerate() {
+            let id = m["id"]
+                .as_str()
+                .ok_or_else(|| wrong(format!("data[{i}].id"), "a string"))?;
             let st = &m["status"];
+            let opt = |k: &str| (!st[k].is_null()).then_some(&st[k]);
+            let value = match opt("value") {
+                None => "",
+                Some(x) => x
+                    .as_str()
+                    .ok_or_else(|| wrong(format!("data[{i}].status.value"), "a string"))?,
+            };
+            let failed = match opt("failed") {
+                None => false,
+                Some(x) => x
+                    .as_bool()
+                    .ok_or_else(|| wrong(format!("data[{i}].status.failed"), "a boolean"))?,
+            };
+            let exit_code =
+                match opt("exit_code") {
+                    None => None,
+                    Some(x) => Some(x.as_i64().ok_or_else(|| {
+                        wrong(format!("data[{i}].status.exit_code"), "an integer")
+                    })?),
+                };
             out.push(ModelState {
                 id: id.to_string(),
-                value: st["value"].as_str().unwrap_or_default().to_string(),
-                failed: st["failed"].as_bool().unwrap_or(false),
-                exit_code: st["exit_code"].as_i64(),
+                value: value.to_string(),
+                failed,
+                exit_code,
             });
         }
         out.sort_by(|a, b| a.id.cmp(&b.id));

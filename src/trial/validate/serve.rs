@@ -7,6 +7,14 @@
 //! came back), then the two `finish_reason: length` cases told apart by the token counts
 //! (context first: a prompt that filled the context also stops at "length"), then an answer
 //! with nothing visible in it, then schema validity. `mismatch` compares two arms' `ok` rows.
+//!
+//! One death, one crash: right after a child died the router may still proxy the next request
+//! to the dead child's port before it has noticed the exit and respawned it, and that request
+//! fails with `proxy error: Could not establish connection`. Such a row showed no new death
+//! (nothing was listening to die), so when the arm's previous row was a crash (or itself such a
+//! row) it is `follow-on`, recorded with the crash row it follows ([`follow_on`]); the crash
+//! count and the onset then count deaths, and the follow-on rows are counted apart. A refused
+//! connection with no crash before it stays a crash: nothing else explains a dead child.
 
 /// A served row's class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -26,6 +34,9 @@ pub(crate) enum ServeClass {
     Mismatch,
     /// The harness could not run the row.
     Error,
+    /// A request that found the child of the previous row's crash still dead (the proxy could
+    /// not connect to it): the same death, not a new one.
+    FollowOn,
 }
 
 impl ServeClass {
@@ -39,7 +50,25 @@ impl ServeClass {
             ServeClass::SemanticOutputAbsent => "semantic-output-absent",
             ServeClass::Mismatch => "mismatch",
             ServeClass::Error => "error",
+            ServeClass::FollowOn => "follow-on",
         }
+    }
+
+    /// Every class, in the order counts list them.
+    pub(crate) const ALL: [ServeClass; 8] = [
+        ServeClass::Ok,
+        ServeClass::Crash,
+        ServeClass::FollowOn,
+        ServeClass::TokenBudget,
+        ServeClass::ContextExhausted,
+        ServeClass::SemanticOutputAbsent,
+        ServeClass::Mismatch,
+        ServeClass::Error,
+    ];
+
+    /// The class a recorded name stands for.
+    pub(crate) fn parse(s: &str) -> Option<ServeClass> {
+        ServeClass::ALL.into_iter().find(|c| c.as_str() == s)
     }
 }
 
@@ -64,6 +93,34 @@ pub(crate) struct Response {
     pub content: Option<String>,
     /// Whether the content is valid under the run's schema (None: no schema).
     pub schema_valid: Option<bool>,
+    /// The start of an error body (`proxy error: …`).
+    pub error_body: Option<String>,
+}
+
+/// What the proxy says when the child's port took no connection (httplib's text for
+/// `Error::Connection`): the child was not there, so the request did not kill it.
+const UNREACHED: &str = "Could not establish connection";
+
+/// The follow-on rule: a row classified `crash` whose request never reached a child (the proxy
+/// could not connect) right after a crash of the same arm is that crash's follow-on. `prev`
+/// is the arm's previous row: its index, its final class and, for a follow-on, the crash row
+/// it follows. Returns the crash row this one follows.
+pub(crate) fn follow_on(
+    class: ServeClass,
+    r: &Response,
+    prev: Option<(u64, ServeClass, Option<u64>)>,
+) -> Option<u64> {
+    let unreached = [&r.error_body, &r.cut]
+        .iter()
+        .any(|t| t.as_deref().is_some_and(|t| t.contains(UNREACHED)));
+    if class != ServeClass::Crash || !unreached {
+        return None;
+    }
+    match prev? {
+        (row, ServeClass::Crash, _) => Some(row),
+        (_, ServeClass::FollowOn, origin) => origin,
+        _ => None,
+    }
 }
 
 /// The limits a row ran under.
@@ -109,8 +166,9 @@ pub(crate) fn classify(r: &Response, lim: Limits) -> (ServeClass, String) {
     };
     let valid = r.schema_valid.unwrap_or(true);
     if finish == "length" {
-        let used = r.prompt_tokens + r.completion_tokens;
-        if used + CTX_SLACK >= lim.n_ctx {
+        // Saturating: the counts are an endpoint's data.
+        let used = r.prompt_tokens.saturating_add(r.completion_tokens);
+        if used.saturating_add(CTX_SLACK) >= lim.n_ctx {
             return (
                 ServeClass::ContextExhausted,
                 format!(
@@ -285,6 +343,43 @@ mod tests {
         assert_eq!(
             against_other_arm((ok_, &ok()), (ServeClass::Crash, &other)),
             ok_
+        );
+        for c in ServeClass::ALL {
+            assert_eq!(ServeClass::parse(c.as_str()), Some(c));
+        }
+        assert_eq!(ServeClass::parse("crash "), None);
+    }
+
+    #[test]
+    fn a_refused_proxy_connection_right_after_a_crash_is_its_follow_on_not_a_new_death() {
+        let refused = Response {
+            status: Some(500),
+            error_body: Some(
+                "{\"message\":\"proxy error: Could not establish connection\"}".into(),
+            ),
+            ..ok()
+        };
+        let read_failed = Response {
+            status: Some(500),
+            error_body: Some("proxy error: Failed to read connection".into()),
+            ..ok()
+        };
+        let crash = ServeClass::Crash;
+        assert_eq!(class(&refused), crash);
+        // After a crash at row 7 (directly, or through follow-ons of it).
+        assert_eq!(follow_on(crash, &refused, Some((7, crash, None))), Some(7));
+        let fo = ServeClass::FollowOn;
+        assert_eq!(follow_on(crash, &refused, Some((8, fo, Some(7)))), Some(7));
+        // A death of its own, or a refusal with no crash before it, stays a crash.
+        assert_eq!(follow_on(crash, &read_failed, Some((7, crash, None))), None);
+        assert_eq!(
+            follow_on(crash, &refused, Some((7, ServeClass::Ok, None))),
+            None
+        );
+        assert_eq!(follow_on(crash, &refused, None), None);
+        assert_eq!(
+            follow_on(ServeClass::Ok, &refused, Some((7, crash, None))),
+            None
         );
     }
 }

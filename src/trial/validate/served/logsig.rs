@@ -2,11 +2,19 @@
 //! `[port]`, so an AddressSanitizer report of a child lands in the router's log; a crash row's
 //! evidence is the report's lines written while that row ran, and an arm's signatures are the
 //! distinct `ERROR: AddressSanitizer: KIND` kinds with the first frame in llama code.
+//!
+//! Signatures are path-free: a frame the sanitizer could not symbolize names its module by
+//! absolute path (`(/opt/x/lib/libllama.so+0x1234)`), which differs between hosts that install
+//! at different places, so every path in a signature is cut to its file name
+//! (`libllama.so+0x1234`). The in-process validate's signature (`deploy::smoke::signature`)
+//! compares only the first line (the kind and the top frame's function) and so never holds the
+//! `SUMMARY:` line's path; the path cut here is the served counterpart.
 
 use crate::base::error::{Error, IoContext, Result};
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// The most report lines kept per crash row.
 const MAX_LINES: usize = 24;
@@ -25,32 +33,66 @@ fn read_from(log: &Path, from: u64) -> Result<(String, u64)> {
     Ok((String::from_utf8_lossy(&b).into_owned(), end))
 }
 
-/// The sanitizer report lines written to `log` since byte `from`, and the new end. The router
-/// may write the report a moment after the proxy answered, so this waits briefly for one.
+/// How long a crash row waits for a report to begin in the log.
+const REPORT_START: Duration = Duration::from_secs(3);
+/// How long it waits in all for a begun report's `SUMMARY:` line (symbolizing a report on a
+/// loaded host takes seconds).
+const REPORT_END: Duration = Duration::from_secs(10);
+/// A begun report whose log has not grown for this long is taken as it is.
+const QUIET: Duration = Duration::from_millis(750);
+
+/// Whether `text` holds a report's `SUMMARY:` line after its `ERROR:` line.
+fn report_complete(text: &str) -> bool {
+    let Some(at) = text
+        .find("ERROR: AddressSanitizer:")
+        .or_else(|| text.find("runtime error:"))
+    else {
+        return false;
+    };
+    text[at..].contains("SUMMARY: ")
+}
+
+/// The sanitizer report lines written to `log` since byte `from`, and the new end. The child's
+/// report reaches the router's log a moment after the proxy answered, and is written over
+/// seconds while it is symbolized: this waits (bounded) for it to begin, then for its
+/// `SUMMARY:` line or for the log to stop growing, so a crash row carries the whole report.
 pub(super) fn excerpt_since(log: &Path, from: u64) -> Result<(Vec<String>, u64)> {
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    let t0 = Instant::now();
+    let (mut seen_len, mut grew_at) = (0u64, Instant::now());
     loop {
         let (text, end) = read_from(log, from)?;
+        if end != seen_len {
+            (seen_len, grew_at) = (end, Instant::now());
+        }
         let lines = report_lines(&text);
-        if !lines.is_empty() || std::time::Instant::now() >= until {
+        let waited = t0.elapsed();
+        let done = if lines.is_empty() {
+            waited >= REPORT_START
+        } else {
+            report_complete(&text) || grew_at.elapsed() >= QUIET || waited >= REPORT_END
+        };
+        if done {
             return Ok((lines, end));
         }
-        std::thread::sleep(std::time::Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
-/// The lines of the first sanitizer report in `text`: the `ERROR:` line, the summary, and the
-/// stack frames between, at most [`MAX_LINES`].
+/// The lines of the first sanitizer report in `text`: the `ERROR:` line and the stack frames
+/// after it, at most [`MAX_LINES`], and the `SUMMARY:` line (kept past the cap).
 pub(crate) fn report_lines(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut inside = false;
     for l in text.lines() {
-        if l.contains("ERROR: AddressSanitizer:") || l.contains("runtime error:") {
+        if !inside && (l.contains("ERROR: AddressSanitizer:") || l.contains("runtime error:")) {
             inside = true;
         }
         if inside {
-            out.push(l.trim_end().to_string());
-            if l.contains("SUMMARY: AddressSanitizer") || out.len() >= MAX_LINES {
+            let summary = l.contains("SUMMARY: ");
+            if out.len() < MAX_LINES || summary {
+                out.push(l.trim_end().to_string());
+            }
+            if summary {
                 break;
             }
         }
@@ -58,8 +100,30 @@ pub(crate) fn report_lines(text: &str) -> Vec<String> {
     out
 }
 
+/// `text` with every path in it cut to its file name: `(/a/b/libllama.so+0x12)` reads
+/// `(libllama.so+0x12)`, `/src/llama-kv-cache.cpp:10` reads `llama-kv-cache.cpp:10`.
+pub(crate) fn path_free(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for (i, word) in text.split(' ').enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        let lead = word.len() - word.trim_start_matches('(').len();
+        let (open, rest) = word.split_at(lead);
+        out.push_str(open);
+        match rest.rfind('/') {
+            Some(at) if rest.starts_with('/') || rest.starts_with("./") => {
+                out.push_str(&rest[at + 1..])
+            }
+            _ => out.push_str(rest),
+        }
+    }
+    out
+}
+
 /// `heap-buffer-overflow in llama_kv_cache::apply_ubatch` from a report's lines: the kind
-/// from the ERROR line, the function of the first frame inside llama.cpp.
+/// from the ERROR line, the first frame inside llama.cpp (its function, or for a frame the
+/// sanitizer could not symbolize its module and offset), path-free ([`path_free`]).
 pub(crate) fn signature(lines: &[String]) -> Option<String> {
     let err = lines.iter().find_map(|l| {
         let (_, rest) = l.split_once("ERROR: AddressSanitizer: ")?;
@@ -70,9 +134,14 @@ pub(crate) fn signature(lines: &[String]) -> Option<String> {
         if !t.starts_with('#') {
             return None;
         }
-        let (_, f) = t.split_once(" in ")?;
-        let func = f.split(" /").next()?.trim();
-        (func.contains("llama") || func.contains("ggml")).then(|| func.to_string())
+        let func = match t.split_once(" in ") {
+            // `#1 0x7f in FUNC /src/file.cpp:1` or `#1 0x7f in FUNC (/lib/libllama.so+0x1)`.
+            Some((_, f)) => f.split(" /").next()?.trim().to_string(),
+            // `#1 0x7f (/lib/libllama.so+0x1)`: the module and offset.
+            None => t.split_once(" (")?.1.trim_end_matches(')').to_string(),
+        };
+        let func = path_free(&func);
+        (func.contains("llama") || func.contains("ggml")).then_some(func)
     });
     Some(match frame {
         Some(f) => format!("{err} in {f}"),
@@ -132,5 +201,69 @@ srv  after\n";
         assert_eq!(sigs.values().copied().collect::<Vec<_>>(), [2]);
         let (lines, end) = excerpt_since(&p, LOG.len() as u64).expect("since");
         assert_eq!((lines.len(), end), (5, 2 * LOG.len() as u64));
+    }
+
+    #[test]
+    fn a_signature_holds_no_path_so_hosts_installing_elsewhere_agree() {
+        let at = |dir: &str| -> Vec<String> {
+            [
+                "[1] ==9==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x5".to_string(),
+                "[1]     #0 0x7f in __asan_memcpy (/usr/lib/libasan.so.8+0x1)".to_string(),
+                format!("[1]     #1 0x7f ({dir}/lib/libllama.so+0x2a1b)"),
+                format!("[1] SUMMARY: AddressSanitizer: heap-buffer-overflow ({dir}/lib/libllama.so+0x2a1b)"),
+            ]
+            .into()
+        };
+        let a = signature(&at("/opt/pinforge/rollback/store/abc")).expect("sig");
+        let b = signature(&at("/home/op/root/store/def")).expect("sig");
+        assert_eq!(a, "heap-buffer-overflow in libllama.so+0x2a1b");
+        assert_eq!(a, b);
+        let symbolized = [
+            "[1] ==9==ERROR: AddressSanitizer: heap-buffer-overflow on x".to_string(),
+            "[1]     #1 0x7f in llama_kv_cache::apply_ubatch(x) (/a/b/libllama.so+0x2)".to_string(),
+        ];
+        assert_eq!(
+            signature(&symbolized).as_deref(),
+            Some("heap-buffer-overflow in llama_kv_cache::apply_ubatch(x) (libllama.so+0x2)")
+        );
+        assert_eq!(
+            path_free("x /a/b.cpp:3 (./c/d.so+0x1) a/b"),
+            "x b.cpp:3 (d.so+0x1) a/b"
+        );
+    }
+
+    #[test]
+    fn a_report_is_taken_whole_when_its_summary_arrives_late() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = dir.path().join("router.log");
+        let head: String = LOG.lines().take(5).map(|l| format!("{l}\n")).collect();
+        crate::base::fsx::write_atomic(&p, head.as_bytes()).expect("write");
+        let p2 = p.clone();
+        // The rest of the report (its summary) is written 1.2 s later, as a slow symbolizer
+        // does; a reader that stopped at the first lines would miss it.
+        let writer = std::thread::spawn(move || {
+            for l in LOG.lines().skip(5) {
+                std::thread::sleep(Duration::from_millis(400));
+                let mut f = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&p2)
+                    .expect("open");
+                std::io::Write::write_all(&mut f, format!("{l}\n").as_bytes()).expect("append");
+            }
+        });
+        let (lines, _) = excerpt_since(&p, 0).expect("since");
+        writer.join().expect("writer");
+        assert!(
+            lines
+                .last()
+                .is_some_and(|l| l.contains("SUMMARY: AddressSanitizer")),
+            "{lines:#?}"
+        );
+        let long: String = (0..40).map(|i| format!("    #{i} 0x1 in f{i}\n")).collect();
+        let text =
+            format!("==1==ERROR: AddressSanitizer: SEGV\n{long}SUMMARY: AddressSanitizer: SEGV\n");
+        let lines = report_lines(&text);
+        assert_eq!(lines.len(), MAX_LINES + 1);
+        assert!(lines[MAX_LINES].starts_with("SUMMARY"));
     }
 }

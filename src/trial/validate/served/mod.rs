@@ -12,13 +12,23 @@
 //! `schema.json`) plus `presets.ini`, `router-ARM.log` (managed), `serve-rows.jsonl` (one line
 //! per arm and row, the arm's own class), `serve-summary.json` (the counts, with the cross-arm
 //! `mismatch` rule applied) and `serve-evidence.json` (sha256 of every file, written last).
+//!
+//! The folder is one transaction ([`state`]): claimed with one `mkdir`, written as it goes, and
+//! committed by the evidence, written last ([`evidence`]); a run killed (or interrupted) at any
+//! step has no evidence, `verify` reports it incomplete, and `--resume ID` continues each arm
+//! after its last complete row. Kill hooks (`PINFORGE_CRASH_AT`, test builds only):
+//! `serve:settings` (after the settings), `serve:row:ARM:K` (after row K of ARM is appended),
+//! `serve:summary` (before the summary), `serve:evidence` (before the evidence).
 
+pub(crate) mod evidence;
 mod logsig;
 mod router;
 mod rowloop;
+pub(crate) mod state;
+mod tally;
 
 use super::run_dir::{canonical, Inputs, RunDir};
-use super::serve::{against_other_arm, Limits, ServeClass};
+use super::serve::Limits;
 use super::Options;
 use crate::base::digest::Sha256;
 use crate::base::error::{Error, Result};
@@ -115,14 +125,17 @@ pub(crate) struct ServeReport {
     pub stream: bool,
     /// Per arm.
     pub arms: Vec<ServeArm>,
-    /// The run was interrupted (Ctrl-C): the rows are partial.
+    /// The run was interrupted (Ctrl-C): the rows are partial, no evidence was written, and
+    /// `--resume RUN` continues it.
     pub interrupted: bool,
+    /// What a resume found and did (rows already done, a partial last row dropped).
+    pub notes: Vec<String>,
     /// In words.
     pub verdict: String,
-    /// `serve-evidence.json`.
-    pub evidence: PathBuf,
+    /// `serve-evidence.json` (None: the run was interrupted before its commit point).
+    pub evidence: Option<PathBuf>,
     /// Its sha256.
-    pub evidence_sha256: Sha256,
+    pub evidence_sha256: Option<Sha256>,
 }
 
 impl ServeReport {
@@ -139,7 +152,7 @@ impl ServeReport {
 /// Preset names: every row alternates between these children.
 const PRESETS: [&str; 2] = ["tiny-a", "tiny-b"];
 
-/// Run a served validation.
+/// Run a served validation (a fresh run, or `--resume ID`).
 pub(crate) fn run(o: &ServeOptions, reporter: &dyn Reporter) -> Result<ServeReport> {
     super::check_options(&o.base)?;
     if o.switch_every == 0 {
@@ -154,7 +167,7 @@ pub(crate) fn run(o: &ServeOptions, reporter: &dyn Reporter) -> Result<ServeRepo
         None => None,
     };
     let ws = crate::base::workspace::Workspace::new(&o.base.workspace)?;
-    super::run_dir::check_folder(ws.root(), None)?;
+    super::run_dir::check_folder(ws.root(), o.base.resume.as_deref())?;
     let arms = match &o.target {
         Target::Managed { .. } => super::arm::resolve_arms(&o.base.arms)?,
         Target::Endpoint { .. } => Vec::new(),
@@ -163,34 +176,65 @@ pub(crate) fn run(o: &ServeOptions, reporter: &dyn Reporter) -> Result<ServeRepo
         .iter()
         .map(|a| router::server_of(&a.target.root, &a.record.manifest))
         .collect::<Result<_>>()?;
-    crate::sys::signal::catch_interrupts();
     let run = RunDir::open(&o.base, ws.root(), &inputs, &arms)?;
+    let resuming = o.base.resume.as_deref();
+    if let Some(id) = resuming {
+        if std::fs::symlink_metadata(run.dir.join(evidence::EVIDENCE)).is_ok() {
+            return Err(Error::input(
+                format!("--resume {id}"),
+                "the run is already complete (it has its serve-evidence.json)",
+            )
+            .with_hint(format!("`pinforge verify {}` checks it", run.dir.display())));
+        }
+    }
+    state::settle(&run.dir, &serve_settings(o), resuming)?;
+    crate::base::hooks::crash_named("serve:settings");
+    crate::sys::signal::catch_interrupts();
     let limits = Limits {
         max_tokens: o.base.budget as u64,
         n_ctx: super::engine::N_CTX as u64,
     };
     let rows_file = run.dir.join("serve-rows.jsonl");
-    let mut done: Vec<(ServeArm, rowloop::ArmRows)> = Vec::new();
+    let names: Vec<String> = match &o.target {
+        Target::Managed { .. } => arms.iter().map(|a| a.record.name.clone()).collect(),
+        Target::Endpoint { .. } => vec![ENDPOINT_ARM.to_string()],
+    };
+    let mut prior = state::resume_rows(&rows_file, &names)?;
+    let mut notes = Vec::new();
+    if prior.partial > 0 {
+        notes.push(format!(
+            "dropped the partial last line of serve-rows.jsonl ({} bytes): that row runs again",
+            prior.partial
+        ));
+    }
+    if resuming.is_some() {
+        let have: Vec<String> = names
+            .iter()
+            .map(|n| format!("{n} {}", prior.by_arm.get(n).map_or(0, Vec::len)))
+            .collect();
+        notes.push(format!(
+            "resumed with rows already done: {}",
+            have.join(", ")
+        ));
+    }
+    for n in &notes {
+        reporter.stage("validate", n);
+    }
+    let ctx = RoundCtx {
+        o,
+        prompts: &inputs.prompts,
+        schema: schema.as_ref(),
+        rows_file: &rows_file,
+        dir: &run.dir,
+    };
+    let mut done: Vec<(state::ArmRecord, rowloop::ArmRows)> = Vec::new();
     let mode = match &o.target {
         Target::Managed {
             cache_ram_mib,
             similarity,
         } => {
-            let cfg = PresetConfig {
-                model: run.settings.model.clone(),
-                names: PRESETS.iter().map(|s| s.to_string()).collect(),
-                ctx: limits.n_ctx as u32,
-                parallel: 1,
-                cache_ram_mib: Some(*cache_ram_mib),
-                slot_prompt_similarity: *similarity,
-            };
-            let preset_file = run.dir.join("presets.ini");
-            fsx::write_atomic(&preset_file, cfg.to_ini()?.as_bytes())?;
-            for (i, (a, srv)) in arms.iter().zip(&servers).enumerate() {
-                reporter.stage(
-                    "validate",
-                    &format!("arm {}: router {}", a.record.name, srv.bin.display()),
-                );
+            let preset_file = write_presets(&run, *cache_ram_mib, *similarity, limits, resuming)?;
+            for (a, srv) in arms.iter().zip(&servers) {
                 let managed = ManagedArm {
                     name: &a.record.name,
                     server: srv,
@@ -198,9 +242,8 @@ pub(crate) fn run(o: &ServeOptions, reporter: &dyn Reporter) -> Result<ServeRepo
                     model: &run.settings.model,
                     log: run.dir.join(format!("router-{}.log", a.record.name)),
                 };
-                let arm = managed.run(o, &inputs.prompts, schema.as_ref(), limits, &rows_file)?;
-                let mut arm = arm;
-                arm.0.candidate = i + 1 == arms.len();
+                let had = prior.by_arm.remove(&a.record.name).unwrap_or_default();
+                let arm = managed.round(&ctx, limits, had, reporter)?;
                 let stop = arm.1.interrupted;
                 done.push(arm);
                 if stop {
@@ -211,71 +254,151 @@ pub(crate) fn run(o: &ServeOptions, reporter: &dyn Reporter) -> Result<ServeRepo
         }
         Target::Endpoint { url, api_key } => {
             let s = Server::new(url, api_key.clone(), o.base.timeout);
-            let mut arm = endpoint_arm(o, &s, &inputs.prompts, schema.as_ref(), &rows_file)?;
-            arm.0.candidate = true;
-            done.push(arm);
+            let had = prior.by_arm.remove(ENDPOINT_ARM).unwrap_or_default();
+            done.push(endpoint_arm(&ctx, &s, had)?);
             "endpoint"
         }
     };
-    finish(run, mode, o.stream, done)
+    finish(run, mode, o.stream, done, notes)
 }
 
-/// Apply the cross-arm rule, count, write the summary and the evidence.
+/// The endpoint's one arm.
+const ENDPOINT_ARM: &str = "endpoint";
+
+/// What every round of a run shares.
+struct RoundCtx<'a> {
+    o: &'a ServeOptions,
+    prompts: &'a [String],
+    schema: Option<&'a serde_json::Value>,
+    rows_file: &'a Path,
+    dir: &'a Path,
+}
+
+/// The served settings of these options.
+fn serve_settings(o: &ServeOptions) -> state::ServeSettings {
+    let (mode, endpoint, cache, sim) = match &o.target {
+        Target::Managed {
+            cache_ram_mib,
+            similarity,
+        } => ("serve", None, Some(*cache_ram_mib), Some(*similarity)),
+        Target::Endpoint { url, .. } => ("endpoint", Some(url.clone()), None, None),
+    };
+    state::ServeSettings {
+        schema: state::SETTINGS_SCHEMA.into(),
+        mode: mode.into(),
+        endpoint,
+        stream: o.stream,
+        switch_every: o.switch_every,
+        cache_ram_mib: cache,
+        slot_prompt_similarity: sim,
+    }
+}
+
+/// Write the run's `presets.ini` (a resumed run's must be the same bytes: the children of the
+/// resumed rounds load the presets the first rows ran under).
+fn write_presets(
+    run: &RunDir,
+    cache_ram_mib: u64,
+    similarity: f64,
+    limits: Limits,
+    resuming: Option<&str>,
+) -> Result<PathBuf> {
+    let cfg = PresetConfig {
+        model: run.settings.model.clone(),
+        names: PRESETS.iter().map(|s| s.to_string()).collect(),
+        ctx: limits.n_ctx as u32,
+        parallel: 1,
+        cache_ram_mib: Some(cache_ram_mib),
+        slot_prompt_similarity: similarity,
+    };
+    let ini = cfg.to_ini()?;
+    let p = run.dir.join("presets.ini");
+    if let (Some(id), Some(old)) = (resuming, fsx::read_if_present(&p)?) {
+        if old != ini.as_bytes() {
+            return Err(Error::input(
+                p.display(),
+                "differs from the presets this run's settings give: it changed since the run started",
+            )
+            .with_hint(format!("restore it, or start a new run instead of --resume {id}")));
+        }
+        return Ok(p);
+    }
+    fsx::write_atomic(&p, ini.as_bytes())?;
+    Ok(p)
+}
+
+/// Apply the cross-arm rule, count, write the summary and the evidence (the commit point). An
+/// interrupted run writes neither: it is left to `--resume`.
 fn finish(
     run: RunDir,
     mode: &str,
     stream: bool,
-    mut done: Vec<(ServeArm, rowloop::ArmRows)>,
+    done: Vec<(state::ArmRecord, rowloop::ArmRows)>,
+    notes: Vec<String>,
 ) -> Result<ServeReport> {
     let interrupted = done.iter().any(|(_, r)| r.interrupted) || done.is_empty();
-    let classes: Vec<Vec<ServeClass>> = (0..done.len())
-        .map(|i| {
-            let other = done.get(1 - i.min(1)).filter(|_| done.len() == 2);
-            done[i]
-                .1
-                .responses
-                .iter()
-                .enumerate()
-                .map(
-                    |(row, (c, r))| match other.and_then(|o| o.1.responses.get(row)) {
-                        Some((oc, or)) => against_other_arm((*c, r), (*oc, or)),
-                        None => *c,
-                    },
-                )
-                .collect()
-        })
-        .collect();
-    for ((arm, rows), cls) in done.iter_mut().zip(&classes) {
-        arm.counts = count(cls);
-        arm.onset_row = cls
-            .iter()
-            .position(|c| *c == ServeClass::Crash)
-            .map(|p| p as u64);
-        arm.rows = cls.len() as u64;
-        arm.health = health_counts(&rows.health);
+    let rows: Vec<&[rowloop::ServedRow]> = done.iter().map(|(_, r)| r.rows.as_slice()).collect();
+    let tallies = tally::tallies(&rows);
+    let n = done.len();
+    let mut arms = Vec::new();
+    for (i, ((rec, r), t)) in done.iter().zip(tallies).enumerate() {
+        let log = run.dir.join(format!("router-{}.log", rec.name));
+        let signatures = if mode == "serve" {
+            logsig::signatures_in(&log)?
+        } else {
+            BTreeMap::new()
+        };
+        arms.push(ServeArm {
+            name: rec.name.clone(),
+            mode: rec.mode.clone(),
+            server: rec.server.clone(),
+            url: rec.url.clone(),
+            candidate: i + 1 == n,
+            rows: t.rows,
+            counts: t.counts,
+            onset_row: t.onset_row,
+            signatures,
+            health: t.health,
+            identity_before: rec.identity_before.clone(),
+            identity_after: rec
+                .identity_after
+                .clone()
+                .unwrap_or_else(|| rec.identity_before.clone()),
+            rows_per_second: r.rows.len() as f64 / r.request_secs().max(1e-9),
+        });
     }
-    let arms: Vec<ServeArm> = done.into_iter().map(|(a, _)| a).collect();
-    let summary = canonical(&serde_json::json!({"mode": mode, "stream": stream, "arms": arms}))?;
-    fsx::write_atomic(&run.dir.join("serve-summary.json"), &summary)?;
-    let (evidence, evidence_sha256) = write_evidence(&run.dir, mode)?;
     let mut report = ServeReport {
         mode: mode.to_string(),
-        run: run.id,
-        run_dir: run.dir,
+        run: run.id.clone(),
+        run_dir: run.dir.clone(),
         stream,
         arms,
         interrupted,
+        notes,
         verdict: String::new(),
-        evidence,
-        evidence_sha256,
+        evidence: None,
+        evidence_sha256: None,
     };
+    if !interrupted {
+        crate::base::hooks::crash_named("serve:summary");
+        let summary =
+            canonical(&serde_json::json!({"mode": mode, "stream": stream, "arms": report.arms}))?;
+        fsx::write_atomic(&run.dir.join("serve-summary.json"), &summary)?;
+        crate::base::hooks::crash_named("serve:evidence");
+        let (p, sha) = evidence::write(&run.dir, &run.id, mode)?;
+        report.evidence = Some(p);
+        report.evidence_sha256 = Some(sha);
+    }
     report.verdict = verdict(&report);
     Ok(report)
 }
 
 fn verdict(r: &ServeReport) -> String {
     if r.interrupted {
-        return "interrupted: the rows are partial".into();
+        return format!(
+            "interrupted: the rows are partial; continue with --resume {}",
+            r.run
+        );
     }
     let Some(c) = r.arms.last() else {
         return "no arm ran".into();
@@ -290,73 +413,6 @@ fn verdict(r: &ServeReport) -> String {
     }
 }
 
-/// Every class with its count (zero included: one key per class).
-fn count(cls: &[ServeClass]) -> BTreeMap<String, u64> {
-    let mut m: BTreeMap<String, u64> = [
-        ServeClass::Ok,
-        ServeClass::Crash,
-        ServeClass::TokenBudget,
-        ServeClass::ContextExhausted,
-        ServeClass::SemanticOutputAbsent,
-        ServeClass::Mismatch,
-        ServeClass::Error,
-    ]
-    .iter()
-    .map(|c| (c.as_str().to_string(), 0))
-    .collect();
-    for c in cls {
-        *m.entry(c.as_str().to_string()).or_insert(0) += 1;
-    }
-    m
-}
-
-fn health_counts(h: &[Option<u16>]) -> BTreeMap<String, u64> {
-    let mut m = BTreeMap::new();
-    for s in h {
-        let k = s.map(|s| s.to_string()).unwrap_or_else(|| "none".into());
-        *m.entry(k).or_insert(0) += 1;
-    }
-    m
-}
-
-/// The files a served run's evidence covers, when present.
-const EVIDENCE_FILES: &[&str] = &[
-    "settings.json",
-    "prompts.jsonl",
-    "schema.json",
-    "model.gguf",
-    "presets.ini",
-    "serve-rows.jsonl",
-    "serve-summary.json",
-];
-
-fn write_evidence(dir: &Path, mode: &str) -> Result<(PathBuf, Sha256)> {
-    let mut files = BTreeMap::new();
-    let mut names: Vec<String> = EVIDENCE_FILES.iter().map(|s| s.to_string()).collect();
-    let rd = std::fs::read_dir(dir).map_err(|e| Error::io("list", dir, e))?;
-    for e in rd.flatten() {
-        let n = e.file_name().to_string_lossy().into_owned();
-        if n.starts_with("router-") && n.ends_with(".log") {
-            names.push(n);
-        }
-    }
-    names.sort();
-    for n in names {
-        let p = dir.join(&n);
-        if p.is_file() {
-            files.insert(n, Sha256::of_file(&p)?.0);
-        }
-    }
-    let doc = canonical(&serde_json::json!({
-        "schema": "pinforge.validate-serve-evidence/v1",
-        "mode": mode,
-        "files": files,
-    }))?;
-    let p = dir.join("serve-evidence.json");
-    fsx::write_atomic(&p, &doc)?;
-    Ok((p, Sha256::of_bytes(&doc)))
-}
-
 /// One managed arm's round.
 struct ManagedArm<'a> {
     name: &'a str,
@@ -367,18 +423,57 @@ struct ManagedArm<'a> {
 }
 
 impl ManagedArm<'_> {
-    fn run(
+    /// The arm's round: its router started, identity taken (and, resuming, checked against
+    /// the identity the arm's first round recorded), the rows from `had.len()` on, identity
+    /// again, the router stopped. An arm whose rows and record are complete is not started.
+    fn round(
         &self,
-        o: &ServeOptions,
-        prompts: &[String],
-        schema: Option<&serde_json::Value>,
+        ctx: &RoundCtx<'_>,
         limits: Limits,
-        rows_file: &Path,
-    ) -> Result<(ServeArm, rowloop::ArmRows)> {
+        had: Vec<rowloop::ServedRow>,
+        reporter: &dyn Reporter,
+    ) -> Result<(state::ArmRecord, rowloop::ArmRows)> {
+        let old = state::read_arm(ctx.dir, self.name)?;
+        if let Some(rec) = old.as_ref().filter(|r| r.identity_after.is_some()) {
+            if had.len() == ctx.prompts.len() {
+                let rows = rowloop::ArmRows {
+                    rows: had,
+                    interrupted: false,
+                };
+                return Ok((rec.clone(), rows));
+            }
+        }
+        reporter.stage(
+            "validate",
+            &format!("arm {}: router {}", self.name, self.server.bin.display()),
+        );
+        let o = ctx.o;
         let r = router::start(self.server, self.preset_file, &self.log, o.base.timeout)?;
         let before = router::identity(&r, self.model, self.preset_file, PRESETS[0])?;
         check_drift(self.name, &before, &before, &self.server.recorded)?;
+        let first = match &old {
+            Some(rec) => {
+                check_drift(
+                    self.name,
+                    &rec.identity_before,
+                    &before,
+                    &self.server.recorded,
+                )?;
+                rec.identity_before.clone()
+            }
+            None => before,
+        };
         let presets: Vec<String> = PRESETS.iter().map(|s| s.to_string()).collect();
+        let mut rec = state::ArmRecord {
+            name: self.name.to_string(),
+            mode: "serve".into(),
+            server: self.server.bin.display().to_string(),
+            url: r.server.base().to_string(),
+            presets: presets.clone(),
+            identity_before: first,
+            identity_after: None,
+        };
+        state::write_arm(ctx.dir, &rec)?;
         let kill_at = crate::base::hooks::serve_kill_child_at();
         let leader = r.group.pid();
         let group = &r.group;
@@ -393,40 +488,30 @@ impl ManagedArm<'_> {
         };
         let plan = rowloop::RowPlan {
             arm: self.name,
-            prompts,
+            prompts: ctx.prompts,
             presets: &presets,
             switch_every: o.switch_every,
-            schema,
+            schema: ctx.schema,
             limits,
             stream: o.stream,
             log: Some(&r.log),
             on_response: &on_response,
         };
-        let rows = rowloop::run(&r.server, &plan, rows_file)?;
-        let url = r.server.base().to_string();
+        let rows = rowloop::run(&r.server, &plan, ctx.rows_file, had)?;
+        if rows.interrupted {
+            return Ok((rec, rows));
+        }
         let after = router::identity(&r, self.model, self.preset_file, PRESETS[0])?;
-        check_drift(self.name, &before, &after, &self.server.recorded)?;
+        check_drift(
+            self.name,
+            &rec.identity_before,
+            &after,
+            &self.server.recorded,
+        )?;
         drop(r);
-        let signatures = logsig::signatures_in(&self.log)?;
-        let secs = rows.request_secs.max(1e-9);
-        Ok((
-            ServeArm {
-                name: self.name.to_string(),
-                mode: "serve".into(),
-                server: self.server.bin.display().to_string(),
-                url,
-                candidate: false,
-                rows: 0,
-                counts: BTreeMap::new(),
-                onset_row: None,
-                signatures,
-                health: BTreeMap::new(),
-                identity_before: before,
-                identity_after: after,
-                rows_per_second: rows.rows.len() as f64 / secs,
-            },
-            rows,
-        ))
+        rec.identity_after = Some(after);
+        state::write_arm(ctx.dir, &rec)?;
+        Ok((rec, rows))
     }
 }
 
@@ -440,18 +525,31 @@ fn check_drift(arm: &str, before: &Identity, after: &Identity, rec: &Sha256) -> 
     }
 }
 
-/// The endpoint's identity: what it reports (never a hash pinforge took).
-fn endpoint_identity(s: &Server, preset: &str) -> Identity {
-    let props = s
-        .props(Some(preset))
-        .or_else(|_| s.props(None))
-        .unwrap_or_default();
-    Identity {
+/// The endpoint's identity: what it reports (never a hash pinforge took). An endpoint that
+/// does not answer `/props` reports no build; one that answers with bad data (exit 2) or a
+/// `build_info` that is not a string is refused naming the field.
+fn endpoint_identity(s: &Server, preset: &str) -> Result<Identity> {
+    let props = match s.props(Some(preset)).or_else(|_| s.props(None)) {
+        Ok(p) => p,
+        Err(e) if e.exit_code() == 2 => return Err(e),
+        Err(_) => serde_json::Value::Null,
+    };
+    let build = match &props["build_info"] {
+        serde_json::Value::Null => String::new(),
+        serde_json::Value::String(b) if !b.chars().any(char::is_control) => b.clone(),
+        _ => {
+            return Err(Error::input(
+                format!("{}/props", s.base()),
+                "field build_info is not a plain string",
+            ))
+        }
+    };
+    Ok(Identity {
         exe: BTreeMap::new(),
         model_sha256: String::new(),
         preset_sha256: String::new(),
-        build: props["build_info"].as_str().unwrap_or_default().to_string(),
-    }
+        build,
+    })
 }
 
 /// The context per slot the endpoint reports (`/props` `default_generation_settings.n_ctx`,
@@ -469,14 +567,32 @@ fn endpoint_n_ctx(s: &Server, preset: &str) -> u64 {
         .unwrap_or(super::engine::N_CTX as u64)
 }
 
+/// A preset name an endpoint reported: it is sent back in every request and recorded in every
+/// row, so it must be a plain printable name (never a path, never a control character).
+fn check_preset_name(url: &str, i: usize, id: &str) -> Result<()> {
+    let plain = !id.is_empty() && id.len() <= 200 && !id.chars().any(char::is_control);
+    let path_like = id.contains("..") || id.starts_with('/');
+    if plain && !path_like {
+        return Ok(());
+    }
+    Err(Error::input(
+        format!("{url}/models"),
+        format!(
+            "field data[{i}].id `{}` is not a plain model name",
+            id.escape_debug()
+        ),
+    ))
+}
+
 fn endpoint_arm(
-    o: &ServeOptions,
+    ctx: &RoundCtx<'_>,
     s: &Server,
-    prompts: &[String],
-    schema: Option<&serde_json::Value>,
-    rows_file: &Path,
-) -> Result<(ServeArm, rowloop::ArmRows)> {
-    s.wait_healthy(Duration::from_secs(30), &mut || true)?;
+    had: Vec<rowloop::ServedRow>,
+) -> Result<(state::ArmRecord, rowloop::ArmRows)> {
+    let o = ctx.o;
+    s.wait_healthy(Duration::from_secs(30), &mut || {
+        !crate::sys::signal::interrupted()
+    })?;
     let presets: Vec<String> = s.models()?.into_iter().map(|m| m.id).collect();
     if presets.is_empty() {
         return Err(Error::check(
@@ -484,13 +600,40 @@ fn endpoint_arm(
             "/models lists no model to send rows to",
         ));
     }
-    let before = endpoint_identity(s, &presets[0]);
+    for (i, p) in presets.iter().enumerate() {
+        check_preset_name(s.base(), i, p)?;
+    }
+    let before = endpoint_identity(s, &presets[0])?;
+    let old = state::read_arm(ctx.dir, ENDPOINT_ARM)?;
+    if let Some(rec) = &old {
+        if rec.presets != presets {
+            return Err(Error::check(
+                s.base(),
+                format!(
+                    "/models lists {presets:?}; the run's first rows went to {:?}",
+                    rec.presets
+                ),
+            ));
+        }
+    }
+    let mut rec = state::ArmRecord {
+        name: ENDPOINT_ARM.into(),
+        mode: "endpoint".into(),
+        server: s.base().to_string(),
+        url: s.base().to_string(),
+        presets: presets.clone(),
+        identity_before: old
+            .map(|r| r.identity_before)
+            .unwrap_or_else(|| before.clone()),
+        identity_after: None,
+    };
+    state::write_arm(ctx.dir, &rec)?;
     let plan = rowloop::RowPlan {
-        arm: "endpoint",
-        prompts,
+        arm: ENDPOINT_ARM,
+        prompts: ctx.prompts,
         presets: &presets,
         switch_every: o.switch_every,
-        schema,
+        schema: ctx.schema,
         limits: Limits {
             max_tokens: o.base.budget as u64,
             n_ctx: endpoint_n_ctx(s, &presets[0]),
@@ -499,33 +642,21 @@ fn endpoint_arm(
         log: None,
         on_response: &|_| {},
     };
-    let rows = rowloop::run(s, &plan, rows_file)?;
-    let after = endpoint_identity(s, &presets[0]);
+    let rows = rowloop::run(s, &plan, ctx.rows_file, had)?;
+    if rows.interrupted {
+        return Ok((rec, rows));
+    }
+    let after = endpoint_identity(s, &presets[0])?;
+    let first = &rec.identity_before;
     // An endpoint that stopped answering reports no build: that is the rows' finding (crash,
     // then harness errors), not a drift.
-    if !before.build.is_empty() && !after.build.is_empty() && before.build != after.build {
+    if !first.build.is_empty() && !after.build.is_empty() && first.build != after.build {
         return Err(Error::check(
             s.base(),
-            format!("/props build changed: {} -> {}", before.build, after.build),
+            format!("/props build changed: {} -> {}", first.build, after.build),
         ));
     }
-    let secs = rows.request_secs.max(1e-9);
-    Ok((
-        ServeArm {
-            name: "endpoint".into(),
-            mode: "endpoint".into(),
-            server: s.base().to_string(),
-            url: s.base().to_string(),
-            candidate: true,
-            rows: 0,
-            counts: BTreeMap::new(),
-            onset_row: None,
-            signatures: BTreeMap::new(),
-            health: BTreeMap::new(),
-            identity_before: before,
-            identity_after: after,
-            rows_per_second: rows.rows.len() as f64 / secs,
-        },
-        rows,
-    ))
+    rec.identity_after = Some(after);
+    state::write_arm(ctx.dir, &rec)?;
+    Ok((rec, rows))
 }

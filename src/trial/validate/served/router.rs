@@ -25,7 +25,9 @@ pub(super) struct ArmServer {
 }
 
 /// The identity of a running arm, taken before and after each round.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub(crate) struct Identity {
     /// sha256 of every running process's binary (`/proc/PID/exe`), router and children, by
     /// role (`router`, `child`): every child must run the arm's binary too.
@@ -90,11 +92,17 @@ pub(super) fn start(
         ));
     }
     let port = preset::free_port()?;
-    let out = std::fs::OpenOptions::new()
-        .create_new(true)
-        .write(true)
-        .open(log)
-        .map_err(|e| Error::io("create", log, e))?;
+    // Appended to: a resumed arm's new round continues its log (the run folder was checked
+    // to hold only regular files, and a link in its place is refused here too).
+    let out = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(log)
+            .map_err(|e| Error::io("open", log, e))?
+    };
     let err = out.try_clone().map_err(|e| Error::io("reopen", log, e))?;
     let mut cmd = Command::new(&arm.bin);
     cmd.args(preset::router_args(preset_file, port, 1))

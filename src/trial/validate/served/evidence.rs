@@ -1,0 +1,379 @@
+//! A served run's evidence: `serve-evidence.json`, written last (the run's commit point), the
+//! sha256 of every file of the run folder (router logs and arm records included), and its
+//! re-check by `verify RUN`: every file re-hashed, nothing added or removed, no member that is
+//! a link, FIFO or folder (each refused before it is opened), no name that is not a file of a
+//! served run folder (so nothing outside it is read), every row's class re-derived from its
+//! recorded facts, and the summary's counts recomputed from the rows.
+
+use super::rowloop::ServedRow;
+use super::{state, tally};
+use crate::base::digest::Sha256;
+use crate::base::error::{Error, Result};
+use crate::base::{fsx, text};
+use crate::trial::validate::evidence::{EvidenceCheck, EvidenceMismatch};
+use crate::trial::validate::run_dir::canonical;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The evidence's schema id.
+pub(crate) const EVIDENCE_SCHEMA: &str = "pinforge.validate-serve-evidence/v1";
+/// Its file name.
+pub(crate) const EVIDENCE: &str = "serve-evidence.json";
+
+/// `serve-evidence.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServeEvidence {
+    schema: String,
+    run: String,
+    mode: String,
+    files: BTreeMap<String, Sha256>,
+}
+
+/// The fixed files of a served run folder.
+const FIXED: &[&str] = &[
+    "settings.json",
+    "serve-settings.json",
+    "prompts.jsonl",
+    "schema.json",
+    "grammar.gbnf",
+    "model.gguf",
+    "presets.ini",
+    "serve-rows.jsonl",
+    "serve-summary.json",
+];
+
+/// Whether `name` is a file a served run folder holds: a fixed name, or `router-ARM.log` /
+/// `serve-arm-ARM.json` of an arm name (letters, digits, `-`, `_`, `.`; never a path).
+pub(crate) fn run_file_name(name: &str) -> bool {
+    let arm = |a: &str| {
+        !a.is_empty()
+            && !a.starts_with('.')
+            && a.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    };
+    FIXED.contains(&name)
+        || name
+            .strip_prefix("router-")
+            .and_then(|n| n.strip_suffix(".log"))
+            .is_some_and(arm)
+        || name
+            .strip_prefix("serve-arm-")
+            .and_then(|n| n.strip_suffix(".json"))
+            .is_some_and(arm)
+}
+
+/// Write the evidence over every run file in `dir`: the commit point of the run.
+pub(super) fn write(dir: &Path, run: &str, mode: &str) -> Result<(PathBuf, Sha256)> {
+    let mut files = BTreeMap::new();
+    let rd = std::fs::read_dir(dir).map_err(|e| Error::io("list", dir, e))?;
+    for e in rd {
+        let e = e.map_err(|e| Error::io("list", dir, e))?;
+        let Some(n) = e.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        if run_file_name(&n) {
+            let f = fsx::open_regular(&e.path(), "run file", false)?;
+            files.insert(n, Sha256::of_reader(f, &e.path())?.0);
+        }
+    }
+    let doc = canonical(&ServeEvidence {
+        schema: EVIDENCE_SCHEMA.into(),
+        run: run.into(),
+        mode: mode.into(),
+        files,
+    })?;
+    let p = dir.join(EVIDENCE);
+    fsx::write_atomic(&p, &doc)?;
+    Ok((p, Sha256::of_bytes(&doc)))
+}
+
+/// The run folder of `path` when it is a served run's (the folder, or its evidence file): one
+/// holding `serve-settings.json` or `serve-evidence.json`.
+pub(crate) fn served_run_dir(path: &Path) -> Option<PathBuf> {
+    let dir = if path.file_name().is_some_and(|n| n == EVIDENCE) {
+        fsx::parent_of(path)
+    } else {
+        path.to_path_buf()
+    };
+    let real_dir = std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir());
+    let marked = [EVIDENCE, "serve-settings.json"]
+        .iter()
+        .any(|n| std::fs::symlink_metadata(dir.join(n)).is_ok());
+    (real_dir && marked).then_some(dir)
+}
+
+/// A run file's bytes, never through a link (refused, as a FIFO is, before it is opened).
+fn read_regular(p: &Path, what: &str) -> Result<Vec<u8>> {
+    let mut f = fsx::open_regular(p, what, false)?;
+    let mut b = Vec::new();
+    std::io::Read::read_to_end(&mut f, &mut b).map_err(|e| Error::io("read", p, e))?;
+    Ok(b)
+}
+
+fn mismatch(path: &Path, role: &str, expected: &str, actual: &str) -> EvidenceMismatch {
+    EvidenceMismatch {
+        path: path.display().to_string(),
+        role: role.into(),
+        expected: expected.into(),
+        actual: actual.into(),
+    }
+}
+
+/// Re-check a served run folder (see the module's comment).
+pub(crate) fn verify(dir: &Path) -> Result<EvidenceCheck> {
+    let run = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut out = EvidenceCheck {
+        ok: false,
+        run,
+        checked: Vec::new(),
+        mismatches: Vec::new(),
+        absent: Vec::new(),
+    };
+    let ev_path = dir.join(EVIDENCE);
+    if std::fs::symlink_metadata(&ev_path).is_err() {
+        out.mismatches.push(mismatch(
+            &ev_path,
+            "evidence",
+            "the evidence, written last",
+            "no serve-evidence.json: the run did not finish (resume it with --resume)",
+        ));
+        return Ok(out);
+    }
+    let ev: ServeEvidence =
+        serde_json::from_slice(&read_regular(&ev_path, "evidence")?).map_err(|e| {
+            Error::input(
+                ev_path.display(),
+                format!("not a served run's evidence: {e}"),
+            )
+        })?;
+    if ev.schema != EVIDENCE_SCHEMA {
+        return Err(Error::input(
+            ev_path.display(),
+            format!(
+                "schema `{}`, not {EVIDENCE_SCHEMA}",
+                ev.schema.escape_debug()
+            ),
+        ));
+    }
+    out.run = ev.run.clone();
+    for name in ev.files.keys() {
+        if !run_file_name(name) {
+            return Err(Error::input(
+                ev_path.display(),
+                format!(
+                    "names `{}`, which is not a file of a served run folder",
+                    name.escape_debug()
+                ),
+            ));
+        }
+    }
+    check_members(dir, &ev, &mut out)?;
+    recheck_rows(dir, &mut out)?;
+    out.ok = out.mismatches.is_empty();
+    Ok(out)
+}
+
+/// Every entry of the folder against the evidence: a regular file it names is re-hashed; an
+/// entry it does not name is an addition, a named file gone a removal; a link, FIFO or folder
+/// is refused without being opened.
+fn check_members(dir: &Path, ev: &ServeEvidence, out: &mut EvidenceCheck) -> Result<()> {
+    let mut on_disk = BTreeMap::new();
+    for e in std::fs::read_dir(dir).map_err(|e| Error::io("list", dir, e))? {
+        let e = e.map_err(|e| Error::io("list", dir, e))?;
+        let ft = e
+            .file_type()
+            .map_err(|err| Error::io("inspect", &e.path(), err))?;
+        let shown = text::shown(&e.file_name().to_string_lossy()).into_owned();
+        let Some(name) = e.file_name().to_str().map(str::to_string) else {
+            out.mismatches.push(mismatch(
+                &dir.join(&shown),
+                "member",
+                "absent",
+                "added: a name that is not UTF-8",
+            ));
+            continue;
+        };
+        if name == EVIDENCE {
+            continue;
+        }
+        let kind = if ft.is_file() {
+            None
+        } else if ft.is_symlink() {
+            Some("a symlink")
+        } else if ft.is_dir() {
+            Some("a folder")
+        } else {
+            Some(fsx::special_kind(&ft).unwrap_or("not a regular file"))
+        };
+        if let Some(kind) = kind {
+            let actual = format!("{kind}: not followed, not opened");
+            out.mismatches.push(mismatch(
+                &dir.join(&shown),
+                "member",
+                "a regular file",
+                &actual,
+            ));
+        } else if !ev.files.contains_key(&name) {
+            let actual = "added: not in serve-evidence.json";
+            out.mismatches
+                .push(mismatch(&dir.join(&shown), "member", "absent", actual));
+        }
+        on_disk.insert(name, kind.is_none());
+    }
+    for (name, want) in &ev.files {
+        let p = dir.join(name);
+        match on_disk.get(name) {
+            None => out
+                .mismatches
+                .push(mismatch(&p, name, &want.to_string(), "missing: removed")),
+            Some(false) => {}
+            Some(true) => {
+                let f = fsx::open_regular(&p, name, false)?;
+                let (got, _) = Sha256::of_reader(f, &p)?;
+                out.checked.push(p.display().to_string());
+                if got != *want {
+                    out.mismatches
+                        .push(mismatch(&p, name, &want.to_string(), &got.to_string()));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The summary as recorded in `serve-summary.json`: per arm, the parts computed from rows.
+#[derive(Deserialize)]
+struct StoredSummary {
+    arms: Vec<StoredArm>,
+}
+
+#[derive(Deserialize)]
+struct StoredArm {
+    name: String,
+    rows: u64,
+    counts: BTreeMap<String, u64>,
+    onset_row: Option<u64>,
+    health: BTreeMap<String, u64>,
+}
+
+/// Every row's class from its facts, and the summary's counts from the rows.
+fn recheck_rows(dir: &Path, out: &mut EvidenceCheck) -> Result<()> {
+    let (rows_p, sum_p) = (dir.join("serve-rows.jsonl"), dir.join("serve-summary.json"));
+    let regular = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file());
+    if !regular(&rows_p) || !regular(&sum_p) {
+        // Their absence or kind is already a mismatch of the file set.
+        return Ok(());
+    }
+    let summary: StoredSummary = match serde_json::from_slice(&read_regular(&sum_p, "summary")?) {
+        Ok(s) => s,
+        Err(e) => {
+            out.mismatches.push(mismatch(
+                &sum_p,
+                "summary",
+                "a served run's summary",
+                &e.to_string(),
+            ));
+            return Ok(());
+        }
+    };
+    let names: Vec<String> = summary.arms.iter().map(|a| a.name.clone()).collect();
+    let bytes = read_regular(&rows_p, "rows")?;
+    let rec = match state::parse_rows(&bytes, &rows_p, &names) {
+        Ok(r) if r.partial == 0 => r,
+        Ok(_) => {
+            out.mismatches.push(mismatch(
+                &rows_p,
+                "rows",
+                "complete lines",
+                "a partial last line",
+            ));
+            return Ok(());
+        }
+        Err(e) => {
+            out.mismatches.push(mismatch(
+                &rows_p,
+                "rows",
+                "rows of this run's arms",
+                &e.to_string(),
+            ));
+            return Ok(());
+        }
+    };
+    let empty = Vec::new();
+    let arms: Vec<&[ServedRow]> = names
+        .iter()
+        .map(|n| rec.by_arm.get(n).unwrap_or(&empty).as_slice())
+        .collect();
+    for (n, rows) in names.iter().zip(&arms) {
+        for why in tally::recheck(n, rows) {
+            out.mismatches.push(mismatch(
+                &rows_p,
+                "row class",
+                "the class its facts give",
+                &why,
+            ));
+        }
+    }
+    out.checked
+        .push("every row's class from its recorded facts".into());
+    for (stored, t) in summary.arms.iter().zip(tally::tallies(&arms)) {
+        let got = (
+            stored.rows,
+            &stored.counts,
+            stored.onset_row,
+            &stored.health,
+        );
+        if got != (t.rows, &t.counts, t.onset_row, &t.health) {
+            out.mismatches.push(mismatch(
+                &sum_p,
+                "summary counts",
+                &format!(
+                    "arm {}: recomputed from serve-rows.jsonl: {} rows, {:?}, onset {:?}",
+                    stored.name, t.rows, t.counts, t.onset_row
+                ),
+                &format!(
+                    "stored: {} rows, {:?}, onset {:?}",
+                    stored.rows, stored.counts, stored.onset_row
+                ),
+            ));
+        }
+    }
+    out.checked
+        .push("summary counts recomputed from serve-rows.jsonl".into());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_files_of_a_served_run_are_names_the_evidence_may_hold() {
+        for ok in [
+            "settings.json",
+            "router-control.log",
+            "serve-arm-live.json",
+            "router-a.b_c-1.log",
+        ] {
+            assert!(run_file_name(ok), "{ok}");
+        }
+        for bad in [
+            "router-../x.log",
+            "router-.log",
+            "../settings.json",
+            "router-a/b.log",
+            "serve-arm-..json",
+            "/etc/passwd",
+            "router-\u{1b}.log",
+            "rows.jsonl",
+            "serve-evidence.json",
+        ] {
+            assert!(!run_file_name(bad), "{bad}");
+        }
+    }
+}
