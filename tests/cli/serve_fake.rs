@@ -563,8 +563,11 @@ fn a_partial_last_row_is_dropped_on_resume_and_other_settings_are_refused() {
     assert_eq!(w.verify(&dir).0, 0);
 }
 
+/// A crafted answer.
+type Bad = Arc<dyn Fn() -> Reply + Send + Sync>;
+
 /// A fake whose `/models` (or `/props`) answers `bad`, the rest as the good one.
-fn hostile(path: &'static str, bad: Arc<dyn Fn() -> Reply + Send + Sync>) -> Fake {
+fn hostile(path: &'static str, bad: Bad) -> Fake {
     Fake::start(Arc::new(move |_, p, _| {
         let p = p.split('?').next().unwrap_or("");
         if p == path {
@@ -583,13 +586,7 @@ fn hostile(path: &'static str, bad: Arc<dyn Fn() -> Reply + Send + Sync>) -> Fak
 fn a_hostile_endpoint_is_a_clear_error_naming_the_url_never_a_hang() {
     let deep = "[".repeat(100_000) + &"]".repeat(100_000);
     let huge = vec![b' '; 9 << 20];
-    let cases: Vec<(
-        &str,
-        &'static str,
-        Arc<dyn Fn() -> Reply + Send + Sync>,
-        i32,
-        &str,
-    )> = vec![
+    let cases: Vec<(&str, &'static str, Bad, i32, &str)> = vec![
         (
             "a huge /models body",
             "/models",
