@@ -707,3 +707,43 @@ fn a_hostile_endpoint_is_a_clear_error_naming_the_url_never_a_hang() {
         }
     }
 }
+
+#[test]
+fn a_model_outside_the_run_folder_is_re_hashed_by_verify() {
+    let fake = good_server();
+    let w = ws();
+    let model = w.ws.join("tiny.gguf");
+    let o = crate::pinforge(
+        &w.ws,
+        &[
+            "model",
+            "tiny",
+            "--arch",
+            "qwen2vl",
+            "-o",
+            model.to_str().expect("utf8"),
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = w.endpoint(&fake.url, &["--model", model.to_str().expect("utf8")], &[]);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    let dir = w.run_dir();
+    assert!(!dir.join("model.gguf").exists());
+    let (c, v, _) = w.verify(&dir);
+    assert_eq!(c, 0, "{v}");
+    assert!(named_checked(&v, "tiny.gguf"), "{v}");
+    let mut b = std::fs::read(&model).expect("model");
+    let last = b.len() - 1;
+    b[last] ^= 1;
+    std::fs::write(&model, b).expect("write");
+    let (c, v, _) = w.verify(&dir);
+    assert_eq!(c, 1, "{v}");
+    assert!(named(&v, "tiny.gguf"), "{v}");
+}
+
+fn named_checked(j: &serde_json::Value, file: &str) -> bool {
+    j["checked"].as_array().is_some_and(|m| {
+        m.iter()
+            .any(|x| x.as_str().is_some_and(|p| p.ends_with(file)))
+    })
+}

@@ -11,7 +11,7 @@ use crate::base::digest::Sha256;
 use crate::base::error::{Error, Result};
 use crate::base::{fsx, text};
 use crate::trial::validate::evidence::{EvidenceCheck, EvidenceMismatch};
-use crate::trial::validate::run_dir::canonical;
+use crate::trial::validate::run_dir::{canonical, Settings};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -173,6 +173,7 @@ pub(crate) fn verify(dir: &Path) -> Result<EvidenceCheck> {
         }
     }
     check_members(dir, &ev, &mut out)?;
+    check_outside_model(dir, &mut out)?;
     recheck_rows(dir, &mut out)?;
     out.ok = out.mismatches.is_empty();
     Ok(out)
@@ -242,6 +243,50 @@ fn check_members(dir: &Path, ev: &ServeEvidence, out: &mut EvidenceCheck) -> Res
                 }
             }
         }
+    }
+    Ok(())
+}
+
+/// A model given with `--model` lives outside the folder: the one the settings record must
+/// still be there with its recorded sha256 (its loss is a mismatch, as the run's own files').
+fn check_outside_model(dir: &Path, out: &mut EvidenceCheck) -> Result<()> {
+    let p = dir.join("settings.json");
+    if !std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
+        return Ok(());
+    }
+    let Ok(settings) = serde_json::from_slice::<Settings>(&read_regular(&p, "settings")?) else {
+        out.mismatches.push(mismatch(
+            &p,
+            "settings",
+            "a run's settings",
+            "not a run's settings",
+        ));
+        return Ok(());
+    };
+    // The run's own copy (the folder's `model.gguf`, wherever the folder is now) is one of
+    // its files, hashed above.
+    let own = settings
+        .model
+        .file_name()
+        .is_some_and(|n| n == "model.gguf")
+        && settings.model.parent().and_then(Path::file_name) == fsx::absolute(dir)?.file_name();
+    if own {
+        return Ok(());
+    }
+    let m = &settings.model;
+    let want = settings.model_sha256.to_string();
+    match fsx::open_regular(m, "model", true) {
+        Ok(f) => {
+            let (got, _) = Sha256::of_reader(f, m)?;
+            out.checked.push(m.display().to_string());
+            if got != settings.model_sha256 {
+                out.mismatches
+                    .push(mismatch(m, "model", &want, &got.to_string()));
+            }
+        }
+        Err(e) => out
+            .mismatches
+            .push(mismatch(m, "model", &want, &e.to_string())),
     }
     Ok(())
 }
