@@ -24,6 +24,7 @@
 //! | `PINFORGE_CRASH_AT=flip:registered` | SIGKILL right after a flip's pre-registration is written |
 //! | `PINFORGE_VALIDATE_CRASH_ROWS=N,M` | the validate engine crashes on those rows |
 //! | `PINFORGE_SOAK_FORCE_CLEAN=SIDE:R` | a soak flip reads the crash rows of SIDE's (`from`/`to`) run in repeat R as clean |
+//! | `PINFORGE_CRASH_AT=serve:settings` / `serve:row:ARM:K` / `serve:summary` / `serve:evidence` | SIGKILL a served `validate` after its settings are written, after row K of arm ARM is appended, before the summary, before the evidence (`trial::validate::served`) |
 //! | `PINFORGE_SERVE_KILL_CHILD_AT=N` | `validate --serve` SIGKILLs the router's children once row N's response headers arrived (mid-stream with `--stream`) |
 //! | `PINFORGE_SMOKE_CRASH_TEST=1` | the smoke child crashes inside the engine call (set by `smoke --crash-test`) |
 
