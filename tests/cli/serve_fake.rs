@@ -747,3 +747,27 @@ fn named_checked(j: &serde_json::Value, file: &str) -> bool {
             .any(|x| x.as_str().is_some_and(|p| p.ends_with(file)))
     })
 }
+
+#[test]
+fn a_served_resume_of_an_in_process_run_folder_is_refused_and_writes_nothing_there() {
+    let fake = good_server();
+    let w = ws();
+    let run = w.ws.join("validate/r1");
+    std::fs::create_dir_all(&run).expect("mkdir");
+    for f in ["settings.json", "rows.jsonl"] {
+        std::fs::write(run.join(f), b"{}\n").expect("write");
+    }
+    let o = w.endpoint(&fake.url, &["--resume", "r1"], &[]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("in-process validate run"),
+        "{}",
+        stderr(&o)
+    );
+    let left: Vec<_> = std::fs::read_dir(&run)
+        .expect("ls")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(left.len(), 2, "{left:?}");
+}

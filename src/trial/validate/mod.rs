@@ -137,7 +137,7 @@ fn run_arms(opts: &Options, sources: &[ArmSource], reporter: &dyn Reporter) -> R
         .iter()
         .map(|a| smoke::shim_for(&a.target, &cache))
         .collect::<Result<_>>()?;
-    let run = RunDir::open(opts, ws.root(), &inputs, &arms)?;
+    let run = RunDir::open(opts, ws.root(), &inputs, &arms, false)?;
     let names: Vec<&str> = arms.iter().map(|a| a.record.name.as_str()).collect();
     reporter.stage(
         "validate",

@@ -200,15 +200,21 @@ pub(super) struct RunDir {
 
 impl RunDir {
     /// Create the run folder under `<workspace>/validate/`, or reopen `--resume ID`.
+    /// `served`: the run is a served one (`validate --serve`/`--endpoint`); a resume of a
+    /// folder of the other mode is refused, so neither writes its files into the other's.
     pub(super) fn open(
         opts: &Options,
         ws_root: &Path,
         inputs: &Inputs,
         arms: &[ResolvedArm],
+        served: bool,
     ) -> Result<RunDir> {
         let vroot = check_folder(ws_root, opts.resume.as_deref())?;
         match &opts.resume {
-            Some(id) => RunDir::resume(opts, &vroot, id, inputs, arms),
+            Some(id) => {
+                check_mode(&vroot.join(id), id, served)?;
+                RunDir::resume(opts, &vroot, id, inputs, arms)
+            }
             None => RunDir::create(opts, &vroot, inputs, arms),
         }
     }
@@ -396,6 +402,30 @@ pub(crate) fn check_folder(ws_root: &Path, resume: Option<&str>) -> Result<PathB
         )));
     }
     Ok(vroot)
+}
+
+/// A resumed folder must be of the mode that resumes it: a served run's files
+/// (`serve-settings.json`, `serve-rows.jsonl`) or an in-process run's (`rows.jsonl`,
+/// `evidence.json`) name it.
+fn check_mode(dir: &Path, id: &str, served: bool) -> Result<()> {
+    let has = |n: &str| std::fs::symlink_metadata(dir.join(n)).is_ok();
+    let is_served = has("serve-settings.json") || has("serve-rows.jsonl");
+    let is_in_process = has("rows.jsonl") || has("evidence.json");
+    let refuse = |what: &str, hint: &str| {
+        Err(Error::input(format!("--resume {id}"), format!("is {what}"))
+            .with_hint(hint.to_string()))
+    };
+    match (served, is_served, is_in_process) {
+        (true, _, true) => refuse(
+            "an in-process validate run, not a served one",
+            "resume it without --serve/--endpoint",
+        ),
+        (false, true, _) => refuse(
+            "a served run (validate --serve or --endpoint)",
+            "resume it with the same --serve/--endpoint options",
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// The top-level settings keys whose values differ, for the resume refusal.

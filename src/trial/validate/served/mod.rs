@@ -176,7 +176,7 @@ pub(crate) fn run(o: &ServeOptions, reporter: &dyn Reporter) -> Result<ServeRepo
         .iter()
         .map(|a| router::server_of(&a.target.root, &a.record.manifest))
         .collect::<Result<_>>()?;
-    let run = RunDir::open(&o.base, ws.root(), &inputs, &arms)?;
+    let run = RunDir::open(&o.base, ws.root(), &inputs, &arms, true)?;
     let resuming = o.base.resume.as_deref();
     if let Some(id) = resuming {
         if std::fs::symlink_metadata(run.dir.join(evidence::EVIDENCE)).is_ok() {
