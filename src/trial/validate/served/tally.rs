@@ -107,3 +107,79 @@ pub(super) fn recheck(arm: &str, rows: &[ServedRow]) -> Vec<String> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(arm: &str, i: u64, class: &str, content: &str) -> ServedRow {
+        let crash = class != "ok";
+        ServedRow {
+            arm: arm.into(),
+            row: i,
+            preset: "p".into(),
+            class: class.into(),
+            rule: String::new(),
+            follow_on: (class == "follow-on").then(|| i - 1),
+            harness_error: None,
+            schema_valid: None,
+            status: Some(if crash { 500 } else { 200 }),
+            finish_reason: (!crash).then(|| "stop".into()),
+            prompt_tokens: 3,
+            completion_tokens: 2,
+            max_tokens: 8,
+            n_ctx: 256,
+            content: (!crash).then(|| content.into()),
+            cut: None,
+            error_body: match class {
+                "crash" => Some("proxy error: Failed to read connection".into()),
+                "follow-on" => Some("proxy error: Could not establish connection".into()),
+                _ => None,
+            },
+            child_failed: false,
+            child_exit: None,
+            health: Some(200),
+            wall_ms: 1.0,
+            timings: None,
+            sanitizer: vec![],
+        }
+    }
+
+    #[test]
+    fn counts_onset_and_mismatch_follow_from_the_rows_and_a_relabelled_row_is_named() {
+        let a = vec![
+            row("a", 0, "ok", "x"),
+            row("a", 1, "crash", ""),
+            row("a", 2, "follow-on", ""),
+            row("a", 3, "ok", "y"),
+        ];
+        let b = vec![
+            row("b", 0, "ok", "x"),
+            row("b", 1, "ok", "x"),
+            row("b", 2, "ok", "x"),
+            row("b", 3, "ok", "z"),
+        ];
+        let t = tallies(&[&a, &b]);
+        assert_eq!(t[0].onset_row, Some(1), "a follow-on is not an onset");
+        assert_eq!(
+            (
+                t[0].counts["crash"],
+                t[0].counts["follow-on"],
+                t[0].counts["mismatch"]
+            ),
+            (1, 1, 1)
+        );
+        assert_eq!((t[1].counts["ok"], t[1].counts["mismatch"]), (3, 1));
+        assert_eq!(t[1].onset_row, None);
+        assert!(recheck("a", &a).is_empty(), "{:?}", recheck("a", &a));
+        let mut relabelled = a.clone();
+        relabelled[2].class = "crash".into();
+        relabelled[2].follow_on = None;
+        let why = recheck("a", &relabelled);
+        assert_eq!(why.len(), 1, "{why:?}");
+        assert!(why[0].contains("row 2"), "{why:?}");
+        let mut gap = a.clone();
+        gap.remove(1);
+        assert!(recheck("a", &gap)[0].contains("where row 1 belongs"));
+    }
+}
