@@ -21,6 +21,7 @@ mod audit_revert;
 mod bundle;
 mod compile_cache;
 mod cuda;
+mod cuda_repro;
 mod diff;
 mod flip;
 mod flip_soak;

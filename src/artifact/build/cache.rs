@@ -422,6 +422,11 @@ pub(crate) fn namespace(tools: &ResolvedToolchain) -> String {
             id.push_str(&format!("{role} {} {}\n", t.version, t.sha256));
         }
     }
+    if tools.has(Role::Nvcc) {
+        // CUDA objects compiled before the launcher fixed cicc's heap (ASLR and jemalloc
+        // purging off, issue #25) are one of several forms: never a hit for a build now.
+        id.push_str("cuda-launcher stable-heap/v1\n");
+    }
     let cc = tools
         .get(Role::Cc)
         .and_then(|t| t.path.file_name())

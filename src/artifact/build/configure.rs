@@ -126,12 +126,13 @@ fn template(variant: &Variant, tools: &ResolvedToolchain, tree: &Tree) -> Vec<Ar
             "-DCMAKE_CUDA_COMPILER={}",
             tool(Role::Nvcc)
         )));
-        if launcher {
-            t.push(Arg::Plain(format!(
-                "-DCMAKE_CUDA_COMPILER_LAUNCHER={}",
-                tool(Role::Ccache)
-            )));
-        }
+        t.push(Arg::Plain(format!(
+            "-DCMAKE_CUDA_COMPILER_LAUNCHER={}",
+            cuda_launcher(
+                aslr_off_works(),
+                launcher.then(|| tool(Role::Ccache)).as_deref(),
+            )
+        )));
         t.push(Arg::Flags {
             var: CUDA_FLAG_VARIABLE.into(),
             words: prefix_maps(NVCC_PREFIX),
@@ -161,6 +162,43 @@ fn template(variant: &Variant, tools: &ResolvedToolchain, tree: &Tree) -> Vec<Ar
         .collect();
     t.extend(rest);
     t
+}
+
+/// jemalloc options for nvcc's children: cicc allocates with jemalloc, whose time-based purging
+/// of dirty pages (`dirty_decay_ms`, 10 s by default) changes which addresses later allocations
+/// get, and cicc's PTX depends on those addresses (issue #25, measured on the fattn-tile units).
+/// No purging at all: the allocation pattern depends on the input only.
+pub(crate) const CUDA_MALLOC_CONF: &str = "dirty_decay_ms:-1,muzzy_decay_ms:-1";
+
+/// The CUDA compiler's launcher, as CMake's list: `setarch -R` (ASLR off, inherited by nvcc's
+/// children: cicc's output depends on where its heap is) when the machine has util-linux's
+/// `setarch`, then `env MALLOC_CONF=...` (see [`CUDA_MALLOC_CONF`]), then ccache when the
+/// toolchain has it. Both are found on PATH when Ninja runs each compile; the template names
+/// no path. Without `setarch` the compiles run with ASLR on: the manifest's CMake arguments say
+/// which launcher a build used.
+fn cuda_launcher(setarch: bool, ccache: Option<&str>) -> String {
+    let mut words: Vec<String> = Vec::new();
+    if setarch {
+        words.extend(["setarch".into(), "-R".into()]);
+    }
+    words.extend(["env".into(), format!("MALLOC_CONF={CUDA_MALLOC_CONF}")]);
+    words.extend(ccache.map(str::to_string));
+    words.join(";")
+}
+
+/// Whether `setarch -R` can run a program here: util-linux present, and the `personality` call
+/// allowed (a container's seccomp profile may refuse ADDR_NO_RANDOMIZE, and then every compile
+/// through the launcher would fail).
+fn aslr_off_works() -> bool {
+    crate::base::process::which("setarch", &[]).is_some_and(|p| {
+        std::process::Command::new(p)
+            .args(["-R", "true"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
 }
 
 /// The arguments every variant gets the same: where the binaries look for libraries, the fixed
@@ -363,5 +401,24 @@ cmake = { "CMAKE_CUDA_FLAGS:STRING" = "-lineinfo", CMAKE_CXX_FLAGS = "-g -O1", O
             "{template:?}"
         );
         assert!(template.contains(&"-DCMAKE_INSTALL_PREFIX=/pinforge/prefix".to_string()));
+        // No ccache in this toolchain: the CUDA launcher is the allocator and ASLR settings only.
+        let launcher = find(&template, "CMAKE_CUDA_COMPILER_LAUNCHER");
+        assert_eq!(launcher.len(), 1, "{template:?}");
+        assert!(
+            launcher[0].ends_with("env;MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1"),
+            "{launcher:?}"
+        );
+    }
+
+    #[test]
+    fn the_cuda_launcher_turns_aslr_and_jemalloc_purging_off_before_ccache() {
+        assert_eq!(
+            cuda_launcher(true, Some("${TOOL:ccache}")),
+            "setarch;-R;env;MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1;${TOOL:ccache}"
+        );
+        assert_eq!(
+            cuda_launcher(false, None),
+            "env;MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1"
+        );
     }
 }
