@@ -17,18 +17,19 @@ const COMPILES: usize = 5;
 /// The launcher's allocator setting (`configure::CUDA_MALLOC_CONF`, unit-tested there).
 const MALLOC_CONF: &str = "MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1";
 
-/// The llama.cpp tree of the shared workspace (vendored by its CPU build).
+/// The llama.cpp tree of the shared workspace (vendored by its CPU build, which is made when
+/// no tree is there yet).
 fn vendor_tree() -> PathBuf {
-    crate::llama_build("unpatched");
-    let vendor = crate::llama_ws().join("vendor");
-    std::fs::read_dir(&vendor)
-        .expect("vendor folder")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| {
-            p.join("ggml/src/ggml-cuda/template-instances")
-                .is_dir()
-        })
-        .expect("a vendored llama.cpp tree with ggml-cuda")
+    let find = || {
+        std::fs::read_dir(crate::llama_ws().join("vendor"))
+            .ok()?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| p.join("ggml/src/ggml-cuda/template-instances").is_dir())
+    };
+    find().unwrap_or_else(|| {
+        crate::llama_build("patched");
+        find().expect("a vendored llama.cpp tree with ggml-cuda")
+    })
 }
 
 /// CMake's nvcc command for one ggml-cuda unit (from a configured build's
