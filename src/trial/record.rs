@@ -4,7 +4,7 @@
 //! ([`commit_final`]), and put an error on one line.
 
 use crate::base::digest::Sha256;
-use crate::base::error::{Error, Result};
+use crate::base::error::{Error, IoContext, Result};
 use crate::base::fsx;
 use crate::trial::axis::{Axis, AxisRow};
 use crate::trial::config::{Config, PatchRef};

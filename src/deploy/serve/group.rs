@@ -4,8 +4,10 @@
 //! group. Stopping only the router's pid would leave children listening on their ports, so
 //! [`Group`] signals the whole group: SIGTERM, a grace period, then SIGKILL, and reaps the
 //! leader. It does so on [`Group::stop`] and on drop, so a normal end, an error (`?`) and a
-//! panic unwinding all leave nothing behind. (A SIGKILL of pinforge itself cannot be caught;
-//! the group then outlives it. Ctrl-C handling is not wired yet: see the module's owner notes.)
+//! panic unwinding all leave nothing behind. A SIGKILL of pinforge itself cannot be caught: the
+//! leader is started with [`crate::sys::signal::kill_with_parent`], so it dies with pinforge.
+//! Ctrl-C is caught while a server runs ([`crate::sys::signal::InterruptsCaught`]) and ends the
+//! wait, so the group is stopped here rather than left to the terminal's signal.
 
 use crate::base::error::{Error, Result};
 use rustix::process::{kill_process_group, Pid, Signal};
