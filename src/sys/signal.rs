@@ -46,27 +46,38 @@ pub(crate) fn interrupted() -> bool {
     INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst)
 }
 
-/// Interrupts caught ([`catch_interrupts`]) for as long as this value lives, the default
-/// dispositions (SIGINT and SIGTERM end the process) back when it is dropped: for a command
-/// that owns a server for only one step (the `install --smoke` server check) and must stay
-/// interruptible the usual way before and after it.
-pub(crate) struct InterruptsCaught(());
+/// Interrupts caught ([`catch_interrupts`]) for as long as this value lives, the dispositions
+/// that were there before back when it is dropped: for a command that owns a server for only
+/// one step (the `install --smoke` server check) and must stay interruptible the usual way before
+/// and after it. "The usual way" is what pinforge was started with: a shell's background job
+/// (`pinforge install … &`) starts with SIGINT ignored, and stays so.
+pub(crate) struct InterruptsCaught([libc::sighandler_t; 2]);
+
+const CAUGHT: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
 
 impl InterruptsCaught {
     /// Catch SIGINT and SIGTERM from now on.
     pub(crate) fn new() -> InterruptsCaught {
-        catch_interrupts();
-        InterruptsCaught(())
+        let handler = note_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        let mut before = [libc::SIG_DFL; 2];
+        for (slot, sig) in before.iter_mut().zip(CAUGHT) {
+            // SAFETY: as in `catch_interrupts`; the returned previous disposition is only kept.
+            let old = unsafe { libc::signal(sig, handler) };
+            if old != libc::SIG_ERR {
+                *slot = old;
+            }
+        }
+        InterruptsCaught(before)
     }
 }
 
 impl Drop for InterruptsCaught {
     fn drop(&mut self) {
-        for sig in [libc::SIGINT, libc::SIGTERM] {
-            // SAFETY: SIG_DFL installs no handler code; `signal` only changes this process's
-            // disposition table.
+        for (old, sig) in self.0.iter().zip(CAUGHT) {
+            // SAFETY: `old` is a disposition `signal` returned for this very signal (SIG_DFL,
+            // SIG_IGN or a handler of this process, still valid: nothing here unloads code).
             unsafe {
-                libc::signal(sig, libc::SIG_DFL);
+                libc::signal(sig, *old);
             }
         }
     }
@@ -94,5 +105,41 @@ pub(crate) fn kill_with_parent(cmd: &mut std::process::Command) {
             }
             Ok(())
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The disposition `sig` has now, read without changing it for good.
+    fn disposition(sig: libc::c_int) -> libc::sighandler_t {
+        // SAFETY: sets and at once restores this process's disposition of `sig`.
+        unsafe {
+            let old = libc::signal(sig, libc::SIG_IGN);
+            libc::signal(sig, old);
+            old
+        }
+    }
+
+    #[test]
+    fn a_caught_interval_gives_back_the_disposition_it_found_not_the_default() {
+        // A background job's pinforge starts with SIGINT ignored: the server check must not
+        // make it killable by Ctrl-C afterwards. SIGTERM stays at the default.
+        // SAFETY: SIG_IGN installs no handler code.
+        let before = unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
+        let term_before = disposition(libc::SIGTERM);
+        {
+            let _caught = InterruptsCaught::new();
+            let handler = note_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            assert_eq!(disposition(libc::SIGINT), handler);
+            assert_eq!(disposition(libc::SIGTERM), handler);
+        }
+        assert_eq!(disposition(libc::SIGINT), libc::SIG_IGN);
+        assert_eq!(disposition(libc::SIGTERM), term_before);
+        // SAFETY: puts back what the test harness had.
+        unsafe {
+            libc::signal(libc::SIGINT, before);
+        }
     }
 }

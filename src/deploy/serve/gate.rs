@@ -149,8 +149,16 @@ pub(crate) fn check(build: &BuildServer, opts: &GateOptions) -> Result<ServerChe
     // From here until the server is stopped, Ctrl-C and SIGTERM stop it instead of ending
     // pinforge with the server orphaned; the default dispositions are back afterwards.
     let caught = crate::sys::signal::InterruptsCaught::new();
-    let outcome = run_once(&bin, build, opts, dir.path(), &log);
+    let mut outcome = run_once(&bin, build, opts, dir.path(), &log);
     drop(caught);
+    // An interrupt after the request (while the server was being stopped and its log read) is
+    // still the user's "stop": the check does not pass, so install does not swap.
+    if outcome.is_ok() && crate::sys::signal::interrupted() {
+        outcome = Err(Error::check(
+            bin.display(),
+            "interrupted during the check; the server was stopped and nothing was installed",
+        ));
+    }
     match outcome {
         Ok(mut report) => {
             report.timings.total_ms = ms(t0.elapsed());
