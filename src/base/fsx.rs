@@ -281,6 +281,19 @@ impl DirLock {
         file.lock_exclusive().at("lock", dir)?;
         Ok(DirLock { _file: file })
     }
+
+    /// The lock on `dir` if no one holds it now; None when another process (or another
+    /// handle of this one) does. For a folder only one command may work in at a time, where
+    /// waiting would only make the second do the first one's work again.
+    pub(crate) fn try_acquire(dir: &Path) -> Result<Option<DirLock>> {
+        use fs4::fs_std::FileExt;
+        let file = open_dir(dir, "open for locking")?;
+        if file.try_lock_exclusive().at("lock", dir)? {
+            Ok(Some(DirLock { _file: file }))
+        } else {
+            Ok(None)
+        }
+    }
 }
 
 /// Make `path` absolute against the current directory without resolving symlinks.

@@ -426,6 +426,21 @@ fn a_served_run_verifies_and_each_change_to_its_folder_is_named() {
             rehash_evidence(d, "serve-rows.jsonl");
         },
     );
+    // Fewer rows than the run asked for, everything else consistent and re-hashed (as a run
+    // cut short and its summary recomputed would be): verify names the rows file.
+    case(
+        "an arm with fewer rows than its settings ask for",
+        "serve-rows.jsonl",
+        &|d| {
+            let p = d.join("settings.json");
+            let mut s: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&p).expect("s")).expect("json");
+            assert_eq!(s["rows"], 12, "{s}");
+            s["rows"] = 13.into();
+            std::fs::write(&p, serde_json::to_string(&s).expect("json")).expect("write");
+            rehash_evidence(d, "settings.json");
+        },
+    );
     case("a symlinked member", "settings.json", &|d| {
         let p = d.join("settings.json");
         std::fs::remove_file(&p).expect("rm");
@@ -526,6 +541,64 @@ fn a_served_run_killed_at_each_step_is_incomplete_and_resumes_to_the_classes_of_
             stderr(&o)
         );
     }
+}
+
+#[test]
+fn a_resume_refuses_a_run_another_pinforge_holds_and_drops_a_killed_writes_temp_file() {
+    let fake = good_server();
+    let w = ws();
+    let o = w.endpoint(
+        &fake.url,
+        &[],
+        &[("PINFORGE_CRASH_AT", "serve:row:endpoint:6")],
+    );
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(o.status.signal(), Some(9), "{}", stderr(&o));
+    let dir = w.run_dir();
+    let id = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("id")
+        .to_string();
+    // What a SIGKILL inside an atomic write leaves: its staged temp file.
+    let tmp = dir.join(".pinforge-tmp-Ab12Cd");
+    std::fs::write(&tmp, b"{\"half\": ").expect("plant");
+    // A run another pinforge works in (its folder locked, as the run's own command holds it):
+    // refused at once, exit 2, and nothing in the folder changes.
+    {
+        use fs4::fs_std::FileExt;
+        let held = std::fs::File::open(&dir).expect("open run folder");
+        assert!(
+            held.try_lock_exclusive().expect("lock"),
+            "the folder is free"
+        );
+        let before = files_under(&dir);
+        let sizes: Vec<u64> = before
+            .iter()
+            .map(|p| std::fs::metadata(p).expect("stat").len())
+            .collect();
+        let t = Instant::now();
+        let o = w.endpoint(&fake.url, &["--resume", &id], &[]);
+        assert_eq!(code(&o), 2, "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("another pinforge is writing this run now"),
+            "{}",
+            stderr(&o)
+        );
+        assert!(t.elapsed() < Duration::from_secs(20), "refused, not waited");
+        assert_eq!(files_under(&dir), before);
+        let after: Vec<u64> = before
+            .iter()
+            .map(|p| std::fs::metadata(p).expect("stat").len())
+            .collect();
+        assert_eq!(after, sizes, "no file of the run was written");
+    }
+    // Free again: the resume finishes, the temp file is gone, and the run verifies.
+    let o = w.endpoint(&fake.url, &["--resume", &id], &[]);
+    assert_eq!(code(&o), 1, "resumed to the end: {}", stderr(&o));
+    assert!(!tmp.exists(), "the dead writer's temp file was removed");
+    let (c, v, e) = w.verify(&dir);
+    assert_eq!(c, 0, "{v} {e}");
 }
 
 #[test]

@@ -375,11 +375,14 @@ fn write(shards: &[Loaded], out: &Path, id: &str) -> Result<MergeReport> {
         id: id.to_string(),
         dir: stage.clone(),
         settings,
+        _lock: None,
     };
     let staged = evidence::write_with_shards(&run, jobs, refs.clone())?;
     fsx::sync_dir(&stage)?;
     hooks::crash_point("merge", 2);
-    rename_noreplace(&stage, out)?;
+    // The commit point: the staged folder becomes `out`, which must not exist (a plain rename
+    // would replace an empty folder there).
+    fsx::rename_noreplace(&stage, out)?;
     fsx::sync_dir(&parent)?;
     hooks::crash_point("merge", 3);
     Ok(MergeReport {
@@ -392,14 +395,6 @@ fn write(shards: &[Loaded], out: &Path, id: &str) -> Result<MergeReport> {
         },
         shards: refs,
     })
-}
-
-/// The commit point: the staged folder becomes `to`, which must not exist (a plain rename
-/// would replace an empty folder there).
-fn rename_noreplace(from: &Path, to: &Path) -> Result<()> {
-    use rustix::fs::{renameat_with, RenameFlags, CWD};
-    renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE)
-        .map_err(|e| Error::io("rename into", to, std::io::Error::from(e)))
 }
 
 #[cfg(test)]
@@ -491,6 +486,7 @@ mod tests {
             id: id.into(),
             dir: dir.clone(),
             settings,
+            _lock: None,
         };
         evidence::write(&run, 1).expect("evidence");
         assert!(evidence::verify_evidence(&dir).expect("verify").ok, "{id}");

@@ -515,6 +515,7 @@ mod tests {
                 id: "run".into(),
                 dir: run_dir.clone(),
                 settings: s.clone(),
+                _lock: None,
             };
             evidence::write(&run, 1).expect("evidence").manifest
         };

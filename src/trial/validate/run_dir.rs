@@ -196,6 +196,42 @@ pub(super) struct RunDir {
     pub(super) dir: PathBuf,
     /// The settings it records.
     pub(super) settings: Settings,
+    /// The run folder's lock, held until the command ends: two commands appending rows to one
+    /// run (a `--resume` while the run is still going, or two resumes) would write the same
+    /// row twice and make the run unreadable. None for a folder no other command can know of
+    /// yet (a merge's staging folder).
+    pub(super) _lock: Option<fsx::DirLock>,
+}
+
+/// Remove the temp files (`.pinforge-tmp-…`) a killed writer of this run left in its folder.
+/// The caller holds the run's lock, so no live writer owns one; left there, a resumed run's
+/// evidence would not list it and `verify` would call it a file added after the run.
+fn drop_dead_temp_files(dir: &Path) -> Result<()> {
+    for entry in std::fs::read_dir(dir).at("list", dir)? {
+        let entry = entry.at("list", dir)?;
+        let is_temp = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with(".pinforge-tmp-"));
+        if is_temp && entry.file_type().at("inspect", &entry.path())?.is_file() {
+            std::fs::remove_file(entry.path()).at("remove", &entry.path())?;
+        }
+    }
+    Ok(())
+}
+
+/// The lock of run `id`'s folder, or exit 2 when another pinforge works in it now.
+fn lock_run(dir: &Path, id: &str) -> Result<fsx::DirLock> {
+    fsx::DirLock::try_acquire(dir)?.ok_or_else(|| {
+        Error::input(
+            format!("run {id}"),
+            format!(
+                "another pinforge is writing this run now ({})",
+                dir.display()
+            ),
+        )
+        .with_hint("wait for it to end, then `--resume` it if it did not finish")
+    })
 }
 
 impl RunDir {
@@ -251,7 +287,13 @@ impl RunDir {
                         None => dir.join("model.gguf"),
                     };
                     let settings = inputs.settings(opts, arms, model_path);
-                    break RunDir { id, dir, settings };
+                    let lock = Some(lock_run(&dir, &id)?);
+                    break RunDir {
+                        id,
+                        dir,
+                        settings,
+                        _lock: lock,
+                    };
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 100 => n += 1,
                 Err(e) => return Err(Error::io("create", &dir, e)),
@@ -281,6 +323,17 @@ impl RunDir {
         let dir = vroot.join(id);
         let sp = dir.join("settings.json");
         // check_folder found the folder real and its entries regular files (or absent).
+        let lock = match std::fs::symlink_metadata(&dir) {
+            Ok(m) if m.is_dir() => Some(lock_run(&dir, id)?),
+            _ => {
+                return Err(Error::input(
+                    format!("--resume {id}"),
+                    format!("no run here ({})", dir.display()),
+                )
+                .with_hint("`ls validate/` in the workspace lists the runs"))
+            }
+        };
+        drop_dead_temp_files(&dir)?;
         let old: Settings = match std::fs::symlink_metadata(&sp) {
             Err(_) => {
                 return Err(Error::input(
@@ -315,6 +368,7 @@ impl RunDir {
             id: id.to_string(),
             dir,
             settings: new,
+            _lock: lock,
         };
         run.check_recorded_files()?;
         Ok(run)
