@@ -59,7 +59,8 @@ pub struct ValidateArgs {
     #[arg(long, default_value_t = 1)]
     pub threads: i32,
     /// Seconds an engine may take for one row before it counts as hung
-    #[arg(long, default_value_t = 120)]
+    #[arg(long, default_value_t = 120, value_name = "SECS",
+          value_parser = clap::value_parser!(u64).range(1..=86400))]
     pub row_timeout: u64,
     /// Continue the run with this id (the folder under validate/), skipping recorded rows
     /// (each checked against the run's settings first: a row they do not give is exit 2)

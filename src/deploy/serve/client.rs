@@ -96,7 +96,7 @@ impl Server {
             .timeout_per_read(Some(read_timeout))
             // A server that trickles a byte now and then never trips the per-read bound:
             // this one ends any request.
-            .timeout_global(Some(read_timeout * 3))
+            .timeout_global(Some(read_timeout.saturating_mul(3)))
             .max_redirects(0)
             .build()
             .into();
@@ -296,6 +296,14 @@ impl Server {
             Err(e) if never_sent(&e) => {
                 return Answer {
                     harness_error: Some(format!("{url}: {e}")),
+                    ..Answer::default()
+                }
+            }
+            // A child that never answers within the row's time is a hang: a crash class, as
+            // the in-process harness counts one, and the rule says which it was.
+            Err(e @ ureq::Error::Timeout(_)) => {
+                return Answer {
+                    cut: Some(format!("hang: no response in time ({e})")),
                     ..Answer::default()
                 }
             }

@@ -22,7 +22,9 @@ pub(crate) enum ServeClass {
     /// Complete, visible, schema-valid.
     Ok,
     /// The child died: 5xx from the proxy, a dropped connection, a cut stream, `/models`
-    /// reporting the preset failed.
+    /// reporting the preset failed; or it hung: no complete answer within the row's time
+    /// (`--row-timeout` per read, three times that in all), as the in-process harness counts a
+    /// hang. The row's rule says which (`cut: hang: …`).
     Crash,
     /// `length` with `completion_tokens == max_tokens` and output not valid under the schema.
     TokenBudget,
