@@ -306,6 +306,45 @@ struct StoredArm {
     health: BTreeMap<String, u64>,
 }
 
+/// The summary's arms must be the run's (settings.json's arms; the one `endpoint` arm of a run
+/// at an endpoint), in order: a summary that left an arm out, or a rows file cut to a subset of
+/// the rows with its counts recomputed to match, would otherwise verify. Returns the rows each
+/// arm must hold, when settings.json can be read (else its mismatch is recorded).
+fn recheck_arms(
+    dir: &Path,
+    sum_p: &Path,
+    names: &[String],
+    out: &mut EvidenceCheck,
+) -> Result<Option<u64>> {
+    let p = dir.join("settings.json");
+    if !std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
+        return Ok(None);
+    }
+    let settings: Settings = match serde_json::from_slice(&read_regular(&p, "settings")?) {
+        Ok(s) => s,
+        Err(e) => {
+            out.mismatches
+                .push(mismatch(&p, "settings", "a run's settings", &e.to_string()));
+            return Ok(None);
+        }
+    };
+    let want: Vec<String> = if settings.arms.is_empty() {
+        vec![super::ENDPOINT_ARM.to_string()]
+    } else {
+        settings.arms.iter().map(|a| a.name.clone()).collect()
+    };
+    if want != names {
+        out.mismatches.push(mismatch(
+            sum_p,
+            "summary arms",
+            &format!("the run's arms: {}", want.join(", ")),
+            &format!("arms {}", names.join(", ")),
+        ));
+    }
+    out.checked.push("the summary's arms are the run's".into());
+    Ok(Some(settings.rows))
+}
+
 /// Every row's class from its facts, and the summary's counts from the rows.
 fn recheck_rows(dir: &Path, out: &mut EvidenceCheck) -> Result<()> {
     let (rows_p, sum_p) = (dir.join("serve-rows.jsonl"), dir.join("serve-summary.json"));
@@ -327,6 +366,7 @@ fn recheck_rows(dir: &Path, out: &mut EvidenceCheck) -> Result<()> {
         }
     };
     let names: Vec<String> = summary.arms.iter().map(|a| a.name.clone()).collect();
+    let expected_rows = recheck_arms(dir, &sum_p, &names, out)?;
     let bytes = read_regular(&rows_p, "rows")?;
     let rec = match state::parse_rows(&bytes, &rows_p, &names) {
         Ok(r) if r.partial == 0 => r,
@@ -363,6 +403,20 @@ fn recheck_rows(dir: &Path, out: &mut EvidenceCheck) -> Result<()> {
                 &why,
             ));
         }
+    }
+    if let Some(want) = expected_rows {
+        for (n, rows) in names.iter().zip(&arms) {
+            if rows.len() as u64 != want {
+                out.mismatches.push(mismatch(
+                    &rows_p,
+                    "row count",
+                    &format!("{want} rows of arm {n} (settings.json `rows`)"),
+                    &format!("{} rows", rows.len()),
+                ));
+            }
+        }
+        out.checked
+            .push("every arm holds the rows its settings asked for".into());
     }
     out.checked
         .push("every row's class from its recorded facts".into());

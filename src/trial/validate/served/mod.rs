@@ -263,7 +263,7 @@ pub(crate) fn run(o: &ServeOptions, reporter: &dyn Reporter) -> Result<ServeRepo
 }
 
 /// The endpoint's one arm.
-const ENDPOINT_ARM: &str = "endpoint";
+pub(super) const ENDPOINT_ARM: &str = "endpoint";
 
 /// What every round of a run shares.
 struct RoundCtx<'a> {

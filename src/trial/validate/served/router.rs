@@ -99,10 +99,18 @@ pub(super) fn start(
         std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .custom_flags(libc::O_NOFOLLOW)
+            // O_NONBLOCK: a FIFO swapped in after the folder's check fails the open (ENXIO)
+            // instead of blocking it; on a regular file the flag changes nothing.
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(log)
             .map_err(|e| Error::io("open", log, e))?
     };
+    if !out.metadata().is_ok_and(|m| m.is_file()) {
+        return Err(Error::input(
+            log.display(),
+            "not a regular file (a router log must be one); not written",
+        ));
+    }
     let err = out.try_clone().map_err(|e| Error::io("reopen", log, e))?;
     let mut cmd = Command::new(&arm.bin);
     cmd.args(preset::router_args(preset_file, port, 1))
