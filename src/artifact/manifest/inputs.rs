@@ -42,8 +42,9 @@ pub(crate) enum Place {
 pub(crate) struct Scope {
     /// The manifest's folder, absolute.
     base: PathBuf,
-    /// The workspace relative inputs must stay in (canonical), when known.
-    root: Option<PathBuf>,
+    /// The workspace relative inputs must stay in, when known: as the manifest's path spells
+    /// it (for the lexical walk) and canonical (for where its links lead).
+    root: Option<(PathBuf, PathBuf)>,
     pulled: bool,
 }
 
@@ -57,7 +58,7 @@ impl Scope {
         let root = (!pulled)
             .then(|| workspace_of(&base))
             .flatten()
-            .and_then(|r| std::fs::canonicalize(r).ok());
+            .and_then(|r| std::fs::canonicalize(&r).ok().map(|c| (r, c)));
         Scope { base, root, pulled }
     }
 
@@ -89,11 +90,13 @@ impl Scope {
 
     /// A relative input resolved inside the workspace (None: not there, or no workspace).
     fn relative(&self, local: &Path) -> Result<Option<PathBuf>, String> {
-        let Some(root) = &self.root else {
+        let Some((lexical, root)) = &self.root else {
             return Ok(None);
         };
-        let base = std::fs::canonicalize(&self.base).map_err(|e| e.to_string())?;
-        let mut cur = base;
+        // Walked from the folder as spelled, not its canonical form: `build` wrote the `..`
+        // steps against that spelling, and a `build/` that is a link to another disk must
+        // still lead back into this workspace (the links are judged after, on the result).
+        let mut cur = self.base.clone();
         for c in local.components() {
             match c {
                 Component::Normal(n) => cur.push(n),
@@ -105,8 +108,11 @@ impl Scope {
                     return Err("not a relative path".into())
                 }
             }
-            if !cur.starts_with(root) {
-                return Err(format!("leaves the workspace {}; not read", root.display()));
+            if !cur.starts_with(lexical) {
+                return Err(format!(
+                    "leaves the workspace {}; not read",
+                    lexical.display()
+                ));
             }
         }
         match std::fs::canonicalize(&cur) {
@@ -192,6 +198,25 @@ mod tests {
         std::fs::create_dir_all(d.path().join("patches")).expect("mkdir");
         std::fs::write(d.path().join("patches/a.patch"), "x").expect("write");
         (d, v.join("manifest.json"))
+    }
+
+    #[test]
+    fn a_build_folder_that_is_a_link_to_another_disk_still_reads_the_workspace_inputs() {
+        let (d, _) = ws();
+        let elsewhere = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(elsewhere.path().join("r/v")).expect("mkdir");
+        // Decoy where the kernel's `..` through the link would land.
+        std::fs::create_dir_all(elsewhere.path().join("patches")).expect("mkdir");
+        let ws2 = d.path().join("ws2");
+        std::fs::create_dir_all(ws2.join("patches")).expect("mkdir");
+        std::fs::write(ws2.join("patches/a.patch"), "x").expect("write");
+        std::os::unix::fs::symlink(elsewhere.path(), ws2.join("build")).expect("link");
+        let s = Scope::of(&ws2.join("build/r/v/manifest.json"));
+        let p = s.place("patch:a", Path::new("../../../patches/a.patch"), false);
+        let want = std::fs::canonicalize(ws2.join("patches/a.patch")).expect("real");
+        assert_eq!(p, Place::Read(want));
+        let p = s.place("patch:a", Path::new("../../../../x"), false);
+        assert!(matches!(p, Place::Refused(_)), "{p:?}");
     }
 
     #[test]

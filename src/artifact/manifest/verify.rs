@@ -257,7 +257,9 @@ fn check_input(dep: &super::Resource, path: &Path) -> Result<(Option<Mismatch>, 
         }
     } else if let Some(expected) = dep.sha256() {
         let what = format!("input `{}`", dep.name);
-        let (actual, n) = hash_regular(path, true, &what)?;
+        // `path` is the placed, canonical one (no link in it): a link found there now was
+        // swapped in after the check, and is not followed.
+        let (actual, n) = hash_regular(path, false, &what)?;
         if actual != expected {
             let m = Mismatch {
                 path: path.display().to_string(),
