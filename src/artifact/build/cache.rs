@@ -424,8 +424,15 @@ pub(crate) fn namespace(tools: &ResolvedToolchain) -> String {
     }
     if tools.has(Role::Nvcc) {
         // CUDA objects compiled before the launcher fixed cicc's heap (ASLR and jemalloc
-        // purging off, issue #25) are one of several forms: never a hit for a build now.
-        id.push_str("cuda-launcher stable-heap/v1\n");
+        // purging off, issue #25) are one of several forms: never a hit for a build now. Where
+        // ASLR cannot be turned off, objects are compiled without that half of the fix: they
+        // get a namespace of their own, so a shared cache never hands them to a build that has
+        // it (nor the other way round).
+        if super::configure::aslr_off_works() {
+            id.push_str("cuda-launcher stable-heap/v1\n");
+        } else {
+            id.push_str("cuda-launcher stable-heap/v1 aslr-on\n");
+        }
     }
     let cc = tools
         .get(Role::Cc)

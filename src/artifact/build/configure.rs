@@ -189,15 +189,19 @@ fn cuda_launcher(setarch: bool, ccache: Option<&str>) -> String {
 /// Whether `setarch -R` can run a program here: util-linux present, and the `personality` call
 /// allowed (a container's seccomp profile may refuse ADDR_NO_RANDOMIZE, and then every compile
 /// through the launcher would fail).
-fn aslr_off_works() -> bool {
-    crate::base::process::which("setarch", &[]).is_some_and(|p| {
-        std::process::Command::new(p)
-            .args(["-R", "true"])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
+pub(crate) fn aslr_off_works() -> bool {
+    // Asked once per process: the compile cache's namespace and the launcher must agree.
+    static WORKS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WORKS.get_or_init(|| {
+        crate::base::process::which("setarch", &[]).is_some_and(|p| {
+            std::process::Command::new(p)
+                .args(["-R", "true"])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
     })
 }
 
