@@ -21,6 +21,8 @@
 //! | `PINFORGE_CRASH_AT=ablate:N` | SIGKILL after an ablation's final files are staged (1) or exchanged into its record folder (2, the old contents not yet removed) (`trial::record::commit_final`) |
 //! | `PINFORGE_CRASH_AT=sign-record:N` | SIGKILL after a record's sidecars are staged (1) or renamed (2), before the record (`artifact::sign::record`) |
 //! | `PINFORGE_CRASH_AT=install-server:answered` | SIGKILL once the `install --smoke` server check's server answered, before it is stopped (`deploy::serve::gate`) |
+//! | `PINFORGE_CRASH_AT=pull:N` | SIGKILL after step N of `pull` (`deploy::ship::pull`): 1 the layer downloaded, 2 the stage filled and synced, 3 before the commit, 4 the stage renamed (or exchanged) into `pulled/<digest>/` |
+//! | `PINFORGE_CRASH_AT=merge:N` | SIGKILL after step N of `validate --merge` (`trial::validate::merge`): 1 the model staged, 2 the evidence staged, 3 the staged folder renamed into place (the commit) |
 //! | `PINFORGE_CRASH_AT=flip:registered` | SIGKILL right after a flip's pre-registration is written |
 //! | `PINFORGE_VALIDATE_CRASH_ROWS=N,M` | the validate engine crashes on those rows |
 //! | `PINFORGE_SOAK_FORCE_CLEAN=SIDE:R` | a soak flip reads the crash rows of SIDE's (`from`/`to`) run in repeat R as clean |
