@@ -16,7 +16,7 @@
 //! The folder is one transaction ([`state`]): claimed with one `mkdir`, written as it goes, and
 //! committed by the evidence, written last ([`evidence`]); a run killed (or interrupted) at any
 //! step has no evidence, `verify` reports it incomplete, and `--resume ID` continues each arm
-//! after its last complete row. Kill hooks (`PINFORGE_CRASH_AT`, test builds only):
+//! after its last complete row. Kill hooks (test builds only, `base::hooks`):
 //! `serve:settings` (after the settings), `serve:row:ARM:K` (after row K of ARM is appended),
 //! `serve:summary` (before the summary), `serve:evidence` (before the evidence).
 
