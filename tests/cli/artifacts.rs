@@ -791,7 +791,8 @@ fn verify_quickly(ws: &Path, manifest: &Path) -> Output {
     with_timeout(c, Duration::from_secs(20))
 }
 
-// issue #7 class 4: verify refuses devices and FIFOs unopened, with exit 2.
+// issue #7 class 4: verify refuses devices and FIFOs unopened: a subject or the manifest with
+// exit 2, an input as a mismatch naming why (exit 1).
 #[test]
 fn verify_refuses_fifos_and_devices_named_by_a_manifest_without_hanging() {
     let d = tempfile::tempdir().expect("tempdir");
@@ -817,22 +818,39 @@ fn verify_refuses_fifos_and_devices_named_by_a_manifest_without_hanging() {
     assert_eq!(code(&o), 2, "{}{}", stdout(&o), stderr(&o));
     std::fs::remove_file(&a).expect("rm");
 
-    // Inputs: /dev/zero and a FIFO named as the recipe input.
+    // Inputs: /dev/zero and a FIFO, named as the recipe input (an absolute path for an input
+    // that is not a tool: never opened) and as a tool (placed, then refused by its kind before
+    // any open). Each is a mismatch naming why (exit 1), never a hang.
     let fifo = d.path().join("input.fifo");
     mkfifo(&fifo);
-    for input in ["/dev/zero".to_string(), fifo.display().to_string()] {
+    let cases = [
+        ("recipe", "/dev/zero".to_string(), "not a tool; not read"),
+        ("recipe", fifo.display().to_string(), "not a tool; not read"),
+        ("tool:cc", "/dev/zero".to_string(), "resolves to /dev/zero"),
+        (
+            "tool:cc",
+            fifo.display().to_string(),
+            "a FIFO, not a regular file",
+        ),
+    ];
+    for (name, input, why) in cases {
         let mut m2 = m.clone();
         m2["predicate"]["buildDefinition"]["resolvedDependencies"] = serde_json::json!([
-            {"name": "recipe", "digest": {"sha256": "00".repeat(32)}}
+            {"name": name, "digest": {"sha256": "00".repeat(32)}}
         ]);
         m2["predicate"]["buildDefinition"]["internalParameters"]["inputs"] =
-            serde_json::json!({"recipe": input});
+            serde_json::json!({name: input});
         let p2 = d.path().join("m2.json");
         std::fs::write(&p2, serde_json::to_vec(&m2).expect("json")).expect("write");
         std::fs::write(&a, vec![0u8; 0]).expect("restore");
         let o = verify_quickly(d.path(), &p2);
-        assert_eq!(code(&o), 2, "{input}: {}{}", stdout(&o), stderr(&o));
-        assert!(stderr(&o).contains("not a regular file"), "{}", stderr(&o));
+        assert_eq!(code(&o), 1, "{name} {input}: {}{}", stdout(&o), stderr(&o));
+        assert!(
+            stdout(&o).contains(why),
+            "{name} {input}: {}{}",
+            stdout(&o),
+            stderr(&o)
+        );
     }
 
     // The manifest itself a FIFO.

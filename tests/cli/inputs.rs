@@ -1,6 +1,8 @@
 //! Pins and other inputs against their trust rules: archives, folder pins, links, FIFOs, `.git` entries, real source distributions.
 
-use crate::{code, json, pinforge, pinforge_cmd, repo_root, stderr, tool_path, TINY_C, TINY_CMAKE};
+use crate::{
+    code, json, pinforge, pinforge_cmd, repo_root, stderr, stdout, tool_path, TINY_C, TINY_CMAKE,
+};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -297,7 +299,7 @@ fn a_fifo_in_a_folder_pin_exits_2_without_hanging_or_leaving_a_temp_folder() {
 // issue #7 class 4: `vendor digest` and a tarball pin naming a FIFO or /dev/zero, and `verify` of
 // a manifest whose input is /dev/zero or whose output is a FIFO, exit 2 at once.
 #[test]
-fn vendor_digest_tarball_pins_and_verify_of_a_fifo_or_dev_zero_exit_2_at_once() {
+fn vendor_digest_tarball_pins_and_verify_of_a_fifo_or_dev_zero_are_refused_at_once() {
     let dir = tar_workspace(&[
         T::File("tiny-1/CMakeLists.txt", TINY_CMAKE),
         T::File("tiny-1/tiny.c", TINY_C),
@@ -334,9 +336,14 @@ fn vendor_digest_tarball_pins_and_verify_of_a_fifo_or_dev_zero_exit_2_at_once() 
         serde_json::Value::from("/dev/zero");
     let zero = manifest.with_file_name("zero.json");
     std::fs::write(&zero, serde_json::to_vec(&m).expect("json")).expect("write");
+    // An input is data: refused unopened as a mismatch naming it (exit 1), not read.
     let o = pinforge_within(&ws, &["verify", zero.to_str().expect("utf8")], 30);
-    assert_eq!(code(&o), 2, "{}", stderr(&o));
-    assert!(stderr(&o).contains("/dev/zero"), "{}", stderr(&o));
+    assert_eq!(code(&o), 1, "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains("/dev/zero") && stdout(&o).contains("not read"),
+        "{}",
+        stdout(&o)
+    );
 
     // An output replaced by a FIFO.
     let subject = m["subject"][0]["name"]

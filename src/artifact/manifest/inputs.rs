@@ -10,10 +10,15 @@
 //!   location covers folders pulled before the marker existed), and a false "pulled" only
 //!   skips inputs, the safe side; a missing marker never makes registry data choose files.
 //! - A manifest at `<ws>/build/RECIPE/VARIANT/manifest.json` (where `build` writes it) reads a
-//!   relative input only inside `<ws>`: the path is resolved lexically (`..` is how `build`
-//!   records `vendor/`, `patches/` and `recipes/` from its folder) and must stay inside, and
-//!   then through its links, which must not lead out. Anywhere else the workspace is unknown
-//!   and relative inputs are not read.
+//!   relative input from that folder: the path is walked lexically (`..` is how `build`
+//!   records `vendor/`, `patches/` and `recipes/` from its folder, against the folder as
+//!   spelled, so a `build/` that is a link to another disk still leads back), then resolved
+//!   through its links. It may lead out of the workspace: a recipe and its patches are often
+//!   kept elsewhere (`pinforge build ~/recipes/x.toml --workspace /scratch/ws`), and a local
+//!   manifest is the user's own build record. What it may not reach is a kernel file system
+//!   (`/proc`, `/sys`, `/dev`), as for a tool. Anywhere else the build folder is unknown and
+//!   relative inputs are not read (their `..` steps would land somewhere the build never
+//!   meant).
 //! - An absolute input is read only for a tool (`tool:ROLE`, the one kind `build` records
 //!   absolute), and only when it is an executable regular file outside `/proc`, `/sys` and
 //!   `/dev`.
@@ -42,9 +47,9 @@ pub(crate) enum Place {
 pub(crate) struct Scope {
     /// The manifest's folder, absolute.
     base: PathBuf,
-    /// The workspace relative inputs must stay in, when known: as the manifest's path spells
-    /// it (for the lexical walk) and canonical (for where its links lead).
-    root: Option<(PathBuf, PathBuf)>,
+    /// The workspace (as the manifest's path spells it) when the manifest is where `build`
+    /// writes one; None: relative inputs are not read.
+    root: Option<PathBuf>,
     pulled: bool,
 }
 
@@ -55,10 +60,7 @@ impl Scope {
             .unwrap_or_else(|_| fsx::parent_of(manifest_path));
         let pulled =
             std::fs::symlink_metadata(base.join(PULLED_MARKER)).is_ok() || pulled_location(&base);
-        let root = (!pulled)
-            .then(|| workspace_of(&base))
-            .flatten()
-            .and_then(|r| std::fs::canonicalize(&r).ok().map(|c| (r, c)));
+        let root = (!pulled).then(|| workspace_of(&base)).flatten();
         Scope { base, root, pulled }
     }
 
@@ -88,14 +90,15 @@ impl Scope {
         }
     }
 
-    /// A relative input resolved inside the workspace (None: not there, or no workspace).
+    /// A relative input, walked from the manifest's folder (None: not there, or the folder
+    /// is not a build folder).
     fn relative(&self, local: &Path) -> Result<Option<PathBuf>, String> {
-        let Some((lexical, root)) = &self.root else {
+        if self.root.is_none() {
             return Ok(None);
-        };
+        }
         // Walked from the folder as spelled, not its canonical form: `build` wrote the `..`
         // steps against that spelling, and a `build/` that is a link to another disk must
-        // still lead back into this workspace (the links are judged after, on the result).
+        // still lead back into this workspace (the links are followed after, on the result).
         let mut cur = self.base.clone();
         for c in local.components() {
             match c {
@@ -108,19 +111,12 @@ impl Scope {
                     return Err("not a relative path".into())
                 }
             }
-            if !cur.starts_with(lexical) {
-                return Err(format!(
-                    "leaves the workspace {}; not read",
-                    lexical.display()
-                ));
-            }
         }
         match std::fs::canonicalize(&cur) {
-            Ok(real) if real.starts_with(root) => Ok(Some(real)),
-            Ok(real) => Err(format!(
-                "a link on the way leads out of the workspace (to {}); not read",
-                real.display()
-            )),
+            Ok(real) if kernel_fs(&real) => {
+                Err(format!("resolves to {}; not read", real.display()))
+            }
+            Ok(real) => Ok(Some(real)),
             // Missing, or a dangling or looping link: absent, as before.
             Err(_) => Ok(None),
         }
@@ -134,10 +130,7 @@ impl Scope {
         let Ok(real) = std::fs::canonicalize(local) else {
             return Ok(None);
         };
-        if ["/proc", "/sys", "/dev"]
-            .iter()
-            .any(|k| real.starts_with(k))
-        {
+        if kernel_fs(&real) {
             return Err(format!("resolves to {}; not read", real.display()));
         }
         use std::os::unix::fs::PermissionsExt;
@@ -148,6 +141,14 @@ impl Scope {
             _ => Ok(Some(real)),
         }
     }
+}
+
+/// Whether a canonical path lies in a kernel file system, whose files are never inputs (a
+/// device never ends, `/proc` files change as they are read).
+fn kernel_fs(real: &Path) -> bool {
+    ["/proc", "/sys", "/dev"]
+        .iter()
+        .any(|k| real.starts_with(k))
 }
 
 /// Why the thing at `p` may not be read as an input (None: it may), from a stat that opens
@@ -207,6 +208,7 @@ mod tests {
         std::fs::create_dir_all(elsewhere.path().join("r/v")).expect("mkdir");
         // Decoy where the kernel's `..` through the link would land.
         std::fs::create_dir_all(elsewhere.path().join("patches")).expect("mkdir");
+        std::fs::write(elsewhere.path().join("patches/a.patch"), "decoy").expect("write");
         let ws2 = d.path().join("ws2");
         std::fs::create_dir_all(ws2.join("patches")).expect("mkdir");
         std::fs::write(ws2.join("patches/a.patch"), "x").expect("write");
@@ -215,29 +217,32 @@ mod tests {
         let p = s.place("patch:a", Path::new("../../../patches/a.patch"), false);
         let want = std::fs::canonicalize(ws2.join("patches/a.patch")).expect("real");
         assert_eq!(p, Place::Read(want));
-        let p = s.place("patch:a", Path::new("../../../../x"), false);
-        assert!(matches!(p, Place::Refused(_)), "{p:?}");
     }
 
     #[test]
-    fn a_workspace_input_is_read_and_an_escape_or_a_link_out_is_refused() {
+    fn a_relative_input_is_read_where_the_build_recorded_it_but_never_in_a_kernel_fs() {
         let (d, m) = ws();
         let s = Scope::of(&m);
         let p = s.place("patch:a", Path::new("../../../patches/a.patch"), false);
         assert!(matches!(p, Place::Read(_)), "{p:?}");
-        for bad in ["../../../../x", "../../../../../etc/passwd"] {
+        // A recipe kept outside the workspace (its patches beside it): read there.
+        let outside = tempfile::tempdir().expect("tempdir");
+        std::fs::write(outside.path().join("r.toml"), "x").expect("write");
+        let up = "../".repeat(m.components().count() - 2);
+        let rel = format!("{up}{}", outside.path().join("r.toml").display());
+        let p = s.place("recipe", Path::new(rel.trim_start_matches('/')), false);
+        let want = std::fs::canonicalize(outside.path().join("r.toml")).expect("real");
+        assert_eq!(p, Place::Read(want), "{rel}");
+        // Through a link into /proc or to a device: refused unopened.
+        std::os::unix::fs::symlink("/proc/self", d.path().join("patches/p")).expect("link");
+        std::os::unix::fs::symlink("/dev/zero", d.path().join("patches/z")).expect("link");
+        for bad in ["../../../patches/p/environ", "../../../patches/z"] {
             let p = s.place("patch:a", Path::new(bad), false);
             assert!(
-                matches!(&p, Place::Refused(w) if w.contains("leaves the workspace")),
-                "{p:?}"
+                matches!(&p, Place::Refused(w) if w.contains("not read")),
+                "{bad}: {p:?}"
             );
         }
-        std::os::unix::fs::symlink("/etc", d.path().join("patches/out")).expect("link");
-        let p = s.place("patch:a", Path::new("../../../patches/out/passwd"), false);
-        assert!(
-            matches!(&p, Place::Refused(w) if w.contains("leads out")),
-            "{p:?}"
-        );
         let p = s.place("patch:a", Path::new("../../../patches/none"), false);
         assert_eq!(p, Place::Absent("not on disk"));
         let fifo = d.path().join("patches/fifo");

@@ -210,7 +210,7 @@ fn verify_inputs(
             Place::Refused(why) => {
                 mismatches.push(Mismatch {
                     path: local.display().to_string(),
-                    expected: format!("input `{}` inside its workspace", dep.name),
+                    expected: format!("input `{}`, a file verify may read", dep.name),
                     actual: format!("refused: {why}"),
                     role: "input".into(),
                 });
