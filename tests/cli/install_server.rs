@@ -469,9 +469,9 @@ fn a_sigkill_of_pinforge_during_the_check_takes_the_server_with_it() {
         .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
         .unwrap_or_else(|| panic!("no listening line in the log:\n{log}"))
         .to_string();
-    // It dies with pinforge (PR_SET_PDEATHSIG), at once.
+    // It dies with pinforge (PR_SET_PDEATHSIG), within moments.
     fx.assert_nothing_running();
-    crate::assert_not_listening(&format!("http://127.0.0.1:{port}"));
+    crate::wait_not_listening(&format!("http://127.0.0.1:{port}"), 10);
     assert_eq!(
         fx.status(),
         before,

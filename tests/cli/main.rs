@@ -304,15 +304,18 @@ fn server_build(variant: &str) -> Option<serde_json::Value> {
     Some(j)
 }
 
-/// The port of `url` is not in LISTEN state on this machine (IPv4 loopback).
-pub(crate) fn assert_not_listening(url: &str) {
-    let port: u16 = url
-        .rsplit(':')
+/// The port of `url`.
+fn port_of(url: &str) -> u16 {
+    url.rsplit(':')
         .next()
         .and_then(|p| p.trim_end_matches('/').parse().ok())
-        .unwrap_or_else(|| panic!("no port in {url}"));
+        .unwrap_or_else(|| panic!("no port in {url}"))
+}
+
+/// Whether `port` is in LISTEN state on this machine (IPv4 loopback).
+fn listening(port: u16) -> bool {
     let tcp = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
-    let listening = tcp.lines().skip(1).any(|l| {
+    tcp.lines().skip(1).any(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
         f.len() > 3
             && f[3] == "0A"
@@ -321,8 +324,28 @@ pub(crate) fn assert_not_listening(url: &str) {
                 .next()
                 .and_then(|p| u16::from_str_radix(p, 16).ok())
                 == Some(port)
-    });
-    assert!(!listening, "port {port} ({url}) is still listening");
+    })
+}
+
+/// The port of `url` is not in LISTEN state on this machine (IPv4 loopback).
+pub(crate) fn assert_not_listening(url: &str) {
+    let port = port_of(url);
+    assert!(!listening(port), "port {port} ({url}) is still listening");
+}
+
+/// [`assert_not_listening`] once the port closed, within `secs`: a process killed by its
+/// parent's death drops its address space (and its `/proc/PID/exe`) before its sockets, and
+/// an ASan build's huge shadow mappings make that gap long.
+pub(crate) fn wait_not_listening(url: &str, secs: u64) {
+    let port = port_of(url);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while listening(port) && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(
+        !listening(port),
+        "port {port} ({url}) is still listening after {secs} s"
+    );
 }
 
 /// Live processes that run a binary from under `dir`, or run in a folder under it (servers
