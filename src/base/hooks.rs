@@ -24,6 +24,7 @@
 //! | `PINFORGE_CRASH_AT=pull:N` | SIGKILL after step N of `pull` (`deploy::ship::pull`): 1 the layer downloaded, 2 the stage filled and synced, 3 before the commit, 4 the stage renamed (or exchanged) into `pulled/<digest>/` |
 //! | `PINFORGE_CRASH_AT=merge:N` | SIGKILL after step N of `validate --merge` (`trial::validate::merge`): 1 the model staged, 2 the evidence staged, 3 the staged folder renamed into place (the commit) |
 //! | `PINFORGE_CRASH_AT=flip:registered` | SIGKILL right after a flip's pre-registration is written |
+//! | `PINFORGE_CRASH_AT=flip:N` | SIGKILL after a flip's final files are staged (1) or exchanged into its record folder (2) (`trial::record::commit_final`) |
 //! | `PINFORGE_VALIDATE_CRASH_ROWS=N,M` | the validate engine crashes on those rows |
 //! | `PINFORGE_SOAK_FORCE_CLEAN=SIDE:R` | a soak flip reads the crash rows of SIDE's (`from`/`to`) run in repeat R as clean |
 //! | `PINFORGE_CRASH_AT=serve:settings` / `serve:row:ARM:K` / `serve:summary` / `serve:evidence` | SIGKILL a served `validate` after its settings are written, after row K of arm ARM is appended, before the summary, before the evidence (`trial::validate::served`) |

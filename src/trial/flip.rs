@@ -25,7 +25,7 @@ use crate::source::recipe::{Recipe, Variant};
 use crate::trial::axis::{axes_of, axis_rows, render_rows, Axis, AxisRow};
 use crate::trial::config::{resolve, Config};
 use crate::trial::record::{
-    claim_record_dir, error_text, write_json, ArtifactRow, BuildSide, Pair, SmokeSettings,
+    self, claim_record_dir, error_text, write_json, ArtifactRow, BuildSide, Pair, SmokeSettings,
     SmokeSide,
 };
 use crate::trial::report::summary_markdown;
@@ -336,8 +336,10 @@ impl FlipPlan<'_> {
         record.reason = Some(reason);
         record.state = "complete".into();
         record.completed_at = Some(manifest::now_rfc3339());
-        fsx::write_atomic(&record.summary, summary_markdown(&record).as_bytes())?;
-        write_json(&record.record, &record)?;
+        // One commit: the summary and the completed (signed) record appear together, or the
+        // folder stays the registered, unfinished record (kill points `flip:1`, `flip:2`).
+        let dir = fsx::parent_of(&record.record);
+        record::commit_final(&dir, "flip", &record, &summary_markdown(&record))?;
         Ok(record)
     }
 

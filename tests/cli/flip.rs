@@ -72,7 +72,7 @@ fn a_two_axis_flip_is_refused_with_exit_2_naming_both_axes_and_writes_nothing() 
 
 /// The tiny recipe plus a variant whose C flags make CMake's compiler check fail: it differs
 /// from `patched` in one CMake setting and cannot configure.
-fn tiny_with_broken_variant() -> Tiny {
+pub(crate) fn tiny_with_broken_variant() -> Tiny {
     let t = Tiny::new();
     let path = t.ws.join("recipes/tiny.toml");
     let mut text = std::fs::read_to_string(&path).expect("recipe");

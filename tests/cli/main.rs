@@ -25,6 +25,7 @@ mod cuda_repro;
 mod diff;
 mod flip;
 mod flip_soak;
+mod flip_txn;
 mod history;
 mod inputs;
 mod install_server;
