@@ -177,6 +177,52 @@ fn served_control_crashes_from_an_onset_with_the_router_healthy_and_live_stays_c
     let (vc, v) = arms.verify(&dir);
     let verify_s = t0.elapsed().as_secs_f64();
     assert_eq!(vc, 0, "{v}");
+    assert!(
+        v["checked"].as_array().is_some_and(|c| c
+            .iter()
+            .any(|x| x.as_str().is_some_and(|x| x.contains("router logs")))),
+        "the signatures are recomputed from the logs: {v}"
+    );
+    // The summary's signatures must be what the router log shows: one report fewer, with the
+    // summary re-hashed into the evidence, is named.
+    {
+        let scratch = tempfile::tempdir().expect("scratch");
+        let d = scratch.path().join(dir.file_name().expect("id"));
+        std::fs::create_dir(&d).expect("mkdir");
+        for e in std::fs::read_dir(&dir).expect("ls").flatten() {
+            std::fs::copy(e.path(), d.join(e.file_name())).expect("copy");
+        }
+        let p = d.join("serve-summary.json");
+        let mut sm: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&p).expect("summary")).expect("json");
+        let arm = sm["arms"]
+            .as_array_mut()
+            .expect("arms")
+            .iter_mut()
+            .find(|a| a["name"] == control["name"])
+            .expect("control arm");
+        let (k, n) = arm["signatures"]
+            .as_object()
+            .and_then(|m| m.iter().next())
+            .map(|(k, n)| (k.clone(), n.as_u64().unwrap_or(0)))
+            .expect("a signature");
+        arm["signatures"][k.as_str()] = (n - 1).into();
+        let bytes = serde_json::to_vec(&sm).expect("json");
+        std::fs::write(&p, &bytes).expect("write");
+        let ep = d.join("serve-evidence.json");
+        let mut ev: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&ep).expect("ev")).expect("json");
+        ev["files"]["serve-summary.json"] = crate::trust_install::sha_hex(&bytes).into();
+        std::fs::write(&ep, serde_json::to_vec(&ev).expect("json")).expect("write");
+        let (c, v) = arms.verify(&d);
+        assert_eq!(c, 1, "{v}");
+        assert!(
+            v["mismatches"]
+                .as_array()
+                .is_some_and(|m| m.iter().any(|x| x["role"] == "summary signatures")),
+            "{v}"
+        );
+    }
     let files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .expect("ls")
         .flatten()

@@ -304,6 +304,8 @@ struct StoredArm {
     counts: BTreeMap<String, u64>,
     onset_row: Option<u64>,
     health: BTreeMap<String, u64>,
+    #[serde(default)]
+    signatures: BTreeMap<String, u64>,
 }
 
 /// The summary's arms must be the run's (settings.json's arms; the one `endpoint` arm of a run
@@ -444,6 +446,53 @@ fn recheck_rows(dir: &Path, out: &mut EvidenceCheck) -> Result<()> {
     }
     out.checked
         .push("summary counts recomputed from serve-rows.jsonl".into());
+    recheck_signatures(dir, &summary, out)?;
+    Ok(())
+}
+
+/// Each arm's sanitizer signatures recomputed from its router log (a managed run's evidence
+/// file): the summary must say what its own log shows. An arm without a log (a run at an
+/// endpoint) records none.
+fn recheck_signatures(dir: &Path, summary: &StoredSummary, out: &mut EvidenceCheck) -> Result<()> {
+    let mut any = false;
+    for arm in &summary.arms {
+        let name = format!("router-{}.log", arm.name);
+        if !run_file_name(&name) {
+            // An arm name that is no file name of a run folder (a `/`, a `..`): nothing is
+            // opened for it; the evidence's file set check names what is wrong.
+            out.mismatches.push(mismatch(
+                &dir.join("serve-summary.json"),
+                "summary arms",
+                "arm names that are file names of a run folder",
+                &format!("arm {:?}", arm.name),
+            ));
+            continue;
+        }
+        let log = dir.join(name);
+        let got = if std::fs::symlink_metadata(&log).is_ok_and(|m| m.is_file()) {
+            any = true;
+            super::logsig::signatures_in(&log)?
+        } else {
+            BTreeMap::new()
+        };
+        if got != arm.signatures {
+            out.mismatches.push(mismatch(
+                &dir.join("serve-summary.json"),
+                "summary signatures",
+                &format!(
+                    "arm {}: from {}: {got:?}",
+                    arm.name,
+                    log.file_name()
+                        .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+                ),
+                &format!("stored: {:?}", arm.signatures),
+            ));
+        }
+    }
+    if any {
+        out.checked
+            .push("sanitizer signatures recomputed from the router logs".into());
+    }
     Ok(())
 }
 
