@@ -22,7 +22,8 @@ fn ssh_verified(file: &Path, signers: &Path) -> bool {
     o.status.success()
 }
 
-fn entries(dir: &Path) -> Vec<String> {
+/// The names in `dir`, sorted (none when it is missing).
+pub(crate) fn entries(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .map(|rd| {
             rd.flatten()

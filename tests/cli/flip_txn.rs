@@ -6,21 +6,10 @@
 //! tiny recipe's flip to a variant that cannot configure is the one cheap enough to kill at
 //! every step.
 
+use crate::ablate_txn::entries;
 use crate::flip::tiny_with_broken_variant;
 use crate::{code, pinforge, pinforge_cmd, stderr};
 use std::path::Path;
-
-fn entries(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
-}
 
 fn state(dir: &Path) -> String {
     let rec: serde_json::Value =

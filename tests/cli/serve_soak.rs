@@ -62,25 +62,7 @@ const SCHEMA: &str = r#"{"type":"object","properties":{"answer":{"type":"string"
 
 impl Arms {
     fn serve(&self, extra: &[&str], env: &[(&str, &str)]) -> (i32, serde_json::Value) {
-        let schema = self.ws.join("schema.json");
-        std::fs::write(&schema, SCHEMA).expect("schema");
-        let mut cmd = pinforge_cmd(&self.ws);
-        cmd.args([
-            "validate",
-            "--serve",
-            "--installed",
-            "control,live",
-            "--root",
-            self.root.to_str().expect("utf8"),
-            "--schema",
-            schema.to_str().expect("utf8"),
-            "--json",
-        ])
-        .args(extra);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let o = cmd.output().expect("run pinforge");
+        let o = self.serve_output(extra, env);
         let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
             panic!(
                 "validate --serve {extra:?}: not JSON ({e}): {}\n{}",
