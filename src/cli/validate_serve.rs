@@ -75,12 +75,7 @@ pub(super) fn run(
     }
     let target = match &a.endpoint {
         Some(url) => {
-            if !(url.starts_with("http://") || url.starts_with("https://")) {
-                return Err(Error::input(
-                    format!("--endpoint {url}"),
-                    "give an http:// or https:// URL",
-                ));
-            }
+            crate::deploy::serve::client::check_endpoint_url(url)?;
             Target::Endpoint {
                 url: url.clone(),
                 api_key: std::env::var(&a.api_key_env).ok().filter(|k| !k.is_empty()),

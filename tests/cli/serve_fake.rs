@@ -441,6 +441,35 @@ fn a_served_run_verifies_and_each_change_to_its_folder_is_named() {
             rehash_evidence(d, "settings.json");
         },
     );
+    // Files removed from the folder and from the evidence alike: a run without its rows and
+    // summary is no finished run.
+    case(
+        "the rows and the summary gone, and gone from the evidence",
+        "serve-rows.jsonl",
+        &|d| {
+            for f in ["serve-rows.jsonl", "serve-summary.json"] {
+                std::fs::remove_file(d.join(f)).expect("rm");
+            }
+            let p = d.join("serve-evidence.json");
+            let mut ev: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&p).expect("ev")).expect("json");
+            let files = ev["files"].as_object_mut().expect("files");
+            files.remove("serve-rows.jsonl");
+            files.remove("serve-summary.json");
+            std::fs::write(&p, serde_json::to_string(&ev).expect("json")).expect("write");
+        },
+    );
+    // The prompts swapped for others and re-hashed: settings.json still names the run's.
+    case(
+        "other prompts, re-hashed into the evidence",
+        "prompts.jsonl",
+        &|d| {
+            let p = d.join("prompts.jsonl");
+            let t = std::fs::read_to_string(&p).expect("prompts");
+            std::fs::write(&p, format!("{t}{{\"prompt\":\"one more\"}}\n")).expect("write");
+            rehash_evidence(d, "prompts.jsonl");
+        },
+    );
     case("a symlinked member", "settings.json", &|d| {
         let p = d.join("settings.json");
         std::fs::remove_file(&p).expect("rm");

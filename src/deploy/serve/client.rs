@@ -86,12 +86,51 @@ fn never_sent(e: &ureq::Error) -> bool {
     }
 }
 
+/// An `--endpoint` URL pinforge may record and call: `http://` or `https://`, a host, a port
+/// that is one, and no credentials (a `user:password@` part would be written into the run's
+/// evidence and output; the API key comes from the environment instead). Exit 2 naming it.
+pub(crate) fn check_endpoint_url(url: &str) -> Result<()> {
+    let bad = |why: &str| Error::input(format!("--endpoint {url}"), why.to_string());
+    let uri: ureq::http::Uri = url.parse().map_err(|e| bad(&format!("not a URL: {e}")))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return Err(bad("give an http:// or https:// URL"));
+    }
+    let Some(auth) = uri.authority() else {
+        return Err(bad("no host"));
+    };
+    if auth.as_str().contains('@') {
+        return Err(
+            bad("holds credentials, which would be recorded in the run's evidence").with_hint(
+                "pass the API key in the environment (--api-key-env, PINFORGE_ENDPOINT_API_KEY)",
+            ),
+        );
+    }
+    if auth.host().is_empty() {
+        return Err(bad("no host"));
+    }
+    // `http::Uri` takes any digits as a port; one over 65535 would only fail at connect time,
+    // after a wait.
+    let port_text = auth.as_str().rsplit_once(':').map(|(_, p)| p);
+    if let Some(p) = port_text.filter(|p| !p.contains(']')) {
+        if p.parse::<u16>().map_or(true, |n| n == 0) {
+            return Err(bad(&format!("port {p} is not a port (1 to 65535)")));
+        }
+    }
+    Ok(())
+}
+
 impl Server {
     /// A client for `base` (`http://127.0.0.1:PORT`, no trailing slash); `read_timeout`
     /// bounds every read, so a hung child shows as a cut, not a hang.
     pub(crate) fn new(base: &str, api_key: Option<String>, read_timeout: Duration) -> Server {
+        // ureq's default provider is rustls, which this build does not carry: without naming
+        // the system's TLS an https:// endpoint panicked inside ureq.
+        let tls = ureq::tls::TlsConfig::builder()
+            .provider(ureq::tls::TlsProvider::NativeTls)
+            .build();
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
+            .tls_config(tls)
             .timeout_connect(Some(Duration::from_secs(5)))
             .timeout_per_read(Some(read_timeout))
             // A server that trickles a byte now and then never trips the per-read bound:
@@ -420,5 +459,34 @@ mod tests {
             .wait_healthy(Duration::from_secs(5), &mut || false)
             .expect_err("gone");
         assert!(err.to_string().contains("exited"), "{err}");
+    }
+}
+
+#[cfg(test)]
+mod url_tests {
+    use super::check_endpoint_url;
+
+    #[test]
+    fn an_endpoint_url_with_credentials_a_bad_port_or_another_scheme_is_refused() {
+        for ok in [
+            "http://127.0.0.1:8080",
+            "https://llm.example.org/",
+            "http://[::1]:8080/v1",
+            "http://localhost",
+        ] {
+            assert!(check_endpoint_url(ok).is_ok(), "{ok}");
+        }
+        for (bad, why) in [
+            ("http://user:hunter2@127.0.0.1:8080", "credentials"),
+            ("http://127.0.0.1:99999", "not a port"),
+            ("http://127.0.0.1:0", "not a port"),
+            ("ftp://127.0.0.1:21", "http:// or https://"),
+            ("127.0.0.1:8080", "http:// or https://"),
+            ("http://", "URL"),
+        ] {
+            let e = check_endpoint_url(bad).expect_err(bad).to_string();
+            assert!(e.contains(why), "{bad}: {e}");
+            assert!(!e.contains("hunter2") || bad.contains("hunter2"), "{e}");
+        }
     }
 }

@@ -44,6 +44,16 @@ const FIXED: &[&str] = &[
     "serve-summary.json",
 ];
 
+/// The files no finished served run lacks: its evidence must name each (a folder whose
+/// evidence left out its rows or summary would otherwise verify with nothing re-checked).
+const REQUIRED: &[&str] = &[
+    "settings.json",
+    "serve-settings.json",
+    "prompts.jsonl",
+    "serve-rows.jsonl",
+    "serve-summary.json",
+];
+
 /// Whether `name` is a file a served run folder holds: a fixed name, or `router-ARM.log` /
 /// `serve-arm-ARM.json` of an arm name (letters, digits, `-`, `_`, `.`; never a path).
 pub(crate) fn run_file_name(name: &str) -> bool {
@@ -172,7 +182,26 @@ pub(crate) fn verify(dir: &Path) -> Result<EvidenceCheck> {
             ));
         }
     }
+    for need in REQUIRED {
+        if !ev.files.contains_key(*need) {
+            out.mismatches.push(mismatch(
+                &dir.join(need),
+                "member",
+                "a file every served run records",
+                "not in the evidence",
+            ));
+        }
+    }
+    if !ev.files.keys().any(|n| n.starts_with("serve-arm-")) {
+        out.mismatches.push(mismatch(
+            &ev_path,
+            "member",
+            "an arm record (serve-arm-ARM.json)",
+            "none in the evidence",
+        ));
+    }
     check_members(dir, &ev, &mut out)?;
+    check_mode(dir, &ev, &mut out)?;
     check_outside_model(dir, &mut out)?;
     recheck_rows(dir, &mut out)?;
     out.ok = out.mismatches.is_empty();
@@ -288,6 +317,67 @@ fn check_outside_model(dir: &Path, out: &mut EvidenceCheck) -> Result<()> {
             .mismatches
             .push(mismatch(m, "model", &want, &e.to_string())),
     }
+    Ok(())
+}
+
+/// The run's files agree with each other: the evidence's mode is `serve-settings.json`'s, and
+/// the prompts and the run's own model copy are the files whose digests `settings.json`
+/// records (the rows ran on those; a file swapped and re-hashed into the evidence is named).
+fn check_mode(dir: &Path, ev: &ServeEvidence, out: &mut EvidenceCheck) -> Result<()> {
+    let regular = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file());
+    let sp = dir.join("serve-settings.json");
+    if regular(&sp) {
+        let mode = serde_json::from_slice::<serde_json::Value>(&read_regular(&sp, "settings")?)
+            .ok()
+            .and_then(|v| v["mode"].as_str().map(str::to_string));
+        if mode.as_deref() != Some(ev.mode.as_str()) {
+            out.mismatches.push(mismatch(
+                &sp,
+                "mode",
+                &format!("mode {} (the evidence's)", ev.mode),
+                &format!("mode {}", mode.as_deref().unwrap_or("absent")),
+            ));
+        }
+    }
+    let p = dir.join("settings.json");
+    if !regular(&p) {
+        return Ok(());
+    }
+    let Ok(settings) = serde_json::from_slice::<Settings>(&read_regular(&p, "settings")?) else {
+        return Ok(()); // named by check_outside_model
+    };
+    let mut digest_of = |name: &str, want: Sha256| -> Result<()> {
+        let f = dir.join(name);
+        if !regular(&f) {
+            return Ok(());
+        }
+        let (got, _) = Sha256::of_reader(fsx::open_regular(&f, name, false)?, &f)?;
+        if got != want {
+            out.mismatches.push(mismatch(
+                &f,
+                "settings digest",
+                &format!("{want} (settings.json)"),
+                &got.to_string(),
+            ));
+        }
+        Ok(())
+    };
+    digest_of("prompts.jsonl", settings.prompt_set_sha256)?;
+    if let Some(d) = settings.schema_sha256 {
+        digest_of("schema.json", d)?;
+    }
+    if let Some(d) = settings.grammar_sha256 {
+        digest_of("grammar.gbnf", d)?;
+    }
+    if settings
+        .model
+        .file_name()
+        .is_some_and(|n| n == "model.gguf")
+    {
+        digest_of("model.gguf", settings.model_sha256)?;
+    }
+    out.checked
+        .push("the prompts, schema and model are the files settings.json records".into());
     Ok(())
 }
 
