@@ -104,6 +104,10 @@ pub(crate) fn borrow_objects(repo: &Repository, other: &Path) -> Result<()> {
 /// Check that a work tree is exactly at `head` with no modified, added or deleted files.
 pub(crate) fn check_clean(path: &Path, head: GitOid) -> Result<()> {
     let repo = Repository::open(path).git_at(&path.display())?;
+    // The files at `path` are what is checked, whatever the repository's own config says:
+    // a `core.worktree` planted in its `.git/config` would make the status describe another
+    // folder (a pristine copy, or `/proc`) and a changed tree pass.
+    repo.set_workdir(path, false).git_at(&path.display())?;
     let actual = repo
         .head()
         .and_then(|h| h.peel_to_commit())
@@ -165,5 +169,36 @@ mod tests {
         assert_eq!(resolve_commit(&repo, &c.to_string()[..9]), Some(c));
         assert_eq!(resolve_commit(&repo, "zz"), None);
         assert!(is_ancestor(&repo, c, c));
+    }
+
+    #[test]
+    fn a_changed_tree_is_dirty_even_when_its_config_points_the_work_tree_elsewhere() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (tree_dir, pristine) = (dir.path().join("t"), dir.path().join("pristine"));
+        std::fs::create_dir_all(&tree_dir).expect("mkdir");
+        let repo = Repository::init(&tree_dir).expect("init");
+        std::fs::write(tree_dir.join("a"), "hi\n").expect("write");
+        let mut index = repo.index().expect("index");
+        index.add_path(Path::new("a")).expect("add");
+        index.write().expect("index");
+        let tree = repo
+            .find_tree(index.write_tree().expect("tree"))
+            .expect("tree");
+        let sig = tool_signature(&Time::new(0, 0)).expect("sig");
+        let c = repo
+            .commit(Some("HEAD"), &sig, &sig, "m", &tree, &[])
+            .expect("commit");
+        let head = GitOid::new(c);
+        check_clean(&tree_dir, head).expect("clean");
+        // A pristine copy elsewhere, the repository's config aimed at it, the tree changed.
+        std::fs::create_dir_all(&pristine).expect("mkdir");
+        std::fs::write(pristine.join("a"), "hi\n").expect("write");
+        repo.config()
+            .expect("config")
+            .set_str("core.worktree", pristine.to_str().expect("utf8"))
+            .expect("set");
+        std::fs::write(tree_dir.join("a"), "EVIL\n").expect("write");
+        let e = check_clean(&tree_dir, head).expect_err("dirty");
+        assert!(e.to_string().contains("differs from its commit: a"), "{e}");
     }
 }
