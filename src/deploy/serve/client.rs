@@ -389,11 +389,35 @@ fn read_whole(mut body: ureq::Body) -> Answer {
         };
     };
     let choice = &v["choices"][0];
+    // A count that is there but is no non-negative integer (negative, a float, a string, past
+    // u64) is the endpoint's error, not a zero: the row is the harness's `error`, with why.
+    let mut bad = None;
+    let mut count = |field: &str| -> u64 {
+        let x = &v["usage"][field];
+        match x {
+            Value::Null => 0,
+            _ => x.as_u64().unwrap_or_else(|| {
+                bad.get_or_insert(format!(
+                    "usage.{field} is not a non-negative integer: {}",
+                    excerpt(&x.to_string())
+                ));
+                0
+            }),
+        }
+    };
+    let (prompt_tokens, completion_tokens) = (count("prompt_tokens"), count("completion_tokens"));
+    if let Some(why) = bad {
+        return Answer {
+            harness_error: Some(format!("the endpoint's answer: {why}")),
+            error_body: Some(excerpt(&text)),
+            ..Answer::default()
+        };
+    }
     Answer {
         finish_reason: choice["finish_reason"].as_str().map(String::from),
         content: choice["message"]["content"].as_str().map(String::from),
-        prompt_tokens: v["usage"]["prompt_tokens"].as_u64().unwrap_or(0),
-        completion_tokens: v["usage"]["completion_tokens"].as_u64().unwrap_or(0),
+        prompt_tokens,
+        completion_tokens,
         error_body: v.get("error").map(|e| excerpt(&e.to_string())),
         timings: v.get("timings").cloned(),
         ..Answer::default()

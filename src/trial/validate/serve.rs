@@ -146,6 +146,17 @@ pub(crate) fn classify(r: &Response, lim: Limits) -> (ServeClass, String) {
     if let Some(c) = &r.cut {
         return (ServeClass::Crash, format!("cut: {c}"));
     }
+    if r.completion_tokens > lim.max_tokens {
+        // No server that honours the request does this: the counts cannot be read as a
+        // budget stop or a complete answer.
+        return (
+            ServeClass::Error,
+            format!(
+                "harness: the endpoint reports {} completion tokens, more than max_tokens {}",
+                r.completion_tokens, lim.max_tokens
+            ),
+        );
+    }
     match r.status {
         Some(s) if s >= 500 => return (ServeClass::Crash, format!("HTTP {s} from the proxy")),
         _ if r.child_failed => {
@@ -239,6 +250,24 @@ mod tests {
 
     fn class(r: &Response) -> ServeClass {
         classify(r, LIM).0
+    }
+
+    #[test]
+    fn more_completion_tokens_than_asked_for_is_the_endpoints_error_not_an_answer() {
+        let r = Response {
+            completion_tokens: 100_000,
+            ..ok()
+        };
+        let (c, rule) = classify(&r, LIM);
+        assert_eq!(c, ServeClass::Error, "{rule}");
+        assert!(rule.contains("more than max_tokens 16"), "{rule}");
+        let at_budget = Response {
+            completion_tokens: 16,
+            finish_reason: Some("length".into()),
+            schema_valid: Some(false),
+            ..ok()
+        };
+        assert_eq!(class(&at_budget), ServeClass::TokenBudget);
     }
 
     #[test]
