@@ -201,9 +201,12 @@ pub(crate) fn verify(dir: &Path) -> Result<EvidenceCheck> {
         ));
     }
     check_members(dir, &ev, &mut out)?;
-    check_mode(dir, &ev, &mut out)?;
-    check_outside_model(dir, &mut out)?;
-    recheck_rows(dir, &mut out)?;
+    let settings = load_settings(dir, &mut out)?;
+    check_agreement(dir, &ev, settings.as_ref(), &mut out)?;
+    if let Some(s) = &settings {
+        check_outside_model(dir, s, &mut out)?;
+    }
+    recheck_rows(dir, settings.as_ref(), &mut out)?;
     out.ok = out.mismatches.is_empty();
     Ok(out)
 }
@@ -276,22 +279,26 @@ fn check_members(dir: &Path, ev: &ServeEvidence, out: &mut EvidenceCheck) -> Res
     Ok(())
 }
 
-/// A model given with `--model` lives outside the folder: the one the settings record must
-/// still be there with its recorded sha256 (its loss is a mismatch, as the run's own files').
-fn check_outside_model(dir: &Path, out: &mut EvidenceCheck) -> Result<()> {
+/// `settings.json`, read once for the checks that need it: None when it is absent or not a
+/// regular file (a mismatch of the file set already) or not a run's settings (recorded here).
+fn load_settings(dir: &Path, out: &mut EvidenceCheck) -> Result<Option<Settings>> {
     let p = dir.join("settings.json");
     if !std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
-        return Ok(());
+        return Ok(None);
     }
-    let Ok(settings) = serde_json::from_slice::<Settings>(&read_regular(&p, "settings")?) else {
-        out.mismatches.push(mismatch(
-            &p,
-            "settings",
-            "a run's settings",
-            "not a run's settings",
-        ));
-        return Ok(());
-    };
+    match serde_json::from_slice(&read_regular(&p, "settings")?) {
+        Ok(s) => Ok(Some(s)),
+        Err(e) => {
+            out.mismatches
+                .push(mismatch(&p, "settings", "a run's settings", &e.to_string()));
+            Ok(None)
+        }
+    }
+}
+
+/// A model given with `--model` lives outside the folder: the one the settings record must
+/// still be there with its recorded sha256 (its loss is a mismatch, as the run's own files').
+fn check_outside_model(dir: &Path, settings: &Settings, out: &mut EvidenceCheck) -> Result<()> {
     // The run's own copy (the folder's `model.gguf`, wherever the folder is now) is one of
     // its files, hashed above.
     let own = settings
@@ -321,12 +328,18 @@ fn check_outside_model(dir: &Path, out: &mut EvidenceCheck) -> Result<()> {
 }
 
 /// The run's files agree with each other: the evidence's mode is `serve-settings.json`'s, and
-/// the prompts and the run's own model copy are the files whose digests `settings.json`
-/// records (the rows ran on those; a file swapped and re-hashed into the evidence is named).
-fn check_mode(dir: &Path, ev: &ServeEvidence, out: &mut EvidenceCheck) -> Result<()> {
-    let regular = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file());
+/// the prompts, schema, grammar and the run's own model copy are the files whose digests
+/// `settings.json` records (the rows ran on those). The files themselves were re-hashed against
+/// the evidence by [`check_members`], so the evidence's digests stand for them here: a file
+/// swapped and re-hashed into the evidence is named, and nothing is hashed twice.
+fn check_agreement(
+    dir: &Path,
+    ev: &ServeEvidence,
+    settings: Option<&Settings>,
+    out: &mut EvidenceCheck,
+) -> Result<()> {
     let sp = dir.join("serve-settings.json");
-    if regular(&sp) {
+    if std::fs::symlink_metadata(&sp).is_ok_and(|m| m.is_file()) {
         let mode = serde_json::from_slice::<serde_json::Value>(&read_regular(&sp, "settings")?)
             .ok()
             .and_then(|v| v["mode"].as_str().map(str::to_string));
@@ -339,42 +352,31 @@ fn check_mode(dir: &Path, ev: &ServeEvidence, out: &mut EvidenceCheck) -> Result
             ));
         }
     }
-    let p = dir.join("settings.json");
-    if !regular(&p) {
+    let Some(settings) = settings else {
         return Ok(());
-    }
-    let Ok(settings) = serde_json::from_slice::<Settings>(&read_regular(&p, "settings")?) else {
-        return Ok(()); // named by check_outside_model
     };
-    let mut digest_of = |name: &str, want: Sha256| -> Result<()> {
-        let f = dir.join(name);
-        if !regular(&f) {
-            return Ok(());
-        }
-        let (got, _) = Sha256::of_reader(fsx::open_regular(&f, name, false)?, &f)?;
-        if got != want {
+    let own_model = settings
+        .model
+        .file_name()
+        .is_some_and(|n| n == "model.gguf");
+    let recorded = [
+        ("prompts.jsonl", Some(settings.prompt_set_sha256)),
+        ("schema.json", settings.schema_sha256),
+        ("grammar.gbnf", settings.grammar_sha256),
+        ("model.gguf", own_model.then_some(settings.model_sha256)),
+    ];
+    for (name, want) in recorded {
+        let (Some(want), Some(got)) = (want, ev.files.get(name)) else {
+            continue;
+        };
+        if *got != want {
             out.mismatches.push(mismatch(
-                &f,
+                &dir.join(name),
                 "settings digest",
                 &format!("{want} (settings.json)"),
                 &got.to_string(),
             ));
         }
-        Ok(())
-    };
-    digest_of("prompts.jsonl", settings.prompt_set_sha256)?;
-    if let Some(d) = settings.schema_sha256 {
-        digest_of("schema.json", d)?;
-    }
-    if let Some(d) = settings.grammar_sha256 {
-        digest_of("grammar.gbnf", d)?;
-    }
-    if settings
-        .model
-        .file_name()
-        .is_some_and(|n| n == "model.gguf")
-    {
-        digest_of("model.gguf", settings.model_sha256)?;
     }
     out.checked
         .push("the prompts, schema and model are the files settings.json records".into());
@@ -401,25 +403,13 @@ struct StoredArm {
 /// The summary's arms must be the run's (settings.json's arms; the one `endpoint` arm of a run
 /// at an endpoint), in order: a summary that left an arm out, or a rows file cut to a subset of
 /// the rows with its counts recomputed to match, would otherwise verify. Returns the rows each
-/// arm must hold, when settings.json can be read (else its mismatch is recorded).
+/// arm must hold.
 fn recheck_arms(
-    dir: &Path,
+    settings: &Settings,
     sum_p: &Path,
     names: &[String],
     out: &mut EvidenceCheck,
-) -> Result<Option<u64>> {
-    let p = dir.join("settings.json");
-    if !std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
-        return Ok(None);
-    }
-    let settings: Settings = match serde_json::from_slice(&read_regular(&p, "settings")?) {
-        Ok(s) => s,
-        Err(e) => {
-            out.mismatches
-                .push(mismatch(&p, "settings", "a run's settings", &e.to_string()));
-            return Ok(None);
-        }
-    };
+) -> u64 {
     let want: Vec<String> = if settings.arms.is_empty() {
         vec![super::ENDPOINT_ARM.to_string()]
     } else {
@@ -434,11 +424,11 @@ fn recheck_arms(
         ));
     }
     out.checked.push("the summary's arms are the run's".into());
-    Ok(Some(settings.rows))
+    settings.rows
 }
 
 /// Every row's class from its facts, and the summary's counts from the rows.
-fn recheck_rows(dir: &Path, out: &mut EvidenceCheck) -> Result<()> {
+fn recheck_rows(dir: &Path, settings: Option<&Settings>, out: &mut EvidenceCheck) -> Result<()> {
     let (rows_p, sum_p) = (dir.join("serve-rows.jsonl"), dir.join("serve-summary.json"));
     let regular = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file());
     if !regular(&rows_p) || !regular(&sum_p) {
@@ -458,7 +448,7 @@ fn recheck_rows(dir: &Path, out: &mut EvidenceCheck) -> Result<()> {
         }
     };
     let names: Vec<String> = summary.arms.iter().map(|a| a.name.clone()).collect();
-    let expected_rows = recheck_arms(dir, &sum_p, &names, out)?;
+    let expected_rows = settings.map(|s| recheck_arms(s, &sum_p, &names, out));
     let bytes = read_regular(&rows_p, "rows")?;
     let rec = match state::parse_rows(&bytes, &rows_p, &names) {
         Ok(r) if r.partial == 0 => r,
