@@ -47,9 +47,9 @@ pub(crate) enum Place {
 pub(crate) struct Scope {
     /// The manifest's folder, absolute.
     base: PathBuf,
-    /// The workspace (as the manifest's path spells it) when the manifest is where `build`
-    /// writes one; None: relative inputs are not read.
-    root: Option<PathBuf>,
+    /// The manifest is where `build` writes one (`<ws>/build/R/V/`), so its relative inputs'
+    /// `..` steps lead where the build meant; elsewhere they are not read.
+    at_build_path: bool,
     pulled: bool,
 }
 
@@ -60,8 +60,12 @@ impl Scope {
             .unwrap_or_else(|_| fsx::parent_of(manifest_path));
         let pulled =
             std::fs::symlink_metadata(base.join(PULLED_MARKER)).is_ok() || pulled_location(&base);
-        let root = (!pulled).then(|| workspace_of(&base)).flatten();
-        Scope { base, root, pulled }
+        let at_build_path = !pulled && is_build_folder(&base);
+        Scope {
+            base,
+            at_build_path,
+            pulled,
+        }
     }
 
     /// The manifest came from a registry: no input is read.
@@ -93,7 +97,7 @@ impl Scope {
     /// A relative input, walked from the manifest's folder (None: not there, or the folder
     /// is not a build folder).
     fn relative(&self, local: &Path) -> Result<Option<PathBuf>, String> {
-        if self.root.is_none() {
+        if !self.at_build_path {
             return Ok(None);
         }
         // Walked from the folder as spelled, not its canonical form: `build` wrote the `..`
@@ -182,10 +186,11 @@ fn pulled_location(base: &Path) -> bool {
         .is_some_and(|n| n == "pulled")
 }
 
-/// `<ws>` of `<ws>/build/RECIPE/VARIANT` (where `build` writes manifests), if `base` is one.
-fn workspace_of(base: &Path) -> Option<PathBuf> {
-    let build = base.parent()?.parent()?;
-    (build.file_name()? == "build").then(|| build.parent().map(Path::to_path_buf))?
+/// Whether `base` is `<ws>/build/RECIPE/VARIANT`, where `build` writes manifests.
+fn is_build_folder(base: &Path) -> bool {
+    base.parent()
+        .and_then(Path::parent)
+        .is_some_and(|b| b.file_name().is_some_and(|n| n == "build") && b.parent().is_some())
 }
 
 #[cfg(test)]
