@@ -31,14 +31,26 @@ extern "C" fn note_interrupt(_sig: libc::c_int) {
 /// From now on SIGINT and SIGTERM only set a flag ([`interrupted`]) instead of ending the
 /// process, so the caller can stop what it started and report.
 pub(crate) fn catch_interrupts() {
+    note_interrupts();
+}
+
+/// The signals [`catch_interrupts`] turns into the flag.
+const CAUGHT: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
+
+/// Install [`note_interrupt`] for [`CAUGHT`]; the dispositions they had before (SIG_DFL where
+/// `signal` failed).
+fn note_interrupts() -> [libc::sighandler_t; 2] {
     let handler = note_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
-    for sig in [libc::SIGINT, libc::SIGTERM] {
+    let mut before = [libc::SIG_DFL; 2];
+    for (slot, sig) in before.iter_mut().zip(CAUGHT) {
         // SAFETY: the handler only stores to a static atomic, which is async-signal-safe;
         // `signal` changes this process's disposition table and nothing else.
-        unsafe {
-            libc::signal(sig, handler);
+        let old = unsafe { libc::signal(sig, handler) };
+        if old != libc::SIG_ERR {
+            *slot = old;
         }
     }
+    before
 }
 
 /// Whether an interrupt arrived since [`catch_interrupts`].
@@ -53,21 +65,10 @@ pub(crate) fn interrupted() -> bool {
 /// (`pinforge install … &`) starts with SIGINT ignored, and stays so.
 pub(crate) struct InterruptsCaught([libc::sighandler_t; 2]);
 
-const CAUGHT: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
-
 impl InterruptsCaught {
     /// Catch SIGINT and SIGTERM from now on.
     pub(crate) fn new() -> InterruptsCaught {
-        let handler = note_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        let mut before = [libc::SIG_DFL; 2];
-        for (slot, sig) in before.iter_mut().zip(CAUGHT) {
-            // SAFETY: as in `catch_interrupts`; the returned previous disposition is only kept.
-            let old = unsafe { libc::signal(sig, handler) };
-            if old != libc::SIG_ERR {
-                *slot = old;
-            }
-        }
-        InterruptsCaught(before)
+        InterruptsCaught(note_interrupts())
     }
 }
 
