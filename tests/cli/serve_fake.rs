@@ -631,6 +631,22 @@ fn a_resume_refuses_a_run_another_pinforge_holds_and_drops_a_killed_writes_temp_
 }
 
 #[test]
+fn a_resume_of_no_run_is_refused_and_writes_nothing() {
+    let fake = good_server();
+    let w = ws();
+    let o = w.endpoint(&fake.url, &["--resume", "nosuch"], &[]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("no run here"), "{}", stderr(&o));
+    // A folder that is no run (no settings.json) is refused the same way, and left as it was.
+    let empty = w.ws.join("validate/empty");
+    std::fs::create_dir_all(&empty).expect("mkdir");
+    let o = w.endpoint(&fake.url, &["--resume", "empty"], &[]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("no run here"), "{}", stderr(&o));
+    assert!(files_under(&empty).is_empty());
+}
+
+#[test]
 fn a_partial_last_row_is_dropped_on_resume_and_other_settings_are_refused() {
     let fake = good_server();
     let w = ws();

@@ -322,29 +322,24 @@ impl RunDir {
     ) -> Result<RunDir> {
         let dir = vroot.join(id);
         let sp = dir.join("settings.json");
+        let no_run = || {
+            Error::input(
+                format!("--resume {id}"),
+                format!("no run here ({})", dir.display()),
+            )
+            .with_hint("`ls validate/` in the workspace lists the runs")
+        };
         // check_folder found the folder real and its entries regular files (or absent).
-        let lock = match std::fs::symlink_metadata(&dir) {
-            Ok(m) if m.is_dir() => Some(lock_run(&dir, id)?),
-            _ => {
-                return Err(Error::input(
-                    format!("--resume {id}"),
-                    format!("no run here ({})", dir.display()),
-                )
-                .with_hint("`ls validate/` in the workspace lists the runs"))
-            }
-        };
+        if !std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
+            return Err(no_run());
+        }
+        let lock = Some(lock_run(&dir, id)?);
         drop_dead_temp_files(&dir)?;
-        let old: Settings = match std::fs::symlink_metadata(&sp) {
-            Err(_) => {
-                return Err(Error::input(
-                    format!("--resume {id}"),
-                    format!("no run here ({})", dir.display()),
-                )
-                .with_hint("`ls validate/` in the workspace lists the runs"))
-            }
-            Ok(_) => serde_json::from_slice(&fsx::read(&sp)?)
-                .map_err(|e| Error::input(sp.display(), format!("not a run's settings: {e}")))?,
-        };
+        if std::fs::symlink_metadata(&sp).is_err() {
+            return Err(no_run());
+        }
+        let old: Settings = serde_json::from_slice(&fsx::read(&sp)?)
+            .map_err(|e| Error::input(sp.display(), format!("not a run's settings: {e}")))?;
         let model_path = old.model.clone();
         let new = inputs.settings(
             opts,
