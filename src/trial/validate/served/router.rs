@@ -169,9 +169,10 @@ pub(super) fn identity(
         let role = if pid == leader { "router" } else { "child" };
         let sha = match exe_sha(pid) {
             Ok(s) => s.to_string(),
-            // A child that exited between the listing and the open (an eviction) is not a
-            // process of this arm any more.
-            Err(_) if !Path::new(&format!("/proc/{pid}")).exists() => continue,
+            // A child that exited between the listing and the open (an eviction, a killed
+            // child) is not a process of this arm any more: gone from /proc, or still there
+            // while it exits, when the kernel has already dropped its `exe` link.
+            Err(_) if std::fs::read_link(format!("/proc/{pid}/exe")).is_err() => continue,
             Err(e) => return Err(e),
         };
         exe.entry(role.to_string())
