@@ -266,7 +266,7 @@ fn a_child_killed_mid_stream_is_a_crash_never_a_token_budget_stop() {
             "--rows",
             "6",
             "--budget",
-            "12",
+            "48",
             "--stream",
             "--cache-ram",
             "0",
