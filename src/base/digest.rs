@@ -128,22 +128,23 @@ impl schemars::JsonSchema for Sha256 {
     }
 }
 
-/// A full git object id (40 hex digits, SHA-1 repositories).
+/// A full git object id (40 hex digits, SHA-1 repositories). Held as its 20 bytes, so that this
+/// leaf names no git library: the crate that drives libgit2 converts (`source::git::OidExt`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) struct GitOid(git2::Oid);
+pub(crate) struct GitOid([u8; 20]);
 
 impl GitOid {
-    /// Wrap a libgit2 oid.
-    pub(crate) fn new(oid: git2::Oid) -> Self {
-        GitOid(oid)
+    /// The id whose 20 bytes are `bytes`.
+    pub(crate) fn from_bytes(bytes: [u8; 20]) -> Self {
+        GitOid(bytes)
     }
-    /// The libgit2 oid.
-    pub(crate) fn raw(&self) -> git2::Oid {
-        self.0
+    /// The 20 bytes of the id.
+    pub(crate) fn as_bytes(&self) -> &[u8; 20] {
+        &self.0
     }
     /// The first `n` hex digits.
     pub(crate) fn short(&self, n: usize) -> String {
-        let mut s = self.0.to_string();
+        let mut s = self.to_string();
         s.truncate(n.min(40));
         s
     }
@@ -152,33 +153,43 @@ impl GitOid {
 impl FromStr for GitOid {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
-        if s.len() != 40 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(Error::input(
+        let bad = || {
+            Error::input(
                 format!("`{s}`"),
                 "is not a full git commit id (40 hex digits)",
-            ));
+            )
+        };
+        if s.len() != 40 {
+            return Err(bad());
         }
-        git2::Oid::from_str(s)
-            .map(GitOid)
-            .map_err(|e| Error::git(s, e))
+        let mut out = [0u8; 20];
+        for (i, pair) in s.as_bytes().chunks(2).enumerate() {
+            let hi = (pair[0] as char).to_digit(16).ok_or_else(bad)?;
+            let lo = (pair[1] as char).to_digit(16).ok_or_else(bad)?;
+            out[i] = (hi * 16 + lo) as u8;
+        }
+        Ok(GitOid(out))
     }
 }
 
 impl fmt::Display for GitOid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
+        for b in self.0 {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
     }
 }
 
 impl fmt::Debug for GitOid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "git:{}", self.0)
+        write!(f, "git:{self}")
     }
 }
 
 impl Serialize for GitOid {
     fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        s.serialize_str(&self.0.to_string())
+        s.serialize_str(&self.to_string())
     }
 }
 
@@ -368,5 +379,20 @@ mod tests {
         assert!("612db6188".parse::<GitOid>().is_err());
         let full = "612db6188aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
         assert_eq!(full.parse::<GitOid>().expect("full id").to_string(), full);
+        // Uppercase is read as git reads it and shown lowercase; a non-hex digit anywhere, or
+        // a multi-byte character that makes 40 bytes, is refused (never a panic on a split).
+        let upper = "612DB6188AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+        assert_eq!(upper.parse::<GitOid>().expect("upper").to_string(), full);
+        assert!("612db6188aaaaaaaaaaaaaaaaaaaaaaaaaaaaaag".parse::<GitOid>().is_err());
+        assert!("é12db6188aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".parse::<GitOid>().is_err());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn git_oid_parse_never_panics_and_round_trips(s in "\\PC{0,44}") {
+            if let Ok(oid) = s.parse::<GitOid>() {
+                proptest::prop_assert_eq!(oid.to_string(), s.to_ascii_lowercase());
+            }
+        }
     }
 }

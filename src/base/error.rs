@@ -118,12 +118,13 @@ pub enum Error {
         detail: Option<String>,
         hint: Option<String>,
     },
-    /// libgit2 reported an error while working on a repository.
+    /// The git library reported an error while working on a repository. The source is boxed so
+    /// that this leaf type does not name libgit2: only the crate that drives git links it.
     #[error("{subject}: git: {source}")]
     Git {
         subject: String,
         #[source]
-        source: git2::Error,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// Something that should not happen; a bug report is the hint.
     #[error("internal error: {0}")]
@@ -172,11 +173,14 @@ impl Error {
         }
     }
 
-    /// A libgit2 error while working on `subject`.
-    pub fn git(subject: impl fmt::Display, source: git2::Error) -> Self {
+    /// A git library error while working on `subject`.
+    pub fn git(
+        subject: impl fmt::Display,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
         Error::Git {
             subject: subject.to_string(),
-            source,
+            source: source.into(),
         }
     }
 
@@ -246,18 +250,6 @@ pub trait IoContext<T> {
 impl<T> IoContext<T> for std::io::Result<T> {
     fn at(self, action: &'static str, path: &Path) -> Result<T> {
         self.map_err(|e| Error::io(action, path, e))
-    }
-}
-
-/// Attach a subject to libgit2 results in one call.
-pub trait GitContext<T> {
-    /// Map a libgit2 error to [`Error::Git`] naming `subject`.
-    fn git_at(self, subject: &dyn fmt::Display) -> Result<T>;
-}
-
-impl<T> GitContext<T> for std::result::Result<T, git2::Error> {
-    fn git_at(self, subject: &dyn fmt::Display) -> Result<T> {
-        self.map_err(|e| Error::git(subject, e))
     }
 }
 

@@ -4,7 +4,7 @@
 //! ancestry, and the check that a work tree is clean at its commit.
 
 use crate::base::digest::GitOid;
-use crate::base::error::{Error, GitContext, Result};
+use crate::base::error::{Error, Result};
 use git2::{Oid, Repository, Signature, Time, Tree};
 use std::path::Path;
 
@@ -14,6 +14,26 @@ pub(crate) const PRISTINE_TAG: &str = "refs/tags/pinforge/pristine";
 /// The notes ref where each vendor patch commit keeps the exact bytes of the patch file it was
 /// made from, so that `patch export` gives back the file byte for byte.
 pub(crate) const PATCH_NOTES_REF: &str = "refs/notes/pinforge-patch";
+
+/// The typed id of a libgit2 oid (SHA-1 repositories: 20 bytes).
+pub(crate) fn git_oid(oid: Oid) -> GitOid {
+    let mut bytes = [0u8; 20];
+    // git2 0.20 opens SHA-1 repositories only, whose ids are 20 bytes.
+    bytes.copy_from_slice(oid.as_bytes().get(..20).unwrap_or(&[0; 20]));
+    GitOid::from_bytes(bytes)
+}
+
+/// The libgit2 oid of a typed id.
+pub(crate) trait OidExt {
+    /// The same id as libgit2's type.
+    fn to_git(&self) -> Oid;
+}
+
+impl OidExt for GitOid {
+    fn to_git(&self) -> Oid {
+        Oid::from_bytes(self.as_bytes()).expect("invariant: a GitOid is 20 bytes, a SHA-1 oid")
+    }
+}
 
 /// The committer name of every commit and note pinforge makes.
 pub(crate) const COMMITTER_NAME: &str = "pinforge";
@@ -113,7 +133,7 @@ pub(crate) fn check_clean(path: &Path, head: GitOid) -> Result<()> {
         .and_then(|h| h.peel_to_commit())
         .git_at(&path.display())?
         .id();
-    if actual != head.raw() {
+    if actual != head.to_git() {
         return Err(Error::check(
             path.display(),
             format!("HEAD is {actual}, expected {head}"),
@@ -137,6 +157,18 @@ pub(crate) fn check_clean(path: &Path, head: GitOid) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Attach a subject to libgit2 results in one call.
+pub(crate) trait GitContext<T> {
+    /// Map a libgit2 error to [`Error::Git`] naming `subject`.
+    fn git_at(self, subject: &dyn std::fmt::Display) -> Result<T>;
+}
+
+impl<T> GitContext<T> for std::result::Result<T, git2::Error> {
+    fn git_at(self, subject: &dyn std::fmt::Display) -> Result<T> {
+        self.map_err(|e| Error::git(subject, e))
+    }
 }
 
 #[cfg(test)]
@@ -188,7 +220,7 @@ mod tests {
         let c = repo
             .commit(Some("HEAD"), &sig, &sig, "m", &tree, &[])
             .expect("commit");
-        let head = GitOid::new(c);
+        let head = git_oid(c);
         check_clean(&tree_dir, head).expect("clean");
         // A pristine copy elsewhere, the repository's config aimed at it, the tree changed.
         std::fs::create_dir_all(&pristine).expect("mkdir");

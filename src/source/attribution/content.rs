@@ -3,8 +3,10 @@
 //! forward (the change is absent), its reverse applies (the change is present), or neither
 //! (the context drifted: content cannot say).
 
+use crate::base::git::OidExt;
 use super::{field_line, Finding, PatchCheck};
-use crate::base::error::{GitContext, Result};
+use crate::base::error::Result;
+use crate::base::git::GitContext;
 use crate::source::patch::header::UpstreamStatus;
 use crate::source::patch::PatchFile;
 use crate::source::upstream::Tree;
@@ -29,7 +31,7 @@ pub(super) fn check(tree: &Tree, p: &PatchFile) -> Result<PatchCheck> {
     let a = p.require_attribution()?;
     let repo = Repository::open(&tree.path).git_at(&tree.path.display())?;
     let base = repo
-        .find_commit(tree.base_commit.raw())
+        .find_commit(tree.base_commit.to_git())
         .and_then(|c| c.tree())
         .git_at(&tree.path.display())?;
     let diff_bytes = p

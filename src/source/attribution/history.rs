@@ -3,7 +3,8 @@
 //! whether a patch still called `Pending` has landed after all.
 
 use super::{field_line, Finding, PatchCheck};
-use crate::base::error::{Error, GitContext, Result};
+use crate::base::error::{Error, Result};
+use crate::base::git::GitContext;
 use crate::base::git::{is_ancestor, resolve_commit};
 use crate::base::workspace::Workspace;
 use crate::source::audit::history::{mentions, ref_slug};

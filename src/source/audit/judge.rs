@@ -6,8 +6,10 @@ use super::{
     content, Behaviour, CheckFinding, Evidence, EvidenceKind, Outcome, PatchAudit, RevertPair,
     Strength, Verdict,
 };
+use crate::base::git::OidExt;
 use crate::base::digest::GitOid;
-use crate::base::error::{Error, GitContext, Result};
+use crate::base::error::{Error, Result};
+use crate::base::git::GitContext;
 use crate::source::patch::apply::{self, HunkOffset};
 use crate::source::patch::diff::FilePatch;
 use crate::source::patch::PatchFile;
@@ -381,7 +383,7 @@ fn probe<'r>(
         ));
     }
     let forward = apply::placed_diff(work, p);
-    let picked = repo.find_commit(vendor_commit.raw()).git_at(&subject)?;
+    let picked = repo.find_commit(vendor_commit.to_git()).git_at(&subject)?;
     let mut index = repo
         .cherrypick_commit(&picked, &head, 0, None)
         .git_at(&subject)?;

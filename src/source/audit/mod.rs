@@ -40,8 +40,10 @@ pub(crate) mod revert;
 pub(crate) use judge::refreshed;
 pub(crate) use onto::{moved_recipe, parse_onto, Onto};
 
+use crate::base::git::OidExt;
 use crate::base::digest::GitOid;
-use crate::base::error::{Error, GitContext, IoContext, Result};
+use crate::base::error::{Error, IoContext, Result};
+use crate::base::git::GitContext;
 use crate::base::workspace::Workspace;
 use crate::source::patch::Bundle;
 use crate::source::recipe::{PinSource, Recipe};
@@ -465,11 +467,11 @@ pub(crate) fn run_checked(
     crate::base::git::borrow_objects(&repo, &old_patched.path)?;
     let old_repo = Repository::open(&old_patched.path).git_at(&old_patched.path.display())?;
     let old_base_tree = old_repo
-        .find_commit(old_tree.base_commit.raw())
+        .find_commit(old_tree.base_commit.to_git())
         .and_then(|c| c.tree())
         .git_at(&old_patched.path.display())?;
     let new_base_tree = repo
-        .find_commit(new_tree.base_commit.raw())
+        .find_commit(new_tree.base_commit.to_git())
         .and_then(|c| c.tree())
         .git_at(&work.display())?;
 
@@ -493,7 +495,7 @@ pub(crate) fn run_checked(
                     format!("read {} commit(s): {}", log.len(), log.range),
                     Strength::Note,
                 ));
-                let (found, reverted) = history::evidence(hrepo, log, tip.raw(), a, pin_url);
+                let (found, reverted) = history::evidence(hrepo, log, tip.to_git(), a, pin_url);
                 ev.extend(found);
                 reverts = reverted;
             }
@@ -564,8 +566,8 @@ fn read_history(
                 ));
                 None
             } else {
-                let base = old_tree.pin.git_commit.map(|c| c.raw());
-                let log = history::Log::read(&repo, base, tip.raw()).git_at(&path.display())?;
+                let base = old_tree.pin.git_commit.map(|c| c.to_git());
+                let log = history::Log::read(&repo, base, tip.to_git()).git_at(&path.display())?;
                 Some((repo, log, tip))
             }
         }

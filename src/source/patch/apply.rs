@@ -10,7 +10,8 @@
 use super::diff::{self, FilePatch};
 use super::PatchFile;
 use crate::base::digest::GitOid;
-use crate::base::error::{Error, GitContext, Result};
+use crate::base::error::{Error, Result};
+use crate::base::git::GitContext;
 use git2::{ApplyLocation, Delta, Diff, FileMode, Repository, Signature, Time};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -141,7 +142,7 @@ pub(crate) fn apply_to_checkout(repo_path: &Path, patches: &[&PatchFile]) -> Res
             "repository has no commit to apply onto",
         )
     })?;
-    crate::base::git::check_clean(repo_path, GitOid::new(head.id())).map_err(|e| {
+    crate::base::git::check_clean(repo_path, crate::base::git::git_oid(head.id())).map_err(|e| {
         Error::input(repo_path.display(), format!("uncommitted changes: {e}"))
             .with_hint("commit or stash them first")
     })?;
@@ -330,7 +331,7 @@ fn apply_one(repo: &Repository, p: &PatchFile, order: usize) -> Result<(GitOid, 
         .git_at(&subject(p))?;
     // The exact file this commit came from, so `patch export` gives it back byte for byte.
     crate::base::git::write_patch_note(repo, oid, &p.bytes)?;
-    Ok((GitOid::new(oid), plan.offsets))
+    Ok((crate::base::git::git_oid(oid), plan.offsets))
 }
 
 /// The vendor commit's message: what `git am` makes of the mail (subject, then the body,

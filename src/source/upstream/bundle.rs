@@ -11,7 +11,8 @@
 //! The tree itself is checked out by `extract::export_commit`, with the same refusal of
 //! escaping links, `..` names and `.git` entries as every other git pin.
 
-use crate::base::error::{Error, GitContext, Result};
+use crate::base::error::{Error, Result};
+use crate::base::git::GitContext;
 use std::io::Write;
 
 /// What a bundle's header says.

@@ -11,7 +11,8 @@
 //! the links created. A refusal returns before any link exists; the caller's temp folder is
 //! removed with everything in it.
 
-use crate::base::error::{Error, GitContext, IoContext, Result};
+use crate::base::error::{Error, IoContext, Result};
+use crate::base::git::GitContext;
 use crate::base::fsx;
 pub(crate) use crate::base::tree::{is_git, TreeModel};
 use git2::Repository;

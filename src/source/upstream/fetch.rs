@@ -5,8 +5,9 @@
 use super::extract::{self, Written};
 use super::lock::{read_lock, write_lock, GitLock};
 use super::ResolvedPin;
-use crate::base::digest::{tree_digest, GitOid, Sha256};
-use crate::base::error::{Error, GitContext, IoContext, Result};
+use crate::base::digest::{tree_digest, Sha256};
+use crate::base::error::{Error, IoContext, Result};
+use crate::base::git::GitContext;
 use crate::base::fsx::{self, open_regular};
 use crate::base::workspace::Workspace;
 use crate::source::recipe::{Pin, PinSource, Recipe};
@@ -117,7 +118,7 @@ pub(super) fn prepare(ws: &Workspace, recipe: &Recipe) -> Result<Prepared> {
         } => {
             let tgz = super::npm::tarball(ws, package, version, *sha256, path.as_deref())?;
             let payload = super::npm::bundle(&tgz, bundle, *bundle_sha256)?;
-            let full = GitOid::new(payload.tip);
+            let full = crate::base::git::git_oid(payload.tip);
             let uri = format!("npm:{package}@{version}");
             let mut resolved = ResolvedPin::by_digest(pin, "npm", uri, *sha256, Some(tgz));
             // The bundle's commit is the tree's identity, as a git pin's is.
@@ -153,7 +154,7 @@ pub(super) fn prepare(ws: &Workspace, recipe: &Recipe) -> Result<Prepared> {
         }
         PinSource::Git { url, tag, commit } => {
             let (repo, oid) = fetch_git(ws, recipe, url, tag.as_deref(), commit)?;
-            let full = GitOid::new(oid);
+            let full = crate::base::git::git_oid(oid);
             let (build_number, build_commit) = build_info(pin, tag.as_deref(), full.short(9));
             Ok(Prepared {
                 resolved: ResolvedPin {

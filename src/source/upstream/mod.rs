@@ -4,8 +4,10 @@
 //! repository with one commit per patch. Every tree is built in a temp folder and renamed into
 //! place, and a second run re-verifies and reuses it.
 
+use crate::base::git::OidExt;
 use crate::base::digest::{GitOid, Sha256};
-use crate::base::error::{Error, GitContext, IoContext, Result};
+use crate::base::error::{Error, IoContext, Result};
+use crate::base::git::GitContext;
 use crate::base::fsx;
 use crate::base::workspace::Workspace;
 use crate::source::patch::{apply, PatchFile};
@@ -165,7 +167,7 @@ pub(crate) fn pristine(ws: &Workspace, recipe: &Recipe) -> Result<Tree> {
     resolved.skipped_git_paths = written.skipped_git.roots.into_iter().collect();
     let repo = Repository::init(&work).git_at(&work.display())?;
     let base = commit_all(&repo, &format!("pristine upstream: {}", resolved.uri))?;
-    repo.reference(PRISTINE_TAG, base.raw(), true, "pinforge pristine")
+    repo.reference(PRISTINE_TAG, base.to_git(), true, "pinforge pristine")
         .git_at(&work.display())?;
     let tree = Tree {
         path: dest.clone(),
@@ -273,7 +275,7 @@ fn reuse(dest: &Path) -> Result<Tree> {
         .find_reference(PRISTINE_TAG)
         .and_then(|r| r.peel_to_commit())
         .map(|c| c.id());
-    if tagged.ok() != Some(tree.base_commit.raw()) {
+    if tagged.ok() != Some(tree.base_commit.to_git()) {
         return Err(Error::input(
             dest.display(),
             "pristine tag does not point at the recorded base commit",
@@ -315,7 +317,7 @@ fn commit_all(repo: &Repository, message: &str) -> Result<GitOid> {
     let oid = repo
         .commit(Some("HEAD"), &sig, &sig, message, &tree, &[])
         .git_at(&subject)?;
-    Ok(GitOid::new(oid))
+    Ok(crate::base::git::git_oid(oid))
 }
 
 fn human_name(source: &PinSource) -> String {

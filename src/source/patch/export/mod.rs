@@ -25,7 +25,8 @@ pub(crate) use write::write_bundle;
 
 use super::{lint, PatchFile};
 use crate::base::digest::{GitOid, Sha256};
-use crate::base::error::{Error, GitContext, Result};
+use crate::base::error::{Error, Result};
+use crate::base::git::GitContext;
 use crate::base::text;
 use git2::{Commit, Repository};
 use serde::Serialize;
@@ -186,7 +187,7 @@ fn export_one(repo: &Repository, c: &Commit, n: usize, subject: &str) -> Result<
     let parsed = PatchFile::from_bytes(id.clone(), id.as_str().into(), bytes.clone());
     Ok(Exported {
         file: id.as_str().to_string(),
-        commit: GitOid::new(oid),
+        commit: crate::base::git::git_oid(oid),
         from,
         sha256: parsed.sha256,
         findings: parsed.findings,

@@ -4,10 +4,12 @@
 //! back into the patch file (header kept byte for byte, `Last-Update` refreshed, hunks
 //! regenerated from the commit's diff).
 
+use crate::base::git::OidExt;
 use super::state::{Done, Paths, State};
 use super::Resolving;
 use crate::base::digest::GitOid;
-use crate::base::error::{Error, GitContext, Result};
+use crate::base::error::{Error, Result};
+use crate::base::git::GitContext;
 use crate::base::workspace::Workspace;
 use crate::source::audit::refreshed;
 use crate::source::patch::{apply, PatchFile};
@@ -81,7 +83,7 @@ pub(super) fn take_commit(
             "commit them (`git commit`) or undo them (`git checkout -- FILE`), then continue",
         ));
     }
-    if head.id() == st.base.raw() || !crate::base::git::is_ancestor(repo, st.base.raw(), head.id())
+    if head.id() == st.base.to_git() || !crate::base::git::is_ancestor(repo, st.base.to_git(), head.id())
     {
         return Err(Error::check(
             &subject,
@@ -94,7 +96,7 @@ pub(super) fn take_commit(
         .with_hint(fix));
     }
     let from = repo
-        .find_commit(st.base.raw())
+        .find_commit(st.base.to_git())
         .and_then(|c| c.tree())
         .git_at(&subject)?;
     let diff = tree_diff(repo, &from, &head.tree().git_at(&subject)?, &subject)?;
@@ -114,14 +116,14 @@ pub(super) fn take_commit(
         resolved: true,
         ..done(&st.in_progress, bytes)?
     });
-    st.resumed_from = Some(GitOid::new(head.id()));
+    st.resumed_from = Some(crate::base::git::git_oid(head.id()));
     Ok(())
 }
 
 /// Move the checkout back to `c` (its work tree and index too), dropping the commits after it.
 pub(super) fn reset_to(repo: &Repository, at: &Paths, c: GitOid) -> Result<()> {
     let subject = at.checkout.display().to_string();
-    let obj = repo.find_object(c.raw(), None).git_at(&subject)?;
+    let obj = repo.find_object(c.to_git(), None).git_at(&subject)?;
     repo.reset(&obj, git2::ResetType::Hard, None)
         .git_at(&subject)
 }
@@ -208,7 +210,7 @@ pub(super) fn replay(
                 let conflicts = pick(repo, commit, &subject)?;
                 if !conflicts.is_empty() {
                     st.in_progress = p.id.to_string();
-                    st.base = GitOid::new(head.id());
+                    st.base = crate::base::git::git_oid(head.id());
                     st.resumed_from = None;
                     st.save(at)?;
                     return Ok(Some(super::resolving(at, st, conflicts)));
@@ -259,7 +261,7 @@ fn borrow_for_good(repo: &Repository, vendor: &Tree) -> Result<()> {
 /// markers (ours, the base, theirs); the paths that conflict (none: the pick merged cleanly,
 /// its result staged).
 fn pick(repo: &Repository, commit: GitOid, subject: &str) -> Result<Vec<String>> {
-    let picked = repo.find_commit(commit.raw()).git_at(&subject)?;
+    let picked = repo.find_commit(commit.to_git()).git_at(&subject)?;
     let mut co = git2::build::CheckoutBuilder::new();
     co.safe().allow_conflicts(true).conflict_style_diff3(true);
     let mut opts = git2::CherrypickOptions::new();

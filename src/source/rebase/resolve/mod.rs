@@ -12,7 +12,6 @@ mod checkout;
 mod state;
 
 use super::{check_decisions, decide, finish, recovery, Action, Decisions, Loaded, Moved, Rebased};
-use crate::base::digest::GitOid;
 use crate::base::error::{Error, Result};
 use crate::base::fsx;
 use crate::base::workspace::Workspace;
@@ -117,7 +116,7 @@ pub(super) fn start(
             .head()
             .and_then(|h| h.peel_to_commit())
             .map_err(|e| Error::git(at.checkout.display(), e))?;
-        let mut st = State::new(l, &onto.spec, decisions, GitOid::new(head.id()))?;
+        let mut st = State::new(l, &onto.spec, decisions, crate::base::git::git_oid(head.id()))?;
         st.onto_base = Some(session.new_tree.base_commit);
         let stop = checkout::replay(ws, &repo, &at, &mut st, l, &rows, first, today)?;
         Ok::<_, Error>((stop, st))
