@@ -383,8 +383,12 @@ mod tests {
         // a multi-byte character that makes 40 bytes, is refused (never a panic on a split).
         let upper = "612DB6188AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
         assert_eq!(upper.parse::<GitOid>().expect("upper").to_string(), full);
-        assert!("612db6188aaaaaaaaaaaaaaaaaaaaaaaaaaaaaag".parse::<GitOid>().is_err());
-        assert!("é12db6188aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".parse::<GitOid>().is_err());
+        assert!("612db6188aaaaaaaaaaaaaaaaaaaaaaaaaaaaaag"
+            .parse::<GitOid>()
+            .is_err());
+        assert!("é12db6188aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+            .parse::<GitOid>()
+            .is_err());
     }
 
     proptest::proptest! {

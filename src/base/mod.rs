@@ -2,6 +2,7 @@
 //! edges, git helpers, time, the text rule (control characters), tree models, ELF tables, the
 //! progress trait, test hooks and the workspace layout. Nothing here imports from a layer above.
 
+pub(crate) mod archive;
 pub(crate) mod digest;
 pub mod elf;
 pub mod error;

@@ -320,7 +320,7 @@ fn fill_stage(c: &mut Client, stage: &Path, f: &Fetched) -> Result<()> {
     let dest = stage.join(ar);
     fsx::create_dir_all(&dest)?;
     let subject = format!("registry {}: layer sha256:{}", c.registry(), ld.to_hex());
-    crate::source::upstream::extract_archive(&tar_path, &dest, None).map_err(|e| match e {
+    crate::base::archive::extract_archive(&tar_path, &dest, None).map_err(|e| match e {
         Error::Input { message, .. } => {
             Error::check(&subject, format!("unpacking refused: {message}"))
         }

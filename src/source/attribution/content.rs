@@ -3,10 +3,10 @@
 //! forward (the change is absent), its reverse applies (the change is present), or neither
 //! (the context drifted: content cannot say).
 
-use crate::base::git::OidExt;
 use super::{field_line, Finding, PatchCheck};
 use crate::base::error::Result;
 use crate::base::git::GitContext;
+use crate::base::git::OidExt;
 use crate::source::patch::header::UpstreamStatus;
 use crate::source::patch::PatchFile;
 use crate::source::upstream::Tree;

@@ -6,10 +6,10 @@ use super::{
     content, Behaviour, CheckFinding, Evidence, EvidenceKind, Outcome, PatchAudit, RevertPair,
     Strength, Verdict,
 };
-use crate::base::git::OidExt;
 use crate::base::digest::GitOid;
 use crate::base::error::{Error, Result};
 use crate::base::git::GitContext;
+use crate::base::git::OidExt;
 use crate::source::patch::apply::{self, HunkOffset};
 use crate::source::patch::diff::FilePatch;
 use crate::source::patch::PatchFile;

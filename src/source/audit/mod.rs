@@ -40,10 +40,10 @@ pub(crate) mod revert;
 pub(crate) use judge::refreshed;
 pub(crate) use onto::{moved_recipe, parse_onto, Onto};
 
-use crate::base::git::OidExt;
 use crate::base::digest::GitOid;
 use crate::base::error::{Error, IoContext, Result};
 use crate::base::git::GitContext;
+use crate::base::git::OidExt;
 use crate::base::workspace::Workspace;
 use crate::source::patch::Bundle;
 use crate::source::recipe::{PinSource, Recipe};

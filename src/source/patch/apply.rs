@@ -142,10 +142,12 @@ pub(crate) fn apply_to_checkout(repo_path: &Path, patches: &[&PatchFile]) -> Res
             "repository has no commit to apply onto",
         )
     })?;
-    crate::base::git::check_clean(repo_path, crate::base::git::git_oid(head.id())).map_err(|e| {
-        Error::input(repo_path.display(), format!("uncommitted changes: {e}"))
-            .with_hint("commit or stash them first")
-    })?;
+    crate::base::git::check_clean(repo_path, crate::base::git::git_oid(head.id())).map_err(
+        |e| {
+            Error::input(repo_path.display(), format!("uncommitted changes: {e}"))
+                .with_hint("commit or stash them first")
+        },
+    )?;
     for p in patches {
         parse_diff(p)?;
     }

@@ -2,13 +2,14 @@
 //! a git repository through libgit2, local tarballs and folders, each checked against its
 //! pinned digest before anything is extracted.
 
-use super::extract::{self, Written};
+use super::extract;
 use super::lock::{read_lock, write_lock, GitLock};
 use super::ResolvedPin;
+use crate::base::archive::{self, Written};
 use crate::base::digest::{tree_digest, Sha256};
 use crate::base::error::{Error, IoContext, Result};
-use crate::base::git::GitContext;
 use crate::base::fsx::{self, open_regular};
+use crate::base::git::GitContext;
 use crate::base::workspace::Workspace;
 use crate::source::recipe::{Pin, PinSource, Recipe};
 use git2::Repository;
@@ -34,8 +35,8 @@ impl Prepared {
     pub(super) fn extract(&self, dest: &Path) -> Result<Written> {
         let sub = self.resolved.subdir.as_deref();
         match &self.payload {
-            Payload::Archive(path) => extract::extract_archive(path, dest, sub),
-            Payload::Dir(path) => extract::copy_dir(&extract::real_subdir(path, sub)?, dest),
+            Payload::Archive(path) => archive::extract_archive(path, dest, sub),
+            Payload::Dir(path) => archive::copy_dir(&archive::real_subdir(path, sub)?, dest),
             Payload::Git { repo, commit } => extract::export_commit(repo, *commit, sub, dest),
             Payload::Bundle(bundle) => bundle.export(dest, sub),
         }
@@ -137,7 +138,7 @@ pub(super) fn prepare(ws: &Workspace, recipe: &Recipe) -> Result<Prepared> {
             if !root.is_dir() {
                 return Err(Error::input(root.display(), "pinned folder does not exist"));
             }
-            extract::real_subdir(path, pin.subdir.as_deref())?;
+            archive::real_subdir(path, pin.subdir.as_deref())?;
             let actual = tree_digest(path)?;
             if actual != *tree_sha256 {
                 return Err(Error::input(

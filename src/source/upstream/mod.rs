@@ -4,11 +4,11 @@
 //! repository with one commit per patch. Every tree is built in a temp folder and renamed into
 //! place, and a second run re-verifies and reuses it.
 
-use crate::base::git::OidExt;
 use crate::base::digest::{GitOid, Sha256};
 use crate::base::error::{Error, IoContext, Result};
-use crate::base::git::GitContext;
 use crate::base::fsx;
+use crate::base::git::GitContext;
+use crate::base::git::OidExt;
 use crate::base::workspace::Workspace;
 use crate::source::patch::{apply, PatchFile};
 use crate::source::recipe::{PinSource, Recipe};
@@ -24,7 +24,6 @@ mod npm;
 pub(crate) use fetch::{git_cache_repo, pin_digest, registry_cksum};
 pub(crate) use lock::git_lock_text;
 // `pull` unpacks a registry layer with the same refusals as a pin (deploy::ship).
-pub(crate) use extract::extract_archive;
 // Their home is base::git (a plain git check); kept here for the callers outside source/.
 use crate::base::git::{check_clean, PRISTINE_TAG};
 

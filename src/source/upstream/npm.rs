@@ -10,12 +10,13 @@
 //! the refusals of every git pin (`export_commit`).
 
 use super::bundle;
-use super::extract::{self, Written};
+use super::extract;
 use super::fetch::verify_file;
+use crate::base::archive::{self, Written};
 use crate::base::digest::Sha256;
 use crate::base::error::{Error, IoContext, Result};
-use crate::base::git::GitContext;
 use crate::base::fsx;
+use crate::base::git::GitContext;
 use crate::base::workspace::Workspace;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -128,7 +129,7 @@ fn only_tgz(dir: &Path, package: &str, version: &str) -> Result<PathBuf> {
 
 /// Read `member` out of the verified `tarball`, check it against `want` and parse its header.
 pub(super) fn bundle(tarball: &Path, member: &str, want: Sha256) -> Result<Bundle> {
-    let bytes = extract::read_member(tarball, member)?;
+    let bytes = archive::read_member(tarball, member)?;
     let subject = format!("{}:{member}", tarball.display());
     let actual = Sha256::of_bytes(&bytes);
     if actual != want {

@@ -4,12 +4,12 @@
 //! back into the patch file (header kept byte for byte, `Last-Update` refreshed, hunks
 //! regenerated from the commit's diff).
 
-use crate::base::git::OidExt;
 use super::state::{Done, Paths, State};
 use super::Resolving;
 use crate::base::digest::GitOid;
 use crate::base::error::{Error, Result};
 use crate::base::git::GitContext;
+use crate::base::git::OidExt;
 use crate::base::workspace::Workspace;
 use crate::source::audit::refreshed;
 use crate::source::patch::{apply, PatchFile};
@@ -83,7 +83,8 @@ pub(super) fn take_commit(
             "commit them (`git commit`) or undo them (`git checkout -- FILE`), then continue",
         ));
     }
-    if head.id() == st.base.to_git() || !crate::base::git::is_ancestor(repo, st.base.to_git(), head.id())
+    if head.id() == st.base.to_git()
+        || !crate::base::git::is_ancestor(repo, st.base.to_git(), head.id())
     {
         return Err(Error::check(
             &subject,

@@ -116,7 +116,12 @@ pub(super) fn start(
             .head()
             .and_then(|h| h.peel_to_commit())
             .map_err(|e| Error::git(at.checkout.display(), e))?;
-        let mut st = State::new(l, &onto.spec, decisions, crate::base::git::git_oid(head.id()))?;
+        let mut st = State::new(
+            l,
+            &onto.spec,
+            decisions,
+            crate::base::git::git_oid(head.id()),
+        )?;
         st.onto_base = Some(session.new_tree.base_commit);
         let stop = checkout::replay(ws, &repo, &at, &mut st, l, &rows, first, today)?;
         Ok::<_, Error>((stop, st))
