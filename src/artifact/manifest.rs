@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 #[cfg(test)]
 use verify::hash_regular;
-pub(crate) use verify::{verify, VerifyReport};
+pub(crate) use verify::{verify, TreeCheck, VerifyReport};
 
 /// in-toto Statement type.
 pub(crate) const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";

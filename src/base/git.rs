@@ -171,6 +171,15 @@ impl<T> GitContext<T> for std::result::Result<T, git2::Error> {
     }
 }
 
+/// The tree check of `verify` (`artifact::manifest::TreeCheck`) through libgit2.
+pub(crate) struct GitTrees;
+
+impl crate::artifact::manifest::TreeCheck for GitTrees {
+    fn check_clean(&self, path: &Path, head: GitOid) -> Result<()> {
+        check_clean(path, head)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

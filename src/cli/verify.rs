@@ -63,7 +63,7 @@ fn cmd_verify(path: &std::path::Path, json: bool) -> Result<i32> {
     if crate::trial::soak::verify::is_soak_record(path) {
         return super::flip::verify_soak_record(path, json);
     }
-    let report = manifest::verify(path)?;
+    let report = manifest::verify(path, Some(&crate::base::git::GitTrees))?;
     if json {
         print_json(super::schema::id::VERIFY, &report)?;
     } else if report.ok {
@@ -139,7 +139,7 @@ fn cmd_verify_signed(path: &std::path::Path, allowed: &std::path::Path, json: bo
         );
         return cmd_verify(path, false);
     }
-    let report = manifest::verify(path)?;
+    let report = manifest::verify(path, Some(&crate::base::git::GitTrees))?;
     print_json(
         super::schema::id::VERIFY_SIGNED,
         &VerifySigned {

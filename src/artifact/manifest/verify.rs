@@ -33,14 +33,24 @@ pub(crate) struct VerifyReport {
     pub input_digest: Sha256,
 }
 
-/// Re-hash every output and every input still on disk.
-pub(crate) fn verify(manifest_path: &Path) -> Result<VerifyReport> {
+/// How an input that is a git work tree (a vendor tree) is checked clean at its commit. This
+/// crate reads no git repository itself, so that a host that only verifies records needs no
+/// libgit2: the caller that has one passes it (`source::git::GitTrees`).
+pub(crate) trait TreeCheck: Sync {
+    /// Ok when the work tree at `path` is exactly the commit `head`, with no change.
+    fn check_clean(&self, path: &Path, head: GitOid) -> Result<()>;
+}
+
+/// Re-hash every output and every input still on disk; a tree input is checked with `trees`
+/// (None: not checked, nor counted as checked; push and pull pass None, since they judge
+/// outputs only, and every command that prints a report passes a check).
+pub(crate) fn verify(manifest_path: &Path, trees: Option<&dyn TreeCheck>) -> Result<VerifyReport> {
     let st = Statement::read(manifest_path)?;
     let root = st.checked_artifact_root(manifest_path)?;
     let (mut mismatches, out_bytes) = verify_subjects(&st, &root, manifest_path)?;
     mismatches.extend(verify_links(&st, &root)?);
     let (inputs_checked, inputs_absent, in_bytes, pulled) =
-        verify_inputs(&st, manifest_path, &mut mismatches)?;
+        verify_inputs(&st, manifest_path, trees, &mut mismatches)?;
     Ok(VerifyReport {
         ok: mismatches.is_empty(),
         mismatches,
@@ -191,6 +201,7 @@ fn verify_links(st: &Statement, root: &Path) -> Result<Vec<Mismatch>> {
 fn verify_inputs(
     st: &Statement,
     manifest_path: &Path,
+    trees: Option<&dyn TreeCheck>,
     mismatches: &mut Vec<Mismatch>,
 ) -> Result<(usize, Vec<String>, u64, bool)> {
     let internal = &st.predicate.build_definition.internal_parameters;
@@ -201,6 +212,9 @@ fn verify_inputs(
         let Some(local) = internal.inputs.get(&dep.name) else {
             continue;
         };
+        if trees.is_none() && is_tree(dep) {
+            continue;
+        }
         let path = match scope.place(&dep.name, local, is_tree(dep)) {
             Place::Read(p) => p,
             Place::Absent(_) => {
@@ -220,8 +234,11 @@ fn verify_inputs(
         let len = std::fs::metadata(&path).map_or(0, |m| m.len());
         jobs.push((dep, path, len));
     }
-    let checked =
-        crate::base::hashing::par_map(&jobs, |j| j.2, |(dep, path, _)| check_input(dep, path));
+    let checked = crate::base::hashing::par_map(
+        &jobs,
+        |j| j.2,
+        |(dep, path, _)| check_input(dep, path, trees),
+    );
     let mut bytes = 0;
     for c in checked {
         let (m, n) = c?;
@@ -238,13 +255,17 @@ fn is_tree(dep: &super::Resource) -> bool {
 
 /// One input on disk checked: a git tree must be clean at its commit, a file must hash to its
 /// digest. Returns its mismatch, if any, and the bytes hashed.
-fn check_input(dep: &super::Resource, path: &Path) -> Result<(Option<Mismatch>, u64)> {
+fn check_input(
+    dep: &super::Resource,
+    path: &Path,
+    trees: Option<&dyn TreeCheck>,
+) -> Result<(Option<Mismatch>, u64)> {
     // An npm pin's upstream names both its tarball (sha256, the file on disk) and the bundle's
     // commit: the input kept is the file, so it is hashed; a tree has a commit only.
     let tree_commit = dep.digest.get("gitCommit").filter(|_| is_tree(dep));
-    if let Some(commit) = tree_commit {
+    if let (Some(commit), Some(trees)) = (tree_commit, trees) {
         let head: GitOid = commit.parse()?;
-        if let Err(e) = crate::base::git::check_clean(path, head) {
+        if let Err(e) = trees.check_clean(path, head) {
             return Ok((
                 Some(Mismatch {
                     path: path.display().to_string(),

@@ -349,7 +349,7 @@ fn fill_stage(c: &mut Client, stage: &Path, f: &Fetched) -> Result<()> {
         fsx::write_atomic(&sig_path, b)?;
     }
     check_tree(&dest, &f.statement, &subject)?;
-    let report = manifest::verify(&m)?;
+    let report = manifest::verify(&m, None)?;
     if let Some(bad) = report.mismatches.iter().find(|x| x.role == "output") {
         return Err(Error::check(
             &subject,
@@ -425,7 +425,7 @@ fn sync_tree(dir: &Path) -> Result<()> {
 /// still verifies.
 fn existing_ok(manifest_path: &Path, config: &[u8]) -> bool {
     fsx::read(manifest_path).is_ok_and(|b| b == config)
-        && manifest::verify(manifest_path)
+        && manifest::verify(manifest_path, None)
             .is_ok_and(|r| !r.mismatches.iter().any(|m| m.role == "output"))
 }
 

@@ -533,7 +533,7 @@ impl Builder {
         let sha = crate::base::fsx::read(path)
             .map(|b| Sha256::of_bytes(&b).to_hex())
             .unwrap_or_else(|_| "-".into());
-        let (status, detail) = match manifest::verify(path) {
+        let (status, detail) = match manifest::verify(path, Some(&crate::base::git::GitTrees)) {
             Ok(rep) if rep.ok => (
                 Status::Pass,
                 format!(
