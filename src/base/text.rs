@@ -135,6 +135,12 @@ impl fmt::Display for Shown<'_> {
     }
 }
 
+/// Text for a Markdown table cell: no line breaks, no pipes (the flip, ablation and soak
+/// summaries all write tables).
+pub(crate) fn cell(s: &str) -> String {
+    s.replace('|', "\\|").replace(['\n', '\r'], " ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,12 +24,13 @@ use crate::deploy::smoke::{self, SmokeOptions, Verdict as SmokeVerdict};
 use crate::source::recipe::{Recipe, Variant};
 use crate::trial::axis::{axes_of, axis_rows, render_rows, Axis, AxisRow};
 use crate::trial::config::{resolve, Config};
+use crate::trial::record::schema::SoakTrial;
 use crate::trial::record::{
     self, claim_record_dir, error_text, write_json, ArtifactRow, BuildSide, Pair, SmokeSettings,
     SmokeSide,
 };
 use crate::trial::report::summary_markdown;
-use crate::trial::soak::{SoakOptions, SoakTrial};
+use crate::trial::soak::SoakOptions;
 use crate::trial::verdict::{decide, smoke_word, SideResult};
 use std::path::Path;
 use std::time::Instant;

@@ -1,12 +1,8 @@
 //! The readable Markdown summaries of flip and ablation records (`summary.md` beside each
-//! `record.json`), and the table-cell escaping both use.
+//! `record.json`).
 
+use crate::base::text::cell;
 use crate::trial::record::{AblationRecord, FlipRecord, SmokeSide};
-
-/// Text for a Markdown table cell: no line breaks, no pipes.
-pub(crate) fn cell(s: &str) -> String {
-    s.replace('|', "\\|").replace(['\n', '\r'], " ")
-}
 
 /// The readable summary of a completed record.
 pub(crate) fn summary_markdown(r: &FlipRecord) -> String {
@@ -222,7 +218,7 @@ pub(crate) fn ablation_markdown(r: &AblationRecord) -> String {
 fn ablation_soak_section(
     s: &mut String,
     r: &AblationRecord,
-    t: &crate::trial::ablate::soak::AblationSoak,
+    t: &crate::trial::record::schema::AblationSoak,
 ) {
     s.push_str(&format!(
         "

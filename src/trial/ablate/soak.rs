@@ -12,38 +12,15 @@
 use super::Class;
 use crate::base::error::Result;
 use crate::base::progress::Reporter;
+use crate::trial::record::schema::{AblationSoak, Rate, SoakRun, SoakTrial, SubsetSoak};
 use crate::trial::record::{self, AblationRecord};
-use crate::trial::soak::{
-    self, rows_needed, Rate, SideTiming, SoakOptions, SoakRun, SoakSettings, CONFIDENCE,
-};
+use crate::trial::soak::{self, rows_needed, SoakOptions, CONFIDENCE};
 use crate::trial::validate::ArmSource;
-use serde::Serialize;
-
-/// The soak trial's settings and run order in an ablation record.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub(crate) struct AblationSoak {
-    /// The settings, as registered before anything was built.
-    pub settings: SoakSettings,
-    /// The order the runs ran in (`none#1`, `0001#1`, …, `none#2`, …).
-    pub order: Vec<String>,
-    /// The target signature's rate over the unpatched subset's runs, when it showed one.
-    pub target_rate: Option<Rate>,
-}
-
-/// One subset's soak runs.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub(crate) struct SubsetSoak {
-    /// One run per repeat, in order; each links its evidence, which `verify` re-checks.
-    pub runs: Vec<SoakRun>,
-    /// Timing over the completed rows of the runs that ran (crash, error rows and failed runs
-    /// left out).
-    pub timing: Option<SideTiming>,
-}
 
 /// The settings as registered: no runs yet.
 pub(crate) fn registered(opts: &SoakOptions) -> AblationSoak {
     AblationSoak {
-        settings: soak::SoakTrial::registered(opts).settings,
+        settings: SoakTrial::registered(opts).settings,
         order: Vec::new(),
         target_rate: None,
     }
@@ -246,7 +223,7 @@ mod tests {
             counts,
             onset_row: (crash_rows > 0).then_some(first),
             signatures: if crash_rows > 0 {
-                vec![soak::SoakSignature {
+                vec![crate::trial::record::schema::SoakSignature {
                     signature: sig.into(),
                     rows: crash_rows,
                     first_row: first,

@@ -22,11 +22,12 @@
 use crate::base::error::{Error, Result};
 use crate::base::progress::Reporter;
 use crate::deploy::smoke::signature::{has_frame, normalize_signature};
+use crate::trial::record::schema::{
+    Rate, SideTiming, SoakRepeat, SoakRun, SoakSettings, SoakSignature, SoakTrial,
+};
 use crate::trial::record::{error_text, Pair};
-use crate::trial::validate::summary::Timing;
-use crate::trial::validate::{self, ArmSource, EvidenceRef};
+use crate::trial::validate::{self, ArmSource};
 use crate::trial::verdict::FlipVerdict;
-use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -43,157 +44,6 @@ pub(crate) struct SoakOptions {
     pub validate: validate::Options,
     /// Interleaved repeats (1: one run per side).
     pub repeats: u32,
-}
-
-/// The soak trial's settings, as registered before anything runs.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub(crate) struct SoakSettings {
-    /// Rows per run.
-    pub rows: u64,
-    /// Interleaved repeats.
-    pub repeats: u32,
-    /// Prompt generator seed (None with a prompt file).
-    pub seed: Option<u64>,
-    /// The prompt file, when given.
-    pub prompts: Option<PathBuf>,
-    /// Token budget per row.
-    pub budget: u32,
-    /// Engine processes per run.
-    pub jobs: u32,
-    /// Seconds a row may take before it counts as hung.
-    pub row_timeout_seconds: u64,
-    /// The confidence the verdict's row counts are computed for.
-    pub confidence: f64,
-}
-
-/// A crash signature of one run, compared as flips compare them (normalized first line).
-#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
-pub(crate) struct SoakSignature {
-    /// The normalized signature.
-    pub signature: String,
-    /// Crash rows with it.
-    pub rows: u64,
-    /// Its first row.
-    pub first_row: u64,
-    /// Whether it names a frame to compare (a sanitizer kind and the top function).
-    pub framed: bool,
-}
-
-/// One side's run of one repeat.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub(crate) struct SoakRun {
-    /// The variant run.
-    pub variant: String,
-    /// The validate run id (None when the run could not start).
-    pub run: Option<String>,
-    /// Its folder.
-    pub run_dir: Option<PathBuf>,
-    /// Its evidence manifest (path and sha256), which `verify` of the flip record re-checks.
-    pub evidence: Option<EvidenceRef>,
-    /// Rows recorded.
-    pub rows: u64,
-    /// Rows per outcome.
-    pub counts: BTreeMap<String, u64>,
-    /// The first crash row.
-    pub onset_row: Option<u64>,
-    /// Crash signatures, most rows first.
-    pub signatures: Vec<SoakSignature>,
-    /// Mean times of the rows that completed (crash and error rows left out).
-    pub timing: Option<Timing>,
-    /// Why the run failed: kept here, never compared.
-    pub error: Option<String>,
-    /// What a test hook changed in how this run is read (never set outside pinforge's tests).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub forced: Option<String>,
-}
-
-impl SoakRun {
-    pub(crate) fn count(&self, outcome: &str) -> u64 {
-        self.counts.get(outcome).copied().unwrap_or(0)
-    }
-
-    /// Rows compared: every row but the harness errors.
-    pub(crate) fn compared(&self) -> u64 {
-        self.rows - self.count("error")
-    }
-
-    /// The signature of the first crash row.
-    pub(crate) fn onset_signature(&self) -> Option<&SoakSignature> {
-        self.signatures.iter().min_by_key(|s| s.first_row)
-    }
-
-    pub(crate) fn with(&self, signature: &str) -> Option<&SoakSignature> {
-        self.signatures.iter().find(|s| s.signature == signature)
-    }
-
-    /// One cell of a table: failed, crash at row R (k of n), or clean (n rows).
-    pub(crate) fn word(&self) -> String {
-        if let Some(e) = &self.error {
-            return format!("failed ({})", e.lines().next().unwrap_or(""));
-        }
-        match self.onset_row {
-            Some(r) => format!(
-                "crash at row {r} ({} of {})",
-                self.count("crash"),
-                self.rows
-            ),
-            None => format!("clean ({} rows)", self.compared()),
-        }
-    }
-}
-
-/// One repeat: both sides' runs and what they give.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub(crate) struct SoakRepeat {
-    /// 1-based.
-    pub repeat: u32,
-    /// Both runs.
-    pub runs: Pair<SoakRun>,
-    /// This repeat's verdict.
-    pub verdict: FlipVerdict,
-    /// Why.
-    pub reason: String,
-}
-
-/// An observed rate: `rows` of `of` compared rows.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, schemars::JsonSchema)]
-pub(crate) struct Rate {
-    /// Rows that showed it.
-    pub rows: u64,
-    /// Rows compared.
-    pub of: u64,
-    /// rows / of.
-    pub p: f64,
-}
-
-/// One side's timing over the runs that may be compared.
-#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
-pub(crate) struct SideTiming {
-    /// Rows timed (completed rows of runs that ran).
-    pub rows: u64,
-    /// Rows left out: crash and harness-error rows.
-    pub excluded_rows: u64,
-    /// Runs left out because they failed.
-    pub excluded_runs: u32,
-    /// Mean wall ms per timed row (None: nothing timed).
-    pub mean_wall_ms: Option<f64>,
-    /// Mean bare decode ms per timed row.
-    pub mean_decode_ms: Option<f64>,
-}
-
-/// The soak trial in a flip record.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub(crate) struct SoakTrial {
-    /// The settings, as registered.
-    pub settings: SoakSettings,
-    /// The order the runs ran in (`from#1`, `to#1`, `from#2`, …).
-    pub order: Vec<String>,
-    /// Every repeat, in order.
-    pub repeats: Vec<SoakRepeat>,
-    /// The from side's rate of its onset signature over every from run, when it showed one.
-    pub from_rate: Option<Rate>,
-    /// Timing per side, from completed rows of runs that ran.
-    pub timing: Option<Pair<SideTiming>>,
 }
 
 impl SoakTrial {
@@ -605,7 +455,7 @@ pub(crate) fn timing<'a>(runs: impl Iterator<Item = &'a SoakRun>) -> SideTiming 
 /// The soak section of a flip's Markdown summary: settings, the per-repeat table with each
 /// run's evidence, and the timing of the rows that may be compared.
 pub(crate) fn summary_section(s: &mut String, t: &SoakTrial) {
-    use crate::trial::report::cell;
+    use crate::base::text::cell;
     s.push_str(&format!(
         "\n## Soak\n\n{} rows per side and repeat, {} repeat(s), run in the order {}; \
          confidence {}.\n\n| repeat | from | to | verdict | evidence (from, to) |\n|---|---|---|---|---|\n",

@@ -1,6 +1,7 @@
 //! The soak verdict rule, the rows-needed formula and the agreement of repeats.
 
 use super::*;
+use crate::trial::validate::summary::Timing;
 
 const SIG: &str = "heap-buffer-overflow in llama_kv_cache::apply_ubatch";
 

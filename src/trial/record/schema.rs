@@ -1,16 +1,19 @@
-//! The record schemas of a flip (`Pair`, `BuildSide`, `SmokeSide`, `ArtifactRow`, `FlipRecord`)
-//! and of an ablation (`SubsetRecord`, `AblationRecord`), and the record-folder helpers flip and ablate share: claim a fresh numbered folder with one
-//! `mkdir`, write canonical JSON atomically, commit a folder's final files at once
-//! ([`commit_final`]), and put an error on one line.
+//! The serialized documents of the trial layer: the flip record (`Pair`, `BuildSide`,
+//! `SmokeSide`, `ArtifactRow`, `FlipRecord`), the ablation record (`SubsetRecord`,
+//! `AblationRecord`) and the soak trial each of them may hold (`SoakTrial`, `SoakRun`, …,
+//! `AblationSoak`, `SubsetSoak`). Types and their accessors only, as cargo keeps its manifest
+//! types in `cargo-util-schemas`: the logic that fills them (`trial::soak`, `trial::ablate`)
+//! imports this module, never the reverse.
 
 use crate::base::digest::Sha256;
-use crate::base::error::{Error, IoContext, Result};
-use crate::base::fsx;
 use crate::trial::axis::{Axis, AxisRow};
 use crate::trial::config::{Config, PatchRef};
+use crate::trial::validate::summary::Timing;
+use crate::trial::validate::EvidenceRef;
 use crate::trial::verdict::FlipVerdict;
 use serde::Serialize;
-use std::path::{Path, PathBuf};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 /// The schema id of a flip record and of `flip --json`.
 pub(crate) const SCHEMA: &str = "pinforge.flip/v1";
@@ -165,7 +168,7 @@ pub(crate) struct FlipRecord {
     /// The soak trial (`--trial soak`): each side's validation runs, per repeat; absent for a
     /// smoke flip.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub soak: Option<crate::trial::soak::SoakTrial>,
+    pub soak: Option<SoakTrial>,
     /// supported | falsified | invalid | inconclusive (None while registered).
     pub verdict: Option<FlipVerdict>,
     /// Why that verdict.
@@ -208,7 +211,7 @@ pub(crate) struct SubsetRecord {
     pub reason: Option<String>,
     /// The soak trial's runs of this subset (`ablate --trial soak`; then no smoke).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub soak: Option<crate::trial::ablate::soak::SubsetSoak>,
+    pub soak: Option<SubsetSoak>,
 }
 
 /// An ablation record.
@@ -230,7 +233,7 @@ pub(crate) struct AblationRecord {
     pub smoke_settings: SmokeSettings,
     /// The soak trial's settings and run order (`ablate --trial soak`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub soak: Option<crate::trial::ablate::soak::AblationSoak>,
+    pub soak: Option<AblationSoak>,
     /// Every subset tried, in order.
     pub subsets: Vec<SubsetRecord>,
     /// The normalized signature of the empty subset.
@@ -257,197 +260,174 @@ pub(crate) struct AblationRecord {
     pub summary: PathBuf,
 }
 
-/// Claim a fresh record folder `ROOT/KIND/STEM-NNNN` with one `mkdir` (the first free
-/// counter). `KIND` must be a real folder, never a link: a record written through a link
-/// would land wherever it points.
-pub(crate) fn claim_record_dir(root: &Path, kind: &str, stem: &str) -> Result<(String, PathBuf)> {
-    let base = root.join(kind);
-    if !real_folder(&base)? {
-        // Two records claimed at once (two `ablate` runs in one workspace) both see no
-        // folder; the loser's `mkdir` meets the winner's, which is fine as long as what is
-        // there now is a real folder and not a link planted in between.
-        match std::fs::create_dir(&base) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                if !real_folder(&base)? {
-                    return Err(Error::io("create directory", &base, e));
-                }
-            }
-            Err(e) => return Err(Error::io("create directory", &base, e)),
+/// The soak trial's settings, as registered before anything runs.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub(crate) struct SoakSettings {
+    /// Rows per run.
+    pub rows: u64,
+    /// Interleaved repeats.
+    pub repeats: u32,
+    /// Prompt generator seed (None with a prompt file).
+    pub seed: Option<u64>,
+    /// The prompt file, when given.
+    pub prompts: Option<PathBuf>,
+    /// Token budget per row.
+    pub budget: u32,
+    /// Engine processes per run.
+    pub jobs: u32,
+    /// Seconds a row may take before it counts as hung.
+    pub row_timeout_seconds: u64,
+    /// The confidence the verdict's row counts are computed for.
+    pub confidence: f64,
+}
+
+/// A crash signature of one run, compared as flips compare them (normalized first line).
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub(crate) struct SoakSignature {
+    /// The normalized signature.
+    pub signature: String,
+    /// Crash rows with it.
+    pub rows: u64,
+    /// Its first row.
+    pub first_row: u64,
+    /// Whether it names a frame to compare (a sanitizer kind and the top function).
+    pub framed: bool,
+}
+
+/// One side's run of one repeat.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub(crate) struct SoakRun {
+    /// The variant run.
+    pub variant: String,
+    /// The validate run id (None when the run could not start).
+    pub run: Option<String>,
+    /// Its folder.
+    pub run_dir: Option<PathBuf>,
+    /// Its evidence manifest (path and sha256), which `verify` of the flip record re-checks.
+    pub evidence: Option<EvidenceRef>,
+    /// Rows recorded.
+    pub rows: u64,
+    /// Rows per outcome.
+    pub counts: BTreeMap<String, u64>,
+    /// The first crash row.
+    pub onset_row: Option<u64>,
+    /// Crash signatures, most rows first.
+    pub signatures: Vec<SoakSignature>,
+    /// Mean times of the rows that completed (crash and error rows left out).
+    pub timing: Option<Timing>,
+    /// Why the run failed: kept here, never compared.
+    pub error: Option<String>,
+    /// What a test hook changed in how this run is read (never set outside pinforge's tests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forced: Option<String>,
+}
+
+impl SoakRun {
+    pub(crate) fn count(&self, outcome: &str) -> u64 {
+        self.counts.get(outcome).copied().unwrap_or(0)
+    }
+
+    /// Rows compared: every row but the harness errors.
+    pub(crate) fn compared(&self) -> u64 {
+        self.rows - self.count("error")
+    }
+
+    /// The signature of the first crash row.
+    pub(crate) fn onset_signature(&self) -> Option<&SoakSignature> {
+        self.signatures.iter().min_by_key(|s| s.first_row)
+    }
+
+    pub(crate) fn with(&self, signature: &str) -> Option<&SoakSignature> {
+        self.signatures.iter().find(|s| s.signature == signature)
+    }
+
+    /// One cell of a table: failed, crash at row R (k of n), or clean (n rows).
+    pub(crate) fn word(&self) -> String {
+        if let Some(e) = &self.error {
+            return format!("failed ({})", e.lines().next().unwrap_or(""));
+        }
+        match self.onset_row {
+            Some(r) => format!(
+                "crash at row {r} ({} of {})",
+                self.count("crash"),
+                self.rows
+            ),
+            None => format!("clean ({} rows)", self.compared()),
         }
     }
-    remove_stale_finals(&base)?;
-    for n in 1..=9999u32 {
-        let id = format!("{stem}-{n:04}");
-        let dir = base.join(&id);
-        match std::fs::create_dir(&dir) {
-            Ok(()) => return Ok((id, dir)),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(Error::io("create directory", &dir, e)),
-        }
-    }
-    Err(Error::input(
-        base.display(),
-        format!("9999 records named {stem}-NNNN already exist"),
-    )
-    .with_hint("archive old records"))
 }
 
-/// The prefix of a record folder's staged final contents: `.pinforge-final-PID-ID` beside the
-/// folder (a name no claimed id can have).
-const FINAL_PREFIX: &str = ".pinforge-final-";
-
-/// Make a record folder's final files visible at once: `record.json` (with its `.dsse.json`
-/// and `.sig` under `--sign`, made by [`write_json`]) and `summary.md` are written into a
-/// fresh stage folder beside `dir`, synced, and the stage is exchanged with `dir` by one
-/// atomic exchange ([`fsx::exchange`]): the commit point. Before it, `dir` is what it was (the
-/// record as last written, unfinished, without a summary); after it, every final file is
-/// there, signed or not as the command was asked. The old contents, now in the stage's name,
-/// are removed last. Crash points `OP:1` (stage written and synced) and `OP:2` (exchanged,
-/// the old contents not yet removed); what a killed run leaves beside `dir` is removed by
-/// the next claim or commit in that folder ([`remove_stale_finals`]).
-pub(crate) fn commit_final<T: Serialize>(
-    dir: &Path,
-    op: &str,
-    record: &T,
-    summary: &str,
-) -> Result<()> {
-    let parent = fsx::parent_of(dir);
-    let name = dir
-        .file_name()
-        .ok_or_else(|| Error::Internal(format!("record folder {} has no name", dir.display())))?;
-    remove_stale_finals(&parent)?;
-    let stage = parent.join(format!(
-        "{FINAL_PREFIX}{}-{}",
-        std::process::id(),
-        name.to_string_lossy()
-    ));
-    if std::fs::symlink_metadata(&stage).is_ok() {
-        // Ours by name (this PID): a failed earlier commit of this process.
-        std::fs::remove_dir_all(&stage).at("remove", &stage)?;
-    }
-    std::fs::create_dir(&stage).at("create directory", &stage)?;
-    let filled = (|| {
-        fsx::write_atomic(&stage.join("summary.md"), summary.as_bytes())?;
-        write_json(&stage.join("record.json"), record)?;
-        fsx::sync_dir(&stage)
-    })();
-    if let Err(e) = filled {
-        let _ = std::fs::remove_dir_all(&stage);
-        return Err(e);
-    }
-    crate::base::hooks::crash_point(op, 1);
-    if let Err(e) = fsx::exchange(&stage, dir, "exchange with") {
-        let _ = std::fs::remove_dir_all(&stage);
-        return Err(e);
-    }
-    fsx::sync_dir(&parent)?;
-    crate::base::hooks::crash_point(op, 2);
-    std::fs::remove_dir_all(&stage).at("remove", &stage)
+/// One repeat: both sides' runs and what they give.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub(crate) struct SoakRepeat {
+    /// 1-based.
+    pub repeat: u32,
+    /// Both runs.
+    pub runs: Pair<SoakRun>,
+    /// This repeat's verdict.
+    pub verdict: FlipVerdict,
+    /// Why.
+    pub reason: String,
 }
 
-/// Remove the staged final folders in `parent` whose writer is gone (a run killed before or
-/// right after its commit: either way the record folder itself is whole). A live writer's
-/// stage is never touched.
-pub(crate) fn remove_stale_finals(parent: &Path) -> Result<usize> {
-    let mut removed = 0;
-    for p in fsx::dead_writer_entries(parent, FINAL_PREFIX)? {
-        // remove_dir_all removes a link itself, never what it points to.
-        match std::fs::remove_dir_all(&p) {
-            Ok(()) => removed += 1,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io("remove stale staged record folder", &p, e)),
-        }
-    }
-    Ok(removed)
+/// An observed rate: `rows` of `of` compared rows.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, schemars::JsonSchema)]
+pub(crate) struct Rate {
+    /// Rows that showed it.
+    pub rows: u64,
+    /// Rows compared.
+    pub of: u64,
+    /// rows / of.
+    pub p: f64,
 }
 
-/// Whether `path`, a folder pinforge keeps records in (`flips/`, `ablations/`, `validate/`
-/// and each validate run folder), is there: true for a real folder, false when nothing is
-/// there; a link (to anywhere), a file or anything else in its place is an input error
-/// naming it, since records written through a link would land wherever it points. The one
-/// check of record folders, for flip, ablate and validate alike.
-pub(crate) fn real_folder(path: &Path) -> Result<bool> {
-    let m = match std::fs::symlink_metadata(path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-        Err(e) => return Err(Error::io("inspect", path, e)),
-    };
-    if m.is_dir() {
-        return Ok(true);
-    }
-    let ft = m.file_type();
-    let kind = if ft.is_symlink() {
-        "a symlink"
-    } else {
-        fsx::special_kind(&ft).unwrap_or("a file")
-    };
-    Err(Error::input(
-        path.display(),
-        format!("is {kind}, not a folder: pinforge keeps its records only in real folders, never through a link"),
-    )
-    .with_hint(format!("move {} away", path.display())))
+/// One side's timing over the runs that may be compared.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub(crate) struct SideTiming {
+    /// Rows timed (completed rows of runs that ran).
+    pub rows: u64,
+    /// Rows left out: crash and harness-error rows.
+    pub excluded_rows: u64,
+    /// Runs left out because they failed.
+    pub excluded_runs: u32,
+    /// Mean wall ms per timed row (None: nothing timed).
+    pub mean_wall_ms: Option<f64>,
+    /// Mean bare decode ms per timed row.
+    pub mean_decode_ms: Option<f64>,
 }
 
-/// Write a record as canonical JSON (sorted keys), atomically.
-pub(crate) fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
-    let v = serde_json::to_value(value).map_err(|e| Error::Internal(e.to_string()))?;
-    let mut s = serde_json::to_string_pretty(&v).map_err(|e| Error::Internal(e.to_string()))?;
-    s.push('\n');
-    // Signed with `--sign` (flip and ablation records): sidecars first, the record last.
-    crate::artifact::sign::record::write_record(path, s.as_bytes())
+/// The soak trial in a flip record.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub(crate) struct SoakTrial {
+    /// The settings, as registered.
+    pub settings: SoakSettings,
+    /// The order the runs ran in (`from#1`, `to#1`, `from#2`, …).
+    pub order: Vec<String>,
+    /// Every repeat, in order.
+    pub repeats: Vec<SoakRepeat>,
+    /// The from side's rate of its onset signature over every from run, when it showed one.
+    pub from_rate: Option<Rate>,
+    /// Timing per side, from completed rows of runs that ran.
+    pub timing: Option<Pair<SideTiming>>,
 }
 
-/// An error as one line for a record: message, then the hint.
-pub(crate) fn error_text(e: &Error) -> String {
-    match e.hint() {
-        Some(h) => format!("{e} (hint: {h})"),
-        None => e.to_string(),
-    }
+/// The soak trial's settings and run order in an ablation record.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub(crate) struct AblationSoak {
+    /// The settings, as registered before anything was built.
+    pub settings: SoakSettings,
+    /// The order the runs ran in (`none#1`, `0001#1`, …, `none#2`, …).
+    pub order: Vec<String>,
+    /// The target signature's rate over the unpatched subset's runs, when it showed one.
+    pub target_rate: Option<Rate>,
 }
-#[cfg(test)]
-mod tests {
-    use super::*;
 
-    #[test]
-    fn record_folders_are_claimed_once_and_never_through_a_link() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let (a, pa) = claim_record_dir(dir.path(), "flips", "r--x--y").expect("first");
-        let (b, _) = claim_record_dir(dir.path(), "flips", "r--x--y").expect("second");
-        assert_eq!(a, "r--x--y-0001");
-        assert_eq!(b, "r--x--y-0002");
-        assert!(pa.is_dir());
-        let other = tempfile::tempdir().expect("tempdir");
-        std::os::unix::fs::symlink(other.path(), dir.path().join("ablations")).expect("link");
-        let e = claim_record_dir(dir.path(), "ablations", "s").expect_err("link");
-        assert_eq!(e.exit_code(), 2, "{e}");
-        assert_eq!(std::fs::read_dir(other.path()).expect("ls").count(), 0);
-    }
-
-    /// CI once saw `ablations: cannot create directory: File exists` when two ablate
-    /// runs claimed their first record at once: both saw no folder and both ran `mkdir`.
-    #[test]
-    fn records_claimed_at_once_in_a_fresh_workspace_all_succeed_with_distinct_ids() {
-        for _round in 0..20 {
-            let dir = tempfile::tempdir().expect("tempdir");
-            let start = std::sync::Arc::new(std::sync::Barrier::new(8));
-            let handles: Vec<_> = (0..8)
-                .map(|_| {
-                    let root = dir.path().to_path_buf();
-                    let start = start.clone();
-                    std::thread::spawn(move || {
-                        start.wait();
-                        claim_record_dir(&root, "ablations", "s").map(|(id, _)| id)
-                    })
-                })
-                .collect();
-            let mut ids: Vec<String> = handles
-                .into_iter()
-                .map(|h| h.join().expect("thread").expect("claim"))
-                .collect();
-            ids.sort();
-            ids.dedup();
-            assert_eq!(ids.len(), 8, "{ids:?}");
-        }
-    }
+/// One subset's soak runs.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub(crate) struct SubsetSoak {
+    /// One run per repeat, in order; each links its evidence, which `verify` re-checks.
+    pub runs: Vec<SoakRun>,
+    /// Timing over the completed rows of the runs that ran (crash, error rows and failed runs
+    /// left out).
+    pub timing: Option<SideTiming>,
 }
