@@ -4,12 +4,12 @@
 
 use super::reporter::TermReporter;
 use super::{print_json, JsonArg, Verbosity};
-use crate::artifact::build::BuildOptions;
-use crate::base::error::{exit, Result};
-use crate::base::workspace::Workspace;
 use crate::outln;
-use crate::source::recipe::Recipe;
-use crate::trial::ablate::{self, AblationRecord};
+use pinforge_base::error::{exit, Result};
+use pinforge_base::workspace::Workspace;
+use pinforge_build::build::BuildOptions;
+use pinforge_source::recipe::Recipe;
+use pinforge_trial::ablate::{self, AblationRecord};
 use std::path::PathBuf;
 
 /// Arguments of `ablate`.
@@ -56,7 +56,7 @@ pub(super) fn run(ctx: &super::Ctx, a: AblateArgs) -> Result<i32> {
         &BuildOptions {
             jobs: a.jobs,
             reporter: &reporter,
-            compile_cache: crate::artifact::build::cache::Settings::from_env(),
+            compile_cache: pinforge_build::build::cache::Settings::from_env(),
         },
     )?;
     if a.out.json {

@@ -5,12 +5,12 @@
 //! gives no answer is also exit 1.
 
 use super::{print_json, JsonArg};
-use crate::base::error::{exit, Result};
-use crate::base::text;
-use crate::base::workspace::Workspace;
 use crate::outln;
-use crate::source::audit::{self, Verdict};
-use crate::source::recipe::Recipe;
+use pinforge_base::error::{exit, Result};
+use pinforge_base::text;
+use pinforge_base::workspace::Workspace;
+use pinforge_source::audit::{self, Verdict};
+use pinforge_source::recipe::Recipe;
 use std::path::PathBuf;
 
 /// Arguments of `audit`.
@@ -36,11 +36,11 @@ pub struct AuditArgs {
 pub(super) fn run(ctx: &super::Ctx, a: AuditArgs) -> Result<i32> {
     let ws = Workspace::new(&ctx.ws_root)?;
     let recipe = Recipe::load(&a.recipe)?;
-    let bundle = crate::artifact::build::bundle_for(&recipe)?;
+    let bundle = pinforge_build::build::bundle_for(&recipe)?;
     let onto = audit::parse_onto(&a.onto)?;
     let session = if a.check {
         let reporter = super::reporter::TermReporter::new(ctx.verbosity == super::Verbosity::Quiet);
-        crate::trial::check::audit(
+        pinforge_trial::check::audit(
             &ws,
             &recipe,
             &bundle,
@@ -78,7 +78,7 @@ pub(super) fn run(ctx: &super::Ctx, a: AuditArgs) -> Result<i32> {
     Ok(code)
 }
 
-/// `rebase --check`: the checked audit before the rebase ([`crate::trial::check::gate`]); an
+/// `rebase --check`: the checked audit before the rebase ([`pinforge_trial::check::gate`]); an
 /// error (exit 1, nothing written) when a still-needed patch would be dropped. Each check's
 /// finding is said on standard error.
 pub(super) fn check_before_rebase(
@@ -89,7 +89,7 @@ pub(super) fn check_before_rebase(
     drop: &std::collections::BTreeSet<String>,
 ) -> Result<()> {
     let reporter = super::reporter::TermReporter::new(ctx.verbosity == super::Verbosity::Quiet);
-    let checked = crate::trial::check::gate(
+    let checked = pinforge_trial::check::gate(
         ws,
         recipe,
         onto,
@@ -108,12 +108,12 @@ pub(super) fn check_before_rebase(
 /// The build options of `--check`: the environment's compile cache.
 fn build_options<'a>(
     jobs: Option<usize>,
-    reporter: &'a dyn crate::base::progress::Reporter,
-) -> crate::artifact::build::BuildOptions<'a> {
-    crate::artifact::build::BuildOptions {
+    reporter: &'a dyn pinforge_base::progress::Reporter,
+) -> pinforge_build::build::BuildOptions<'a> {
+    pinforge_build::build::BuildOptions {
         jobs,
         reporter,
-        compile_cache: crate::artifact::build::cache::Settings::from_env(),
+        compile_cache: pinforge_build::build::cache::Settings::from_env(),
     }
 }
 

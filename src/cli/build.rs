@@ -2,12 +2,12 @@
 
 use super::reporter::TermReporter;
 use super::{print_json_line, JsonArg, Verbosity};
-use crate::artifact::build::{self, BuildOptions, BuildOutcome};
-use crate::artifact::manifest;
-use crate::base::error::{exit, Result};
-use crate::base::workspace::Workspace;
 use crate::outln;
-use crate::source::recipe::Recipe;
+use pinforge_base::error::{exit, Result};
+use pinforge_base::workspace::Workspace;
+use pinforge_build::build::{self, BuildOptions, BuildOutcome};
+use pinforge_record::manifest;
+use pinforge_source::recipe::Recipe;
 use std::path::PathBuf;
 
 /// Arguments of `build`.
@@ -96,7 +96,7 @@ pub(super) fn run(ctx: &super::Ctx, a: BuildArgs) -> Result<i32> {
             Vec::new()
         } else {
             let now = manifest::Statement::read(&outcome.manifest)?;
-            crate::artifact::diff::rebuild_reasons(previous.as_ref(), &now)
+            pinforge_build::diff::rebuild_reasons(previous.as_ref(), &now)
         };
         // One JSON line per build, written as soon as it is done: the same shape for one
         // variant or many, and a consumer sees each result without waiting for the rest.

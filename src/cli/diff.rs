@@ -2,10 +2,10 @@
 //! artifact.
 
 use super::{print_json, JsonArg};
-use crate::artifact::manifest;
-use crate::base::error::{exit, Result};
-use crate::base::text::shown;
 use crate::outln;
+use pinforge_base::error::{exit, Result};
+use pinforge_base::text::shown;
+use pinforge_record::manifest;
 use std::path::PathBuf;
 
 /// Arguments of `diff`.
@@ -39,7 +39,7 @@ fn cmd_diff(
     exact: bool,
     json: bool,
 ) -> Result<i32> {
-    let d = crate::artifact::diff::diff(
+    let d = pinforge_build::diff::diff(
         &manifest::Statement::read(a)?,
         &manifest::Statement::read(b)?,
     );
@@ -56,12 +56,12 @@ fn cmd_diff(
 }
 
 fn render_diff(
-    d: &crate::artifact::diff::ManifestDiff,
+    d: &pinforge_build::diff::ManifestDiff,
     a: &std::path::Path,
     b: &std::path::Path,
     all: bool,
 ) {
-    use crate::artifact::diff::Change;
+    use pinforge_build::diff::Change;
     let path = |p: &std::path::Path| shown(&p.display().to_string()).into_owned();
     outln!("A {}  (input {})", path(a), short(&d.input_digest.0));
     outln!("B {}  (input {})", path(b), short(&d.input_digest.1));
@@ -96,7 +96,7 @@ fn render_diff(
             outln!("  {section:<10} {:<40} {what}", shown(&r.name));
         }
     }
-    let count = |rows: &[crate::artifact::diff::Row], c: Change| {
+    let count = |rows: &[pinforge_build::diff::Row], c: Change| {
         rows.iter().filter(|r| r.change == c).count()
     };
     let equivalent = count(&d.artifacts, Change::Equivalent);

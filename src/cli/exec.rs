@@ -1,9 +1,9 @@
 //! `pinforge exec`: run a command in a variant's build folder as the build saw it (the fixed
 //! path's mount namespace), as `nix develop` does for a derivation's build environment.
 
-use crate::base::error::{Error, Result};
-use crate::base::workspace::Workspace;
-use crate::source::recipe::Recipe;
+use pinforge_base::error::{Error, Result};
+use pinforge_base::workspace::Workspace;
+use pinforge_source::recipe::Recipe;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -37,20 +37,16 @@ pub(super) fn run(ctx: &super::Ctx, a: ExecArgs) -> Result<i32> {
             "no command given (pinforge exec -- CMD...)",
         ));
     };
-    let mut cmd = crate::artifact::build::fixed::exec_command(
-        &vdir,
-        &ws.vendor(),
-        &name,
-        Path::new(program),
-    )?;
+    let mut cmd =
+        pinforge_build::build::fixed::exec_command(&vdir, &ws.vendor(), &name, Path::new(program))?;
     cmd.args(args);
-    let line = crate::base::process::display(&cmd);
+    let line = pinforge_base::process::display(&cmd);
     let mut child = cmd
         .spawn()
-        .map_err(|e| crate::base::process::spawn_error(&line, e, ""))?;
+        .map_err(|e| pinforge_base::process::spawn_error(&line, e, ""))?;
     // Ctrl-C is the command's to handle (an interactive shell ignores it): pinforge waits
     // rather than die and leave the command orphaned on the terminal.
-    crate::sys::signal::ignore_terminal_interrupts();
+    pinforge_sys::signal::ignore_terminal_interrupts();
     let status = child
         .wait()
         .map_err(|e| Error::io("wait for", Path::new(program), e))?;

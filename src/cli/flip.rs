@@ -3,15 +3,15 @@
 
 use super::reporter::TermReporter;
 use super::{print_json, JsonArg, Verbosity};
-use crate::artifact::build::BuildOptions;
-use crate::base::error::{exit, Result};
-use crate::base::workspace::Workspace;
 use crate::cli::output::{paint, Tone};
 use crate::outln;
-use crate::source::recipe::Recipe;
-use crate::trial::flip::{self, FlipRecord, FlipRequest, FlipVerdict};
-use crate::trial::soak::SoakOptions;
-use crate::trial::validate::{self, ArmSource};
+use pinforge_base::error::{exit, Result};
+use pinforge_base::workspace::Workspace;
+use pinforge_build::build::BuildOptions;
+use pinforge_source::recipe::Recipe;
+use pinforge_trial::flip::{self, FlipRecord, FlipRequest, FlipVerdict};
+use pinforge_trial::soak::SoakOptions;
+use pinforge_trial::validate::{self, ArmSource};
 use std::path::PathBuf;
 
 /// Arguments of `flip`.
@@ -91,7 +91,7 @@ impl SoakArgs {
     pub(super) fn options(
         &self,
         ws_root: &std::path::Path,
-        smoke: &crate::deploy::smoke::SmokeOptions,
+        smoke: &pinforge_deploy::smoke::SmokeOptions,
     ) -> Result<Option<SoakOptions>> {
         if self.trial == Trial::Smoke {
             for (set, flag) in [
@@ -99,7 +99,7 @@ impl SoakArgs {
                 (self.repeats != 1, "--repeats"),
             ] {
                 if set {
-                    return Err(crate::base::error::Error::input(
+                    return Err(pinforge_base::error::Error::input(
                         flag,
                         "applies to a soak trial only",
                     )
@@ -108,7 +108,7 @@ impl SoakArgs {
             }
             return Ok(None);
         }
-        let ws_root = crate::base::fsx::absolute(ws_root)?;
+        let ws_root = pinforge_base::fsx::absolute(ws_root)?;
         Ok(Some(SoakOptions {
             validate: validate::Options {
                 // Set by the trial to the two builds once they are built.
@@ -156,7 +156,7 @@ pub(super) fn run(ctx: &super::Ctx, a: FlipArgs) -> Result<i32> {
         // The mechanical diff first: the operator sees what is about to be compared before
         // minutes of building.
         outln!("flip {}: {} -> {}", recipe.name, a.from, a.to);
-        for line in crate::trial::axis::render_rows(&plan.rows).lines() {
+        for line in pinforge_trial::axis::render_rows(&plan.rows).lines() {
             outln!("  {line}");
         }
     }
@@ -174,7 +174,7 @@ pub(super) fn run(ctx: &super::Ctx, a: FlipArgs) -> Result<i32> {
         &BuildOptions {
             jobs: a.jobs,
             reporter: &reporter,
-            compile_cache: crate::artifact::build::cache::Settings::from_env(),
+            compile_cache: pinforge_build::build::cache::Settings::from_env(),
         },
     )?;
     if a.out.json {
@@ -230,7 +230,7 @@ fn render(r: &FlipRecord, verbosity: Verbosity) {
             t.settings.repeats,
             t.order.join(" ")
         );
-        for line in crate::trial::soak::table_lines(t) {
+        for line in pinforge_trial::soak::table_lines(t) {
             outln!("  {line}");
         }
     }
@@ -313,7 +313,7 @@ fn render_artifacts(r: &FlipRecord, verbosity: Verbosity) {
 
 /// `verify` of a soak flip's record: every linked run's evidence re-checked.
 pub(super) fn verify_soak_record(path: &std::path::Path, json: bool) -> Result<i32> {
-    let c = crate::trial::soak::verify::verify_record(path)?;
+    let c = pinforge_trial::soak::verify::verify_record(path)?;
     if json {
         print_json(super::schema::id::SOAK_CHECK, &c)?;
     } else {

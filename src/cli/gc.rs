@@ -1,9 +1,9 @@
 //! `pinforge gc`: remove store entries nothing references.
 
 use super::{print_json, JsonArg, RootArg};
-use crate::base::error::{exit, Result};
-use crate::deploy::install::Root;
 use crate::outln;
+use pinforge_base::error::{exit, Result};
+use pinforge_deploy::install::Root;
 
 /// Arguments of `gc`.
 #[derive(Debug, clap::Args)]

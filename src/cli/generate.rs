@@ -1,7 +1,7 @@
 //! `pinforge completions SHELL` and `pinforge man`: generated from the clap definition itself.
 
-use crate::base::error::{exit, Error, Result};
 use clap::CommandFactory;
+use pinforge_base::error::{exit, Error, Result};
 
 /// Arguments of `completions`.
 #[derive(Debug, clap::Args)]

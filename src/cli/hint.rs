@@ -8,9 +8,9 @@
 //! `PINFORGE_WORKSPACE` is still set in the shell that runs the hint). `--root` is added only to
 //! a command that takes it, as the clap definition says.
 
-use crate::base::process;
 use clap::parser::ValueSource;
 use clap::ArgMatches;
+use pinforge_base::process;
 use std::path::PathBuf;
 
 /// The options a hint repeats.

@@ -1,14 +1,14 @@
 //! `pinforge history`: every install and rollback the root records, with the generation each
 //! committed and what it showed. Everything read from the root's records that is text (names,
-//! times, why a receipt is unreadable) is shown through [`crate::base::text::shown`]: a
+//! times, why a receipt is unreadable) is shown through [`pinforge_base::text::shown`]: a
 //! receipt edited to hold a newline cannot forge a `* gen 9` row.
 
 use super::rollback::slot;
 use super::{print_json, JsonArg, RootArg};
-use crate::base::error::{exit, Result};
-use crate::base::text::Shown;
-use crate::deploy::install::Root;
 use crate::outln;
+use pinforge_base::error::{exit, Result};
+use pinforge_base::text::Shown;
+use pinforge_deploy::install::Root;
 
 /// Arguments of `history`.
 #[derive(Debug, clap::Args)]

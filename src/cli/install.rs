@@ -3,14 +3,14 @@
 use super::smoke::{render_smoke, smoke_options};
 use super::verify::render_verification;
 use super::{print_json, JsonArg, RootArg};
-use crate::base::error::{exit, Error, Result};
-use crate::base::text::Shown;
-use crate::base::workspace::Workspace;
-use crate::deploy::install::{InstallOutcome, Layer, Root, StageMode};
-use crate::deploy::serve::gate::{self, ServerCheck};
-use crate::deploy::smoke::{self, Verdict};
 use crate::outln;
-use crate::source::recipe::Recipe;
+use pinforge_base::error::{exit, Error, Result};
+use pinforge_base::text::Shown;
+use pinforge_base::workspace::Workspace;
+use pinforge_deploy::install::{InstallOutcome, Layer, Root, StageMode};
+use pinforge_deploy::serve::gate::{self, ServerCheck};
+use pinforge_deploy::smoke::{self, Verdict};
+use pinforge_source::recipe::Recipe;
 use std::path::PathBuf;
 
 /// Arguments of `install`.
@@ -109,7 +109,7 @@ fn pull_for_install(
     a: &InstallArgs,
     json: bool,
 ) -> Result<PathBuf> {
-    use crate::deploy::ship::{self, Access, PullOptions, Reference};
+    use pinforge_deploy::ship::{self, Access, PullOptions, Reference};
     if a.variant.is_some() {
         return Err(Error::input(
             text,

@@ -1,9 +1,9 @@
 //! `pinforge key generate`: an OpenSSH key pair for signing (Ed25519, or ECDSA P-256 for
 //! cosign users), with the right modes.
 
-use crate::artifact::sign;
-use crate::base::error::{exit, Result};
 use crate::outln;
+use pinforge_base::error::{exit, Result};
+use pinforge_record::sign;
 use std::path::PathBuf;
 
 /// Key commands.

@@ -33,16 +33,16 @@ mod validate_serve;
 mod vendor;
 mod verify;
 
-use crate::base::error::{exit, Error, Result};
-use crate::deploy::install::Layer;
 use crate::outln;
 use clap::{Parser, Subcommand};
+use pinforge_base::error::{exit, Error, Result};
+use pinforge_deploy::install::Layer;
 use std::path::PathBuf;
 
 /// pinforge: pin an upstream inference engine, carry attributed patches, build variants with
 /// verifiable provenance.
 #[derive(Debug, Parser)]
-#[command(name = "pinforge", version, after_help = crate::base::error::ExitCode::help_table())]
+#[command(name = "pinforge", version, after_help = pinforge_base::error::ExitCode::help_table())]
 pub struct Cli {
     /// Workspace folder holding vendor/ and build/ [default: current directory]
     #[arg(long, global = true, env = "PINFORGE_WORKSPACE")]
@@ -446,7 +446,7 @@ fn run(cli: Cli) -> Result<i32> {
 /// detail keeps its lines (`text::shown_lines`), and nothing reaches the terminal raw (issue #19
 /// class 2).
 fn render_error(e: &Error, hints: &hint::HintOptions) {
-    use crate::base::text::{shown_line, shown_lines};
+    use pinforge_base::text::{shown_line, shown_lines};
     eprintln!("error: {}", shown_line(&e.to_string()));
     if let Some(detail) = e.detail() {
         for line in shown_lines(detail).lines() {
@@ -487,7 +487,7 @@ fn print_json<T: serde::Serialize>(schema: &str, value: &T) -> Result<()> {
 /// none of them but the pretty printer's line breaks (inside strings serde writes `\n`), so
 /// each is written as its `\uXXXX` escape: the same document, byte-safe.
 fn json_escaped(s: &str) -> std::borrow::Cow<'_, str> {
-    let unsafe_char = |c: char| c != '\n' && crate::base::text::is_unsafe_char(c);
+    let unsafe_char = |c: char| c != '\n' && pinforge_base::text::is_unsafe_char(c);
     if !s.chars().any(unsafe_char) {
         return std::borrow::Cow::Borrowed(s);
     }
@@ -528,7 +528,7 @@ mod tests {
         let out = super::json_escaped(&raw);
         assert!(
             !out.chars()
-                .any(|c| c != '\n' && crate::base::text::is_unsafe_char(c)),
+                .any(|c| c != '\n' && pinforge_base::text::is_unsafe_char(c)),
             "{out}"
         );
         let back: serde_json::Value = serde_json::from_str(&out).expect("still JSON");

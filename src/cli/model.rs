@@ -1,9 +1,9 @@
 //! `pinforge model tiny`: write a tiny random-weight GGUF model.
 
-use crate::base::error::{exit, Result};
-use crate::deploy::model::{self, Arch};
 use crate::outln;
 use clap::Subcommand;
+use pinforge_base::error::{exit, Result};
+use pinforge_deploy::model::{self, Arch};
 use std::path::PathBuf;
 
 /// `pinforge model ...`
@@ -42,7 +42,7 @@ fn cmd_model_tiny(arch: &str, output: &std::path::Path, seed: u64, json: bool) -
     let arch = Arch::parse(arch)?;
     let size = model::write_tiny(arch, seed, output)?;
     if json {
-        let (sha256, _) = crate::base::digest::Sha256::of_file(output)?;
+        let (sha256, _) = pinforge_base::digest::Sha256::of_file(output)?;
         super::print_json(
             super::schema::id::MODEL_TINY,
             &ModelWritten {
@@ -71,5 +71,5 @@ pub(super) struct ModelWritten<'a> {
     bytes: u64,
     arch: &'a str,
     seed: u64,
-    sha256: crate::base::digest::Sha256,
+    sha256: pinforge_base::digest::Sha256,
 }

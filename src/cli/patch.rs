@@ -2,11 +2,11 @@
 //! checks, bibliography, application onto a checkout, and export back from one.
 
 use super::{print_json, JsonArg};
-use crate::base::error::{exit, Result};
 use crate::outln;
-use crate::source::patch::lint::Severity;
-use crate::source::patch::{Bundle, PatchFile};
 use clap::Subcommand;
+use pinforge_base::error::{exit, Result};
+use pinforge_source::patch::lint::Severity;
+use pinforge_source::patch::{Bundle, PatchFile};
 use std::path::PathBuf;
 
 /// `pinforge patch ...`
@@ -158,7 +158,7 @@ pub(super) fn run(ctx: &super::Ctx, c: PatchCommand) -> Result<i32> {
         PatchCommand::CommitMessage { dir } => {
             let bundle = Bundle::load(&bundle_dir(dir))?;
             bundle.select(None)?;
-            let text = crate::source::patch::bundle::commit_message(&bundle.bibliography());
+            let text = pinforge_source::patch::bundle::commit_message(&bundle.bibliography());
             outln!("{}", text.trim_end());
             Ok(exit::OK)
         }
@@ -232,11 +232,11 @@ fn cmd_check_attribution(
     upstream: &str,
     json: bool,
 ) -> Result<i32> {
-    use crate::base::text::Shown;
-    let ws = crate::base::workspace::Workspace::new(&ctx.ws_root)?;
+    use pinforge_base::text::Shown;
+    let ws = pinforge_base::workspace::Workspace::new(&ctx.ws_root)?;
     let bundle = Bundle::load(dir)?;
-    let onto = crate::source::audit::parse_onto(upstream)?;
-    let report = crate::source::attribution::check(&ws, &bundle, &onto)?;
+    let onto = pinforge_source::audit::parse_onto(upstream)?;
+    let report = pinforge_source::attribution::check(&ws, &bundle, &onto)?;
     let code = if report.false_claims() > 0 {
         exit::CHECK_FAILED
     } else {
@@ -267,7 +267,7 @@ fn cmd_check_attribution(
             facts.push(format!("first in {}", Shown(t)));
         }
         if let Some(c) = p.content {
-            facts.push(format!("change {}", crate::source::audit::word(&c)));
+            facts.push(format!("change {}", pinforge_source::audit::word(&c)));
         }
         let verdict = if p.findings.is_empty() {
             "ok"
@@ -306,7 +306,7 @@ fn cmd_check_attribution(
 fn cmd_apply(repo: &std::path::Path, dir: &std::path::Path, json: bool) -> Result<i32> {
     let bundle = Bundle::load(dir)?;
     let patches = bundle.select(None)?;
-    let applied = crate::source::patch::apply::apply_to_checkout(repo, &patches)?;
+    let applied = pinforge_source::patch::apply::apply_to_checkout(repo, &patches)?;
     // A moved hunk applied, but the patch is due a refresh: say so on stderr in every mode.
     for note in applied.iter().flat_map(|a| a.notes()) {
         eprintln!("note: {note}");
@@ -392,12 +392,12 @@ fn cmd_list(dir: &std::path::Path, json: bool) -> Result<i32> {
 fn cmd_bundle(dir: &std::path::Path, output: &std::path::Path, json: bool) -> Result<i32> {
     let bundle = Bundle::load(dir)?;
     // The mbox must never land on a file of the bundle it is made from (any spelling, link).
-    crate::source::patch::bundle::refuse_bundle_file(&bundle, output)?;
+    pinforge_source::patch::bundle::refuse_bundle_file(&bundle, output)?;
     let patches = bundle.select(None)?;
     let rows = bundle.bibliography();
-    let bytes = crate::source::patch::bundle::mbox(&patches, &rows)?;
-    crate::base::fsx::write_atomic(output, &bytes)?;
-    let sha256 = crate::base::digest::Sha256::of_bytes(&bytes);
+    let bytes = pinforge_source::patch::bundle::mbox(&patches, &rows)?;
+    pinforge_base::fsx::write_atomic(output, &bytes)?;
+    let sha256 = pinforge_base::digest::Sha256::of_bytes(&bytes);
     if json {
         print_json(
             super::schema::id::PATCH_BUNDLE,
@@ -431,11 +431,11 @@ fn cmd_export(
     // The workspace lock, as rebase holds it from its first read to its last write: an export
     // never swaps the bundle under a rebase that audited the old one (and vendor/, which the
     // checkout may be, is not rewritten meanwhile).
-    let ws = crate::base::workspace::Workspace::new(&ctx.ws_root)?;
+    let ws = pinforge_base::workspace::Workspace::new(&ctx.ws_root)?;
     let _lock = ws.lock()?;
-    let exported = crate::source::patch::export::export(repo, base, allow_empty)?;
+    let exported = pinforge_source::patch::export::export(repo, base, allow_empty)?;
     // Staged whole and swapped in once: a failure leaves the old bundle as it was.
-    crate::source::patch::export::write_bundle(dir, &exported)?;
+    pinforge_source::patch::export::write_bundle(dir, &exported)?;
     let errors = exported
         .iter()
         .flat_map(|e| &e.findings)
@@ -483,7 +483,7 @@ fn cmd_export(
 pub(super) struct LintRow<'a> {
     file: String,
     #[serde(flatten)]
-    finding: &'a crate::source::patch::lint::Finding,
+    finding: &'a pinforge_source::patch::lint::Finding,
 }
 
 /// The `patch lint --json` document (see `cli::schema`).
@@ -502,7 +502,7 @@ pub(super) struct ApplyRow {
     patch: String,
     // The schema keeps the plain string it has always published.
     #[schemars(with = "String")]
-    commit: crate::base::digest::GitOid,
+    commit: pinforge_base::digest::GitOid,
     /// Hunks that applied at another line (`FILE#N ±K`).
     hunk_offsets: Vec<String>,
 }
@@ -517,7 +517,7 @@ pub(super) struct ApplyReport {
 /// The `patch list --json` document (see `cli::schema`).
 #[derive(serde::Serialize, schemars::JsonSchema)]
 pub(super) struct PatchList<'a> {
-    patches: &'a [crate::source::patch::BibRow],
+    patches: &'a [pinforge_source::patch::BibRow],
 }
 
 /// The `patch bundle --json` document (see `cli::schema`).
@@ -526,7 +526,7 @@ pub(super) struct BundleWritten {
     path: String,
     patches: usize,
     bytes: usize,
-    sha256: crate::base::digest::Sha256,
+    sha256: pinforge_base::digest::Sha256,
 }
 
 /// The `patch export --json` document (see `cli::schema`).
@@ -535,5 +535,5 @@ pub(super) struct ExportReport<'a> {
     dir: String,
     ok: bool,
     errors: usize,
-    patches: &'a [crate::source::patch::export::Exported],
+    patches: &'a [pinforge_source::patch::export::Exported],
 }

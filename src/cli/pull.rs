@@ -2,9 +2,9 @@
 //! and the signature policy checked before anything is unpacked.
 
 use super::{print_json, JsonArg};
-use crate::base::error::{exit, Result};
-use crate::deploy::ship::{self, Access, PullOptions, Reference};
 use crate::outln;
+use pinforge_base::error::{exit, Result};
+use pinforge_deploy::ship::{self, Access, PullOptions, Reference};
 use std::path::PathBuf;
 
 /// Arguments of `pull`.
@@ -55,7 +55,7 @@ pub(super) fn render(out: &ship::PullOutcome) {
         out.bytes
     );
     match &out.signer {
-        Some(s) => outln!("  signed by {}", crate::base::text::shown(s)),
+        Some(s) => outln!("  signed by {}", pinforge_base::text::shown(s)),
         None => outln!("  signature not checked (no --allowed-signers)"),
     }
     outln!("manifest {}", out.manifest.display());

@@ -1,9 +1,9 @@
 //! `pinforge push`: a verified build to an OCI registry; prints the artifact's digest.
 
 use super::{print_json, JsonArg};
-use crate::base::error::{exit, Result};
-use crate::deploy::ship::{self, Access, Reference};
 use crate::outln;
+use pinforge_base::error::{exit, Result};
+use pinforge_deploy::ship::{self, Access, Reference};
 use std::path::PathBuf;
 
 /// Arguments of `push`.

@@ -2,11 +2,11 @@
 //! upstream, with the ledger of what left the series (issue #9).
 
 use super::{print_json, JsonArg};
-use crate::base::error::{exit, Result};
-use crate::base::text;
-use crate::base::workspace::Workspace;
 use crate::outln;
-use crate::source::rebase::{self, Decisions, Rebased};
+use pinforge_base::error::{exit, Result};
+use pinforge_base::text;
+use pinforge_base::workspace::Workspace;
+use pinforge_source::rebase::{self, Decisions, Rebased};
 use std::path::PathBuf;
 
 /// Arguments of `rebase`.
@@ -65,11 +65,11 @@ pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<i32> {
         );
         return Ok(exit::OK);
     }
-    let today = crate::source::audit::today();
+    let today = pinforge_source::audit::today();
     let report = match &a.onto {
         _ if a.resume => rebase::resume(&ws, &a.recipe, &today)?,
         Some(onto) => {
-            let onto = crate::source::audit::parse_onto(onto)?;
+            let onto = pinforge_source::audit::parse_onto(onto)?;
             let decisions = Decisions {
                 drop: a.drop.into_iter().collect(),
                 keep: a.keep.into_iter().collect(),
@@ -82,7 +82,7 @@ pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<i32> {
             rebase::rebase(&ws, &a.recipe, &onto, &decisions, &today, a.resolve)?
         }
         None => {
-            return Err(crate::base::error::Error::input(
+            return Err(pinforge_base::error::Error::input(
                 "rebase",
                 "--onto PIN is required (or --continue, --abort)",
             ))

@@ -4,9 +4,9 @@
 //! (the page says which), 2 for an input it cannot read (nothing written).
 
 use super::{print_json, JsonArg};
-use crate::base::error::{exit, Result};
 use crate::outln;
-use crate::trial::render::{self, Format};
+use pinforge_base::error::{exit, Result};
+use pinforge_trial::render::{self, Format};
 use std::path::PathBuf;
 
 /// Arguments of `report`.
@@ -39,7 +39,7 @@ pub(super) fn run(a: ReportArgs) -> Result<i32> {
     } else {
         outln!(
             "wrote {} ({} inputs, {} rows drawn, {} evidence files, {} failing now)",
-            crate::trial::render::shown_path(&w.output),
+            pinforge_trial::render::shown_path(&w.output),
             w.inputs.len(),
             w.rows,
             w.evidence_files,

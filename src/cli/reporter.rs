@@ -3,7 +3,7 @@
 //! ~10% of the compile, each with the elapsed time, since a bar that redraws itself is useless
 //! in a log and silence for three minutes looks like a hang.
 
-use crate::base::progress::Reporter;
+use pinforge_base::progress::Reporter;
 use std::io::IsTerminal;
 use std::sync::Mutex;
 use std::time::Instant;

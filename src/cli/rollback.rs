@@ -3,9 +3,9 @@
 
 use super::verify::render_verification;
 use super::{print_json, JsonArg, RootArg};
-use crate::base::error::{exit, Result};
-use crate::deploy::install::{GenSlot, Layer, RollbackTo, Root};
 use crate::outln;
+use pinforge_base::error::{exit, Result};
+use pinforge_deploy::install::{GenSlot, Layer, RollbackTo, Root};
 
 /// Arguments of `rollback`.
 #[derive(Debug, clap::Args)]
@@ -64,7 +64,7 @@ pub(super) fn run(ctx: &super::Ctx, a: RollbackArgs) -> Result<i32> {
 /// A layer's slot in one line: `recipe/variant digest12`, or `nothing`. The names come from
 /// the install root's records (data that may have been edited): shown escaped.
 pub(super) fn slot(s: &Option<GenSlot>) -> String {
-    use crate::base::text::Shown;
+    use pinforge_base::text::Shown;
     match s {
         Some(s) => format!(
             "{}/{} {}",

@@ -17,8 +17,8 @@
 //! The `schema` member that `print_json` adds to every document is added here too, as a
 //! required constant.
 
-use crate::base::error::{Error, Result};
 use crate::outln;
+use pinforge_base::error::{Error, Result};
 use schemars::{JsonSchema, Schema};
 use std::path::{Path, PathBuf};
 
@@ -105,9 +105,9 @@ pub mod id {
     /// `verify RECORD --json` (a soak flip's or soak ablation's record.json or its folder).
     pub const SOAK_CHECK: &str = "pinforge.verify-soak/v1";
     /// `flip --json` and the flip record file.
-    pub const FLIP: &str = crate::trial::flip::SCHEMA;
+    pub const FLIP: &str = pinforge_trial::flip::SCHEMA;
     /// `ablate --json` and the ablation record file.
-    pub const ABLATE: &str = crate::trial::ablate::SCHEMA;
+    pub const ABLATE: &str = pinforge_trial::ablate::SCHEMA;
     /// `push --json`.
     pub const PUSH: &str = "pinforge.push/v1";
     /// `pull --json`.
@@ -119,21 +119,21 @@ pub mod id {
 /// Every `--json` document pinforge prints: (schema id, type). One line per document kind.
 pub const DOCUMENTS: &[Document] = &[
     doc::<super::build::BuildLine<'static>>(id::BUILD),
-    doc::<crate::artifact::manifest::VerifyReport>(id::VERIFY),
+    doc::<pinforge_record::manifest::VerifyReport>(id::VERIFY),
     doc::<super::verify::VerifySigned<'static>>(id::VERIFY_SIGNED),
-    doc::<crate::artifact::sign::Signed>(id::SIGN),
-    doc::<crate::deploy::install::Verification>(id::VERIFY_INSTALLED),
+    doc::<pinforge_record::sign::Signed>(id::SIGN),
+    doc::<pinforge_deploy::install::Verification>(id::VERIFY_INSTALLED),
     doc::<super::verify::VerifyInstalledSigned<'static>>(id::VERIFY_INSTALLED_SIGNED),
-    doc::<crate::artifact::diff::ManifestDiff>(id::DIFF),
-    doc::<crate::trial::render::Written>(id::REPORT),
+    doc::<pinforge_build::diff::ManifestDiff>(id::DIFF),
+    doc::<pinforge_trial::render::Written>(id::REPORT),
     doc::<super::install::InstallJson<'static>>(id::INSTALL),
-    doc::<crate::deploy::install::RollbackOutcome>(id::ROLLBACK),
-    doc::<crate::deploy::install::Status>(id::STATUS),
-    doc::<crate::deploy::install::History>(id::HISTORY),
-    doc::<crate::deploy::install::GcOutcome>(id::GC),
-    doc::<crate::deploy::smoke::SmokeReport>(id::SMOKE),
+    doc::<pinforge_deploy::install::RollbackOutcome>(id::ROLLBACK),
+    doc::<pinforge_deploy::install::Status>(id::STATUS),
+    doc::<pinforge_deploy::install::History>(id::HISTORY),
+    doc::<pinforge_deploy::install::GcOutcome>(id::GC),
+    doc::<pinforge_deploy::smoke::SmokeReport>(id::SMOKE),
     doc::<super::patch::LintReport<'static>>(id::PATCH_LINT),
-    doc::<crate::source::attribution::Report>(id::PATCH_CHECK_ATTRIBUTION),
+    doc::<pinforge_source::attribution::Report>(id::PATCH_CHECK_ATTRIBUTION),
     doc::<super::patch::ApplyReport>(id::PATCH_APPLY),
     doc::<super::patch::PatchList<'static>>(id::PATCH_LIST),
     doc::<super::patch::BundleWritten>(id::PATCH_BUNDLE),
@@ -142,16 +142,16 @@ pub const DOCUMENTS: &[Document] = &[
     doc::<super::toolkit::ToolkitOut<'static>>(id::TOOLKIT),
     doc::<super::patch::ExportReport<'static>>(id::PATCH_EXPORT),
     doc::<super::rebase::RebaseOut<'static>>(id::REBASE),
-    doc::<crate::source::audit::Audit>(id::AUDIT),
-    doc::<crate::trial::validate::Report>(id::VALIDATE),
-    doc::<crate::trial::validate::merge::MergeReport>(id::VALIDATE_MERGE),
-    doc::<crate::trial::validate::served::ServeReport>(id::VALIDATE_SERVE),
-    doc::<crate::trial::validate::EvidenceCheck>(id::VERIFY_EVIDENCE),
-    doc::<crate::trial::soak::verify::SoakCheck>(id::SOAK_CHECK),
-    doc::<crate::trial::flip::FlipRecord>(id::FLIP),
-    doc::<crate::trial::ablate::AblationRecord>(id::ABLATE),
-    doc::<crate::deploy::ship::PushOutcome>(id::PUSH),
-    doc::<crate::deploy::ship::PullOutcome>(id::PULL),
+    doc::<pinforge_source::audit::Audit>(id::AUDIT),
+    doc::<pinforge_trial::validate::Report>(id::VALIDATE),
+    doc::<pinforge_trial::validate::merge::MergeReport>(id::VALIDATE_MERGE),
+    doc::<pinforge_trial::validate::served::ServeReport>(id::VALIDATE_SERVE),
+    doc::<pinforge_trial::validate::EvidenceCheck>(id::VERIFY_EVIDENCE),
+    doc::<pinforge_trial::soak::verify::SoakCheck>(id::SOAK_CHECK),
+    doc::<pinforge_trial::flip::FlipRecord>(id::FLIP),
+    doc::<pinforge_trial::ablate::AblationRecord>(id::ABLATE),
+    doc::<pinforge_deploy::ship::PushOutcome>(id::PUSH),
+    doc::<pinforge_deploy::ship::PullOutcome>(id::PULL),
 ];
 
 impl Document {
@@ -212,16 +212,16 @@ pub(super) fn run(a: SchemasArgs) -> Result<i32> {
             }
         }
     }
-    Ok(crate::base::error::exit::OK)
+    Ok(pinforge_base::error::exit::OK)
 }
 
 fn write_all(dir: &Path) -> Result<()> {
-    crate::base::fsx::create_dir_all(dir)?;
+    pinforge_base::fsx::create_dir_all(dir)?;
     for d in DOCUMENTS {
         let mut text = serde_json::to_string_pretty(&d.schema()?)
             .map_err(|e| Error::Internal(e.to_string()))?;
         text.push('\n');
-        crate::base::fsx::write_atomic(&dir.join(d.file_name()), text.as_bytes())?;
+        pinforge_base::fsx::write_atomic(&dir.join(d.file_name()), text.as_bytes())?;
     }
     Ok(())
 }

@@ -1,9 +1,9 @@
 //! `pinforge sign FILE --key KEY`: write `FILE.dsse.json` and `FILE.sig` beside a record.
 
 use super::{print_json, JsonArg};
-use crate::artifact::sign::{self, SigningKey};
-use crate::base::error::{exit, Result};
 use crate::outln;
+use pinforge_base::error::{exit, Result};
+use pinforge_record::sign::{self, SigningKey};
 use std::path::PathBuf;
 
 /// Arguments of `sign`.
@@ -104,20 +104,20 @@ struct SignConfig {
 /// The `[sign] key` of the config file at `path`, if the file exists and sets one.
 fn config_key(path: Option<&std::path::Path>) -> Result<Option<PathBuf>> {
     let Some(path) = path else { return Ok(None) };
-    let Some(bytes) = crate::base::fsx::read_if_present(path)? else {
+    let Some(bytes) = pinforge_base::fsx::read_if_present(path)? else {
         return Ok(None);
     };
     let text = String::from_utf8(bytes)
-        .map_err(|_| crate::base::error::Error::input(path.display(), "is not UTF-8"))?;
+        .map_err(|_| pinforge_base::error::Error::input(path.display(), "is not UTF-8"))?;
     let c: Config = toml::from_str(&text).map_err(|e| {
-        crate::base::error::Error::input(path.display(), e.message().to_string())
+        pinforge_base::error::Error::input(path.display(), e.message().to_string())
             .with_hint("the config file takes one setting: [sign] key = \"PATH\"")
     })?;
     Ok(c.sign.map(|s| {
         if s.key.is_absolute() {
             s.key
         } else {
-            crate::base::fsx::parent_of(path).join(s.key)
+            pinforge_base::fsx::parent_of(path).join(s.key)
         }
     }))
 }

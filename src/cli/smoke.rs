@@ -2,13 +2,13 @@
 //! layer, with the verdict rendered.
 
 use super::{installed_layer, print_json, JsonArg, RootArg};
-use crate::base::error::{exit, Error, Result};
-use crate::base::workspace::Workspace;
 use crate::cli::output::{paint, Tone};
-use crate::deploy::install::Root;
-use crate::deploy::model::Arch;
-use crate::deploy::smoke::{self, SmokeOptions, Verdict};
 use crate::outln;
+use pinforge_base::error::{exit, Error, Result};
+use pinforge_base::workspace::Workspace;
+use pinforge_deploy::install::Root;
+use pinforge_deploy::model::Arch;
+use pinforge_deploy::smoke::{self, SmokeOptions, Verdict};
 use std::path::PathBuf;
 
 /// Arguments of `smoke`.
@@ -64,7 +64,7 @@ pub(super) fn run(ctx: &super::Ctx, a: SmokeArgs) -> Result<i32> {
 
 /// Run the smoke child: one decode in this process, its report as JSON on stdout.
 pub(super) fn run_child(a: SmokeChildArgs) -> Result<i32> {
-    let r = crate::deploy::smoke::child::run(&a.shim, &a.model, a.tokens, a.gpu_layers);
+    let r = pinforge_deploy::smoke::child::run(&a.shim, &a.model, a.tokens, a.gpu_layers);
     let failed = r.error.is_some();
     // The child's report is an internal protocol read back by the parent, not a document.
     let s = serde_json::to_string(&r).map_err(|e| Error::Internal(e.to_string()))?;
@@ -79,7 +79,7 @@ pub(super) fn smoke_options(
     tokens: usize,
     crash_test: bool,
 ) -> Result<SmokeOptions> {
-    if crash_test && !crate::base::hooks::ENABLED {
+    if crash_test && !pinforge_base::hooks::ENABLED {
         return Err(crate::Error::input(
             "--crash-test",
             "this pinforge was built without the test hooks",
@@ -90,7 +90,7 @@ pub(super) fn smoke_options(
     if let Some(m) = &model {
         // The model is an input: a missing file or a FIFO is exit 2, checked before anything
         // is compiled or spawned (and a FIFO is never opened for reading).
-        crate::base::fsx::open_regular(m, "model file", true)?;
+        pinforge_base::fsx::open_regular(m, "model file", true)?;
     }
     Ok(SmokeOptions {
         model,

@@ -1,12 +1,12 @@
 //! `pinforge status`: the install root's layers, `current`, and any unfinished transaction.
 //! Names and times read from the root's records are shown through
-//! [`crate::base::text::shown`], never raw.
+//! [`pinforge_base::text::shown`], never raw.
 
 use super::{print_json, JsonArg, RootArg};
-use crate::base::error::{exit, Result};
-use crate::base::text::Shown;
-use crate::deploy::install::Root;
 use crate::outln;
+use pinforge_base::error::{exit, Result};
+use pinforge_base::text::Shown;
+use pinforge_deploy::install::Root;
 
 /// Arguments of `status`.
 #[derive(Debug, clap::Args)]
@@ -34,7 +34,7 @@ fn cmd_status(root: &std::path::Path, json: bool, verify: bool) -> Result<i32> {
         .layers
         .values()
         .flatten()
-        .all(|s| s.verification == crate::deploy::install::VerificationState::Ok);
+        .all(|s| s.verification == pinforge_deploy::install::VerificationState::Ok);
     let code = if verify && !all_ok {
         exit::CHECK_FAILED
     } else {
@@ -56,7 +56,7 @@ fn cmd_status(root: &std::path::Path, json: bool, verify: bool) -> Result<i32> {
         None => outln!("current -> nothing installed"),
     }
     // Layers in their own order (live, control, original), not the JSON map's alphabetical one.
-    let ordered = crate::deploy::install::Layer::ALL
+    let ordered = pinforge_deploy::install::Layer::ALL
         .iter()
         .filter_map(|l| st.layers.get(l.as_str()).map(|s| (l.as_str(), s)));
     for (name, slot) in ordered {

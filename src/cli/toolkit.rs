@@ -3,9 +3,9 @@
 //! machine's script can carry a toolkit made elsewhere.
 
 use super::{print_json, JsonArg};
-use crate::artifact::cudakit;
-use crate::base::error::{exit, Result};
 use crate::outln;
+use pinforge_base::error::{exit, Result};
+use pinforge_build::cudakit;
 use std::path::PathBuf;
 
 /// Arguments of `toolkit`.
@@ -34,7 +34,7 @@ pub(super) fn run(ctx: &super::Ctx, a: ToolkitArgs) -> Result<i32> {
             eprintln!("{stage:>9} {detail}");
         }
     };
-    let ws_dirs = crate::base::workspace::Workspace::new(&ctx.ws_root)
+    let ws_dirs = pinforge_base::workspace::Workspace::new(&ctx.ws_root)
         .map(|w| w.tool_dirs())
         .unwrap_or_default();
     let kit = cudakit::provision(&lock, &cache, &ws_dirs, &note)?;

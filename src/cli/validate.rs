@@ -3,12 +3,12 @@
 
 use super::reporter::TermReporter;
 use super::{print_json, JsonArg, RootArg, Verbosity};
-use crate::base::error::{exit, Error, Result};
 use crate::cli::output::{paint, Tone};
-use crate::deploy::install::Layer;
-use crate::deploy::model::Arch;
 use crate::outln;
-use crate::trial::validate::{self, ArmSource, Options};
+use pinforge_base::error::{exit, Error, Result};
+use pinforge_deploy::install::Layer;
+use pinforge_deploy::model::Arch;
+use pinforge_trial::validate::{self, ArmSource, Options};
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -3,10 +3,10 @@
 //! dispatches here).
 
 use super::{print_json, Verbosity};
-use crate::base::error::{exit, Error, Result};
 use crate::cli::output::{paint, Tone};
 use crate::outln;
-use crate::trial::validate::served::{self, ServeOptions, ServeReport, Target};
+use pinforge_base::error::{exit, Error, Result};
+use pinforge_trial::validate::served::{self, ServeOptions, ServeReport, Target};
 
 /// The served mode's options of `validate`.
 #[derive(Debug, Clone, clap::Args)]
@@ -55,8 +55,8 @@ impl ServeArgs {
 }
 
 /// The arms of an endpoint run: none is resolved (the served mode ignores them).
-pub(super) fn no_arms() -> [crate::trial::validate::ArmSource; 2] {
-    let none = || crate::trial::validate::ArmSource::Manifest(std::path::PathBuf::new());
+pub(super) fn no_arms() -> [pinforge_trial::validate::ArmSource; 2] {
+    let none = || pinforge_trial::validate::ArmSource::Manifest(std::path::PathBuf::new());
     [none(), none()]
 }
 
@@ -64,7 +64,7 @@ pub(super) fn no_arms() -> [crate::trial::validate::ArmSource; 2] {
 pub(super) fn run(
     ctx: &super::Ctx,
     a: &ServeArgs,
-    base: crate::trial::validate::Options,
+    base: pinforge_trial::validate::Options,
     json: bool,
 ) -> Result<i32> {
     if base.shard.is_some() {
@@ -75,7 +75,7 @@ pub(super) fn run(
     }
     let target = match &a.endpoint {
         Some(url) => {
-            crate::deploy::serve::client::check_endpoint_url(url)?;
+            pinforge_deploy::serve::client::check_endpoint_url(url)?;
             Target::Endpoint {
                 url: url.clone(),
                 api_key: std::env::var(&a.api_key_env).ok().filter(|k| !k.is_empty()),

@@ -1,8 +1,8 @@
 //! `pinforge vendor digest`: the digest a tarball or folder pin needs.
 
-use crate::base::error::{exit, Result};
 use crate::outln;
 use clap::Subcommand;
+use pinforge_base::error::{exit, Result};
 use std::path::PathBuf;
 
 /// `pinforge vendor ...`
@@ -23,7 +23,7 @@ pub enum VendorCommand {
 pub(super) fn run(c: VendorCommand) -> Result<i32> {
     match c {
         VendorCommand::Digest { path, out } => {
-            let (kind, digest) = crate::source::upstream::pin_digest(&path)?;
+            let (kind, digest) = pinforge_source::upstream::pin_digest(&path)?;
             if out.json {
                 super::print_json(
                     super::schema::id::VENDOR_DIGEST,
@@ -47,5 +47,5 @@ pub(super) struct VendorDigest {
     path: String,
     /// `sha256` (a tarball pin) or `tree-sha256` (a folder pin).
     kind: &'static str,
-    digest: crate::base::digest::Sha256,
+    digest: pinforge_base::digest::Sha256,
 }

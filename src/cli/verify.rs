@@ -2,13 +2,13 @@
 //! mismatch names (paths, link targets, digests read back) is shown escaped.
 
 use super::{installed_layer, print_json, JsonArg, RootArg};
-use crate::artifact::manifest;
-use crate::artifact::sign;
-use crate::base::error::{exit, Error, Result};
-use crate::base::text::Shown;
 use crate::cli::output::{paint, Tone};
-use crate::deploy::install::{Root, Verification};
 use crate::outln;
+use pinforge_base::error::{exit, Error, Result};
+use pinforge_base::text::Shown;
+use pinforge_deploy::install::{Root, Verification};
+use pinforge_record::manifest;
+use pinforge_record::sign;
 use std::path::PathBuf;
 
 /// Arguments of `verify`.
@@ -53,17 +53,17 @@ pub(super) fn run(ctx: &super::Ctx, a: VerifyArgs) -> Result<i32> {
 }
 
 fn cmd_verify(path: &std::path::Path, json: bool) -> Result<i32> {
-    if let Some(dir) = crate::trial::validate::served::evidence::served_run_dir(path) {
-        let c = crate::trial::validate::served::evidence::verify(&dir)?;
+    if let Some(dir) = pinforge_trial::validate::served::evidence::served_run_dir(path) {
+        let c = pinforge_trial::validate::served::evidence::verify(&dir)?;
         return render_evidence_check(path, &c, json);
     }
-    if crate::trial::validate::is_evidence(path) {
+    if pinforge_trial::validate::is_evidence(path) {
         return cmd_verify_evidence(path, json);
     }
-    if crate::trial::soak::verify::is_soak_record(path) {
+    if pinforge_trial::soak::verify::is_soak_record(path) {
         return super::flip::verify_soak_record(path, json);
     }
-    let report = manifest::verify(path, Some(&crate::base::git::GitTrees))?;
+    let report = manifest::verify(path, Some(&pinforge_source::git::GitTrees))?;
     if json {
         print_json(super::schema::id::VERIFY, &report)?;
     } else if report.ok {
@@ -112,7 +112,7 @@ pub(super) struct VerifySigned<'a> {
 #[derive(serde::Serialize, schemars::JsonSchema)]
 pub(super) struct VerifyInstalledSigned<'a> {
     #[serde(flatten)]
-    verification: &'a crate::deploy::install::Verification,
+    verification: &'a pinforge_deploy::install::Verification,
     /// The signed install receipt of the layer.
     receipt: &'a std::path::Path,
     signature: &'a sign::Verified,
@@ -139,7 +139,7 @@ fn cmd_verify_signed(path: &std::path::Path, allowed: &std::path::Path, json: bo
         );
         return cmd_verify(path, false);
     }
-    let report = manifest::verify(path, Some(&crate::base::git::GitTrees))?;
+    let report = manifest::verify(path, Some(&pinforge_source::git::GitTrees))?;
     print_json(
         super::schema::id::VERIFY_SIGNED,
         &VerifySigned {
@@ -157,14 +157,14 @@ fn cmd_verify_signed(path: &std::path::Path, allowed: &std::path::Path, json: bo
 /// A validate run's evidence manifest (or its run folder): files re-hashed, the summary
 /// recomputed from the rows.
 fn cmd_verify_evidence(path: &std::path::Path, json: bool) -> Result<i32> {
-    let c = crate::trial::validate::verify_evidence(path)?;
+    let c = pinforge_trial::validate::verify_evidence(path)?;
     render_evidence_check(path, &c, json)
 }
 
 /// A run's evidence check (in-process or served) rendered; exit 1 when anything differs.
 fn render_evidence_check(
     path: &std::path::Path,
-    c: &crate::trial::validate::EvidenceCheck,
+    c: &pinforge_trial::validate::EvidenceCheck,
     json: bool,
 ) -> Result<i32> {
     if json {

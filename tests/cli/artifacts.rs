@@ -130,10 +130,11 @@ fn with_timeout(mut cmd: Command, limit: Duration) -> Output {
     match rx.recv_timeout(limit) {
         Ok(o) => o.expect("wait"),
         Err(_) => {
-            // SAFETY: kill(2) on the pid of the child this test started.
-            unsafe {
-                libc::kill(id as i32, libc::SIGKILL);
-            }
+            // The child this test started.
+            let _ = rustix::process::kill_process(
+                rustix::process::Pid::from_raw(id as i32).expect("pid"),
+                rustix::process::Signal::KILL,
+            );
             panic!("{cmd:?} hung: killed after {:?}", started.elapsed());
         }
     }
@@ -780,9 +781,14 @@ fn synthetic(dir: &Path) -> (PathBuf, serde_json::Value) {
 }
 
 fn mkfifo(p: &Path) {
-    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).expect("cstr");
-    // SAFETY: a valid NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0, "mkfifo");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        p,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap_or_else(|e| panic!("mkfifo {}: {e}", p.display()));
 }
 
 fn verify_quickly(ws: &Path, manifest: &Path) -> Output {

@@ -581,7 +581,7 @@ fn real_cuda_13_1_variant_builds_verifies_smokes_and_reuses_ggml_cuda() {
     // No hard driver dependency: the engine loads where no driver is.
     let root = PathBuf::from(patched["artifact_root"].as_str().expect("root"));
     let bytes = std::fs::read(root.join("lib/libggml-cuda.so.0.9.5")).expect("read");
-    let needed = pinforge::base::elf::needed(&bytes).expect("ELF");
+    let needed = pinforge_base::elf::needed(&bytes).expect("ELF");
     assert!(needed.iter().any(|n| n == "libcudart.so.13"), "{needed:?}");
     assert!(
         !needed.iter().any(|n| n.starts_with("libcuda.so")),

@@ -3,7 +3,6 @@
 use crate::{
     code, json, pinforge, pinforge_cmd, repo_root, stderr, stdout, tool_path, TINY_C, TINY_CMAKE,
 };
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
@@ -44,10 +43,14 @@ pub(crate) fn pinforge_within(ws: &Path, args: &[&str], secs: u64) -> Output {
 }
 
 pub(crate) fn mkfifo(p: &Path) {
-    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).expect("path");
-    // SAFETY: a valid NUL-terminated path; mkfifo has no other preconditions.
-    let rc = unsafe { libc::mkfifo(c.as_ptr(), 0o644) };
-    assert_eq!(rc, 0, "mkfifo {}", p.display());
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        p,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap_or_else(|e| panic!("mkfifo {}: {e}", p.display()));
 }
 
 /// No temp folder of a materialization may survive a refusal.

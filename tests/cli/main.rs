@@ -1082,7 +1082,7 @@ fn the_help_and_the_readme_list_the_same_exit_codes_as_the_enum() {
     let o = pinforge(&repo_root(), &["--help"]);
     let help = stdout(&o);
     let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("README");
-    for c in pinforge::base::error::ExitCode::ALL {
+    for c in pinforge_base::error::ExitCode::ALL {
         let line = format!("  {}  {}", c.code(), c.meaning());
         assert!(help.contains(&line), "--help lacks `{line}`:\n{help}");
         let row = format!("| {} | {} |", c.code(), c.meaning());
@@ -1693,7 +1693,7 @@ fn synthetic_build(dir: &Path, files: &[(&str, usize)]) -> PathBuf {
 
 /// SHA-256 through the system's sha256sum keeps the test independent of pinforge's hashing.
 mod sha2_like {
-    pub fn digest_hex(bytes: &[u8]) -> String {
+    pub(crate) fn digest_hex(bytes: &[u8]) -> String {
         use std::io::Write;
         let mut child = std::process::Command::new("sha256sum")
             .stdin(std::process::Stdio::piped())

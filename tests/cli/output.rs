@@ -7,12 +7,7 @@ use std::process::Stdio;
 /// Run pinforge with its stdout connected to a pipe whose read end is already closed, so the
 /// first write fails with EPIPE deterministically (no race with a `head` that exits).
 fn run_with_closed_stdout(args: &[&str]) -> std::process::Output {
-    use std::os::fd::{FromRawFd, OwnedFd};
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: pipe() fills two fresh descriptors that nothing else owns yet.
-    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe");
-    // SAFETY: both descriptors were just created and are owned here exactly once.
-    let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let (reader, writer) = rustix::pipe::pipe().expect("pipe");
     drop(reader);
     pinforge_cmd(&repo_root())
         .args(args)

@@ -173,7 +173,7 @@ fn an_npm_pin_builds_its_bundle_tree_and_stages_the_program_beside_its_library()
     assert_eq!(names, ["bin/tinyserve", "lib/libtiny.so"], "{j}");
     let root = PathBuf::from(j["artifact_root"].as_str().expect("root"));
     let exe = root.join("bin/tinyserve");
-    let rp = pinforge::base::elf::run_path(&std::fs::read(&exe).expect("read")).expect("ELF");
+    let rp = pinforge_base::elf::run_path(&std::fs::read(&exe).expect("read")).expect("ELF");
     assert!(rp.iter().any(|p| p == "$ORIGIN/../lib"), "{rp:?}");
     // It runs from the stage: the loader finds lib/ through the run path alone.
     let run = Command::new(&exe).env_clear().output().expect("run");

@@ -155,10 +155,14 @@ pub(crate) fn run_timeout(mut c: std::process::Command, limit: Duration) -> Opti
 }
 
 fn mkfifo(p: &Path) {
-    let c = std::ffi::CString::new(p.to_str().expect("utf8")).expect("cstring");
-    // SAFETY: a valid NUL-terminated path.
-    let rc = unsafe { libc::mkfifo(c.as_ptr(), 0o644) };
-    assert_eq!(rc, 0, "mkfifo {}", p.display());
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        p,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap_or_else(|e| panic!("mkfifo {}: {e}", p.display()));
 }
 
 pub(crate) fn report(o: &Output) -> String {

@@ -279,8 +279,12 @@ fn a_killed_validate_run_resumes_without_losing_or_duplicating_a_row() {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    // SAFETY: signalling our own child by its id.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGKILL) }, 0);
+    // Our own child, by its id.
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(child.id() as i32).expect("pid"),
+        rustix::process::Signal::KILL,
+    )
+    .expect("kill");
     let _ = child.wait();
     let rows_path = run_dir.join("rows.jsonl");
     let mut before = std::fs::read(&rows_path).expect("rows");

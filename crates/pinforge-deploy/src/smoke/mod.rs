@@ -1,0 +1,21 @@
+//! Smoke decodes: a tiny model decoded by the build under test, with a sequence-state save,
+//! memory clear and restore in the middle, compared token by token and logit by logit with an
+//! uninterrupted reference run. The engine runs in a child process (this binary re-executed)
+//! through a C shim compiled against the build's own `llama.h`, so an engine crash is a
+//! result (`crash`, with the sanitizer's signature), never pinforge's crash.
+//!
+//! First the target is verified ([`target`]), then acted on: the shim compiled against it
+//! ([`shim`]), the decode run in a child ([`run()`], [`child`]), a crash read ([`sanitizer`]) and made comparable
+//! across runs ([`signature`], what flip and ablate compare).
+
+pub mod child;
+mod run;
+mod sanitizer;
+mod shim;
+pub mod signature;
+mod target;
+
+pub use run::{model_file, run, SmokeOptions, SmokeReport, Verdict};
+pub use sanitizer::{asan_signature, engine_env_symbolized, without_shadow_legend, ASAN_EXIT};
+pub use shim::shim_for;
+pub use target::{target_from_installed, target_from_manifest, SmokeTarget};

@@ -1,0 +1,246 @@
+//! Signing records as they are written (`--sign KEY` on build, flip, ablate, validate and
+//! install; issue #24). The command line loads the key once, before anything is written, and
+//! makes it this process's signing key ([`activate`]); every record writer then goes through
+//! [`write_record`] (or [`before_commit`] when it renames the record itself), which signs
+//! the bytes it is about to commit. A command without a key writes exactly what it wrote
+//! before.
+//!
+//! Order, so that a signature appears with its record or the record does not appear: the
+//! envelope and the SSHSIG are derived from the record's bytes in memory, all three files are
+//! staged (synced temp files beside their targets), the two sidecars are renamed, and the
+//! record's own rename comes last: it is the commit point. A kill before it leaves the old
+//! record (or none) with sidecars over bytes that are not there, which `verify
+//! --allowed-signers` refuses ("payload does not match"), and never a new record without
+//! its signature. Crash points `sign-record:1` (sidecars staged), `sign-record:2` (sidecars
+//! renamed, record not yet) let the integration tests kill a real run at each step.
+//!
+//! Leftovers: a killed signer leaves its staged temp files (a kill skips their cleanup).
+//! Signing stages under its own name, `.pinforge-tmp-sign-PID-…` (PID: the writer's process
+//! id), and every signing in a folder first removes the ones whose writer is gone
+//! ([`remove_stale_temps`]): a live writer's files (another signer mid-way, in this
+//! process or another) are never touched, and other writers' temp files are not ours.
+
+use super::{sidecars, sign_bytes, SigningKey};
+use pinforge_base::error::{Error, Result};
+use pinforge_base::fsx;
+use std::path::Path;
+use std::sync::OnceLock;
+
+/// The process's signing key, set once by the command line.
+static SESSION: OnceLock<SigningKey> = OnceLock::new();
+
+/// Make `key` the key every record this process writes is signed with. A second call is an
+/// internal error: one command has one signer.
+pub fn activate(key: SigningKey) -> Result<()> {
+    SESSION
+        .set(key)
+        .map_err(|_| Error::Internal("a signing key is already active".into()))
+}
+
+/// The active signing key, if the command was asked to sign.
+pub(crate) fn session() -> Option<&'static SigningKey> {
+    SESSION.get()
+}
+
+/// The two sidecars of one record, staged and not yet renamed; dropping them deletes the
+/// temp files.
+pub(crate) struct Staged {
+    envelope: (tempfile::TempPath, std::path::PathBuf),
+    sig: (tempfile::TempPath, std::path::PathBuf),
+}
+
+impl Staged {
+    /// Rename both sidecars into place (the SSHSIG first, then the envelope).
+    pub(crate) fn persist(self) -> Result<()> {
+        self.persist_stepwise(|| {})
+    }
+
+    /// [`Staged::persist`], calling `between` after the first rename (a crash point).
+    pub(crate) fn persist_stepwise(self, between: impl FnOnce()) -> Result<()> {
+        let rename = |(tmp, to): (tempfile::TempPath, std::path::PathBuf)| {
+            tmp.persist(&to)
+                .map_err(|e| Error::io("rename into", &to, e.error))
+        };
+        rename(self.sig)?;
+        between();
+        rename(self.envelope)
+    }
+}
+
+/// Stage `FILE.dsse.json` and `FILE.sig` for `bytes`, the content `file` is about to have.
+pub(crate) fn stage_sidecars(file: &Path, bytes: &[u8], key: &SigningKey) -> Result<Staged> {
+    let (envelope, sshsig) = sign_bytes(bytes, key)?;
+    let (env_path, sig_path) = sidecars(file);
+    remove_stale_temps(&fsx::parent_of(file))?;
+    let mut env_json =
+        serde_json::to_vec_pretty(&envelope).map_err(|e| Error::Internal(e.to_string()))?;
+    env_json.push(b'\n');
+    Ok(Staged {
+        envelope: (stage(&env_path, &env_json)?, env_path),
+        sig: (stage(&sig_path, sshsig.as_bytes())?, sig_path),
+    })
+}
+
+/// The prefix of the temp files signing stages (see the module comment).
+const TEMP_PREFIX: &str = ".pinforge-tmp-sign-";
+
+/// Stage `bytes` for `path` (mode 0644) under this process's signing temp name.
+fn stage(path: &Path, bytes: &[u8]) -> Result<tempfile::TempPath> {
+    let prefix = format!("{TEMP_PREFIX}{}-", std::process::id());
+    fsx::stage_atomic_prefixed(path, bytes, 0o644, &prefix)
+}
+
+/// Remove the signing temp files in `dir` whose writer (the PID in the name) is no longer
+/// running: what a killed `sign` or `--sign` left. A name that does not parse, or a writer
+/// that is alive (signal 0 reaches it, or it exists under another account), is kept.
+pub(crate) fn remove_stale_temps(dir: &Path) -> Result<usize> {
+    let mut removed = 0;
+    for path in fsx::dead_writer_entries(dir, TEMP_PREFIX)? {
+        match std::fs::remove_file(&path) {
+            Ok(()) => removed += 1,
+            // Another signer cleaned it first.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("remove stale temp file", &path, e)),
+        }
+    }
+    Ok(removed)
+}
+
+/// For a writer that renames `file` itself (an install receipt, never clobbered): with an
+/// active key, stage and rename the sidecars for `bytes` now, right before the caller's
+/// own rename of the record (its commit point). Without a key, nothing.
+pub fn before_commit(file: &Path, bytes: &[u8]) -> Result<()> {
+    before_commit_with(file, bytes, session())
+}
+
+fn before_commit_with(file: &Path, bytes: &[u8], key: Option<&SigningKey>) -> Result<()> {
+    let Some(key) = key else { return Ok(()) };
+    let staged = stage_sidecars(file, bytes, key)?;
+    pinforge_base::hooks::crash_point("sign-record", 1);
+    staged.persist()?;
+    pinforge_base::hooks::crash_point("sign-record", 2);
+    Ok(())
+}
+
+/// Write a record atomically (mode 0644, as `fsx::write_atomic`), signed with the active key
+/// when there is one (see the module comment for the order).
+pub fn write_record(file: &Path, bytes: &[u8]) -> Result<()> {
+    write_record_with(file, bytes, session())
+}
+
+/// [`write_record`] with an explicit key (unit tests; no process-wide state).
+pub(crate) fn write_record_with(file: &Path, bytes: &[u8], key: Option<&SigningKey>) -> Result<()> {
+    let Some(key) = key else {
+        return fsx::write_atomic(file, bytes);
+    };
+    let dir = fsx::parent_of(file);
+    fsx::create_dir_all(&dir)?;
+    let record = stage(file, bytes)?;
+    before_commit_with(file, bytes, Some(key))?;
+    record
+        .persist(file)
+        .map_err(|e| Error::io("rename into", file, e.error))?;
+    fsx::sync_dir(&dir)
+}
+
+/// With an active key, sign a record that is already on disk and is kept as it is (a cached
+/// build keeps its manifest byte for byte): its sidecars are rewritten for its current bytes.
+pub fn sign_kept(file: &Path) -> Result<()> {
+    let Some(key) = session() else { return Ok(()) };
+    let bytes = fsx::read(file)?;
+    before_commit_with(file, &bytes, Some(key))?;
+    fsx::sync_dir(&fsx::parent_of(file))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sign::{verify_signed, Policy};
+
+    fn key_and_policy(dir: &Path) -> (SigningKey, Policy) {
+        let (private, public) =
+            super::super::generate("t@example.org", None, false).expect("generate");
+        let key_path = dir.join("k");
+        super::super::write_pair(&key_path, &private, &public).expect("pair");
+        let signers = dir.join("allowed_signers");
+        std::fs::write(
+            &signers,
+            format!("t@example.org namespaces=\"pinforge\" {public}\n"),
+        )
+        .expect("signers");
+        (
+            SigningKey::load(&key_path).expect("load"),
+            Policy::load(&signers).expect("policy"),
+        )
+    }
+
+    #[test]
+    fn a_signed_record_verifies_and_a_rewrite_signs_the_new_bytes() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let (key, policy) = key_and_policy(d.path());
+        let rec = d.path().join("sub/record.json");
+        write_record_with(&rec, b"{\"a\":1}\n", Some(&key)).expect("write");
+        let v = verify_signed(&rec, &policy).expect("verified");
+        assert_eq!(v.principals, vec!["t@example.org".to_string()]);
+        assert_eq!(v.payload_type, super::super::PINFORGE_PAYLOAD_TYPE);
+        write_record_with(&rec, b"{\"a\":2}\n", Some(&key)).expect("rewrite");
+        assert_eq!(std::fs::read(&rec).expect("read"), b"{\"a\":2}\n");
+        verify_signed(&rec, &policy).expect("the new bytes are signed");
+    }
+
+    #[test]
+    fn without_a_key_the_record_is_written_plainly_and_verify_calls_it_unsigned() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let (_key, policy) = key_and_policy(d.path());
+        let rec = d.path().join("record.json");
+        write_record_with(&rec, b"{}\n", None).expect("write");
+        assert!(!sidecars(&rec).0.exists() && !sidecars(&rec).1.exists());
+        let e = verify_signed(&rec, &policy).expect_err("unsigned");
+        assert!(e.to_string().contains("unsigned"), "{e}");
+    }
+
+    #[test]
+    fn signing_removes_the_temp_files_of_dead_signers_only() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let (key, _policy) = key_and_policy(d.path());
+        // A process that has exited: its PID names a writer that is gone.
+        let mut child = std::process::Command::new("true").spawn().expect("spawn");
+        let dead = child.id();
+        child.wait().expect("wait");
+        let stale = d.path().join(format!("{TEMP_PREFIX}{dead}-abc"));
+        let live = d
+            .path()
+            .join(format!("{TEMP_PREFIX}{}-abc", std::process::id()));
+        let foreign = d.path().join(".pinforge-tmp-abc");
+        for p in [&stale, &live, &foreign] {
+            std::fs::write(p, b"x").expect("write");
+        }
+        write_record_with(&d.path().join("r.json"), b"{}\n", Some(&key)).expect("write");
+        assert!(!stale.exists(), "a dead signer's temp file is removed");
+        assert!(live.exists(), "a live signer's temp file is kept");
+        assert!(
+            foreign.exists(),
+            "another writer's temp file is not signing's"
+        );
+        let mut names: Vec<String> = std::fs::read_dir(d.path())
+            .expect("ls")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".pinforge-tmp"))
+            .collect();
+        names.sort();
+        assert_eq!(names.len(), 2, "nothing of this signing is left: {names:?}");
+    }
+
+    #[test]
+    fn sidecars_ahead_of_their_record_are_refused_as_not_matching_it() {
+        // The state a kill at sign-record:2 leaves when a record is replaced.
+        let d = tempfile::tempdir().expect("tempdir");
+        let (key, policy) = key_and_policy(d.path());
+        let rec = d.path().join("record.json");
+        write_record_with(&rec, b"{\"old\":true}\n", Some(&key)).expect("write");
+        before_commit_with(&rec, b"{\"new\":true}\n", Some(&key)).expect("sidecars");
+        let e = verify_signed(&rec, &policy).expect_err("mismatch");
+        assert!(e.to_string().contains("payload does not match"), "{e}");
+    }
+}

@@ -1,0 +1,194 @@
+//! Writing an export (issue #19 class 5): the whole new bundle folder is staged beside the old
+//! one (its own files copied, the exported patches and the series written), read back with the
+//! bundle reader, and swapped in with one atomic exchange ([`fsx::exchange`], as rebase swaps
+//! its bundle), or one rename when there was no folder yet. A failure at any point before the
+//! swap (a full disk, a file that cannot be read) drops the stage and leaves the old bundle
+//! exactly as it was; readers see the old bundle or the new, never a mix.
+
+use super::{name::BUNDLE_OWN, Exported};
+use crate::patch::Bundle;
+use pinforge_base::error::{Error, IoContext, Result};
+use pinforge_base::fsx;
+use std::path::{Path, PathBuf};
+
+/// The folder of dropped patches (one of the bundle's own names).
+const DROPPED: &str = "dropped";
+
+/// Write `exported` and their series as the bundle folder `dir`, whole or not at all. Comment
+/// lines of an existing series stay; its entries become the exported order; every other file
+/// of the folder (the ledger, `dropped/`, patches not exported) is carried over with its mode.
+pub fn write_bundle(dir: &Path, exported: &[Exported]) -> Result<()> {
+    let old = existing_folder(dir)?;
+    let dest = old.clone().unwrap_or_else(|| dir.to_path_buf());
+    let parent = fsx::parent_of(&dest);
+    fsx::create_dir_all(&parent)?;
+    let stage = tempfile::Builder::new()
+        .prefix(".export-")
+        .tempdir_in(&parent)
+        .at("create temp dir in", &parent)?;
+    let new_dir = stage.path().join("bundle");
+    fsx::create_dir_all(&new_dir)?;
+    let mut series = String::new();
+    if let Some(old) = &old {
+        // The files about to be written are not copied: the export replaces them.
+        let mut replaced: Vec<&str> = exported.iter().map(|e| e.file.as_str()).collect();
+        replaced.push("series");
+        copy_own_files(old, &new_dir, &replaced)?;
+        let old_series = old.join("series");
+        if fsx::mode_of(&old_series).is_some() {
+            for l in fsx::read_to_string(&old_series)?.lines() {
+                if l.trim_start().starts_with('#') {
+                    series.push_str(l);
+                    series.push('\n');
+                }
+            }
+        }
+    }
+    for e in exported {
+        series.push_str(&e.file);
+        series.push('\n');
+        stage_keeping_mode(old.as_deref(), &new_dir, &e.file, &e.bytes)?;
+    }
+    stage_keeping_mode(old.as_deref(), &new_dir, "series", series.as_bytes())?;
+    // The folders' modes last, so a read-only old folder does not stop the writes above.
+    if let Some(old) = &old {
+        if new_dir.join(DROPPED).is_dir() {
+            keep_folder_mode(&old.join(DROPPED), &new_dir.join(DROPPED))?;
+        }
+        keep_folder_mode(old, &new_dir)?;
+    }
+    check_reads_back(&new_dir, exported)?;
+    fsx::sync_dir(&new_dir)?;
+    // The commit point: one exchange (or one rename), then the old folder goes with the stage.
+    match &old {
+        Some(_) => fsx::exchange(&new_dir, &dest, "exchange with the staged bundle")?,
+        None => std::fs::rename(&new_dir, &dest).at("rename into", &dest)?,
+    }
+    fsx::sync_dir(&parent)?;
+    drop(stage);
+    Ok(())
+}
+
+/// The folder to replace: `dir` itself, or where it points when it is a link to a folder (the
+/// link stays); None when there is none yet. Anything else at `dir` is refused.
+fn existing_folder(dir: &Path) -> Result<Option<PathBuf>> {
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io("inspect", dir, e)),
+        Ok(m) if m.is_dir() => Ok(Some(dir.to_path_buf())),
+        Ok(m) if m.file_type().is_symlink() && dir.is_dir() => {
+            std::fs::canonicalize(dir).at("resolve", dir).map(Some)
+        }
+        Ok(_) => Err(Error::input(dir.display(), "is not a folder")
+            .with_hint("name the bundle folder to write with --dir")),
+    }
+}
+
+/// `bytes` as `new_dir/name`, with the mode the file had in the old folder (0644 for a new
+/// one): an operator's 0600 patch must not come back world-readable.
+fn stage_keeping_mode(old: Option<&Path>, new_dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    let mode = old
+        .and_then(|o| fsx::mode_of(&o.join(name)))
+        .unwrap_or(0o644);
+    stage_file(&new_dir.join(name), bytes, mode)
+}
+
+/// Write a new file of the private stage and sync it. No temp file and rename: nothing reads
+/// the stage before the swap, and an error then names the patch being written, not a temp name.
+fn stage_file(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .at("create", path)?;
+    f.write_all(bytes).at("write", path)?;
+    f.set_permissions(std::fs::Permissions::from_mode(mode))
+        .at("chmod", path)?;
+    f.sync_all().at("fsync", path)
+}
+
+/// Copy the regular files of `src` (but those named in `replaced`) and of its `dropped/` into
+/// `dest`, modes kept. The folder is replaced as a whole, so anything else in it (a link,
+/// another folder, a FIFO) would be lost: it is refused before the swap, naming it.
+fn copy_own_files(src: &Path, dest: &Path, replaced: &[&str]) -> Result<()> {
+    for sub in [None, Some(DROPPED)] {
+        let (from, to) = match sub {
+            Some(s) => (src.join(s), dest.join(s)),
+            None => (src.to_path_buf(), dest.to_path_buf()),
+        };
+        if sub.is_some() && !from.is_dir() {
+            continue;
+        }
+        fsx::create_dir_all(&to)?;
+        let mut entries: Vec<_> = std::fs::read_dir(&from)
+            .at("read directory", &from)?
+            .collect::<std::io::Result<_>>()
+            .at("read directory", &from)?;
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let path = e.path();
+            let m = std::fs::symlink_metadata(&path).at("inspect", &path)?;
+            let top_level_replaced = sub.is_none()
+                && e.file_name()
+                    .to_str()
+                    .is_some_and(|n| replaced.contains(&n));
+            if m.is_file() && top_level_replaced {
+                continue;
+            }
+            if m.is_file() {
+                use std::os::unix::fs::PermissionsExt;
+                let bytes = fsx::read(&path)?;
+                stage_file(
+                    &to.join(e.file_name()),
+                    &bytes,
+                    m.permissions().mode() & 0o7777,
+                )?;
+            } else if !(sub.is_none() && m.is_dir() && e.file_name() == DROPPED) {
+                return Err(Error::input(
+                    path.display(),
+                    "the bundle folder holds something other than regular files and dropped/; \
+                     the export replaces the folder as a whole and would lose it",
+                )
+                .with_hint("move it out of the bundle folder (links, FIFOs and subfolders are not part of a bundle)"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Give the staged folder `to` the permission bits of the folder `from` it replaces: a 0700
+/// bundle must not come back 0755 after the swap.
+fn keep_folder_mode(from: &Path, to: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(from)
+        .at("inspect", from)?
+        .permissions()
+        .mode()
+        & 0o7777;
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(mode)).at("chmod", to)
+}
+
+/// The staged folder, read by the bundle reader, lists exactly the exported files in order
+/// and holds each with the exported bytes; and none of them is one of the bundle's own names.
+fn check_reads_back(new_dir: &Path, exported: &[Exported]) -> Result<()> {
+    let b = Bundle::load(new_dir)?;
+    let listed: Vec<&str> = b.series.iter().map(|e| e.id.as_str()).collect();
+    let want: Vec<&str> = exported.iter().map(|e| e.file.as_str()).collect();
+    let same_bytes = exported.iter().all(|e| {
+        b.files
+            .iter()
+            .any(|(id, p)| id.as_str() == e.file && p.bytes == e.bytes)
+    });
+    let owns = exported
+        .iter()
+        .any(|e| BUNDLE_OWN.iter().any(|o| o.eq_ignore_ascii_case(&e.file)));
+    if listed != want || !same_bytes || owns {
+        return Err(Error::Internal(format!(
+            "the staged bundle {} does not read back as the export (series {listed:?}); nothing was replaced",
+            new_dir.display()
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,662 @@
+//! `validate --serve` and `validate --endpoint` (issue #20): the same rows sent over HTTP to a
+//! real `llama-server`, each row classified by [`super::serve`]'s rules with its evidence.
+//!
+//! Managed (`--serve`): per arm, the arm's own `bin/llama-server` in router mode over the run's
+//! `presets.ini` (two presets of one model, `--models-max 1`, the incident's prompt-cache and
+//! slot settings by default), one arm after the other, each stopped (with its children) before
+//! the next starts. Identity before and after each arm's round; a drift is exit 1 naming what
+//! changed. Endpoint (`--endpoint URL`): a server pinforge did not start; the same rows over
+//! the presets its `/models` lists, recorded as mode `endpoint` with the identity it reports.
+//!
+//! The run folder is a validate run folder (`settings.json`, `prompts.jsonl`, `model.gguf`,
+//! `schema.json`) plus `presets.ini`, `router-ARM.log` (managed), `serve-rows.jsonl` (one line
+//! per arm and row, the arm's own class), `serve-summary.json` (the counts, with the cross-arm
+//! `mismatch` rule applied) and `serve-evidence.json` (sha256 of every file, written last).
+//!
+//! The folder is one transaction ([`state`]): claimed with one `mkdir`, written as it goes, and
+//! committed by the evidence, written last ([`evidence`]); a run killed (or interrupted) at any
+//! step has no evidence, `verify` reports it incomplete, and `--resume ID` continues each arm
+//! after its last complete row. Kill hooks (test builds only, `base::hooks`):
+//! `serve:settings` (after the settings), `serve:row:ARM:K` (after row K of ARM is appended),
+//! `serve:summary` (before the summary), `serve:evidence` (before the evidence).
+
+pub mod evidence;
+mod logsig;
+mod router;
+mod rowloop;
+pub(crate) mod state;
+mod tally;
+
+use super::run_dir::{canonical, Inputs, RunDir};
+use super::serve::Limits;
+use super::Options;
+use pinforge_base::digest::Sha256;
+use pinforge_base::error::{Error, Result};
+use pinforge_base::fsx;
+use pinforge_base::progress::Reporter;
+use pinforge_deploy::serve::client::Server;
+use pinforge_deploy::serve::preset::{PresetConfig, INCIDENT_SIMILARITY};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub(crate) use router::Identity;
+
+/// Where the rows go.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// Start each arm's own router.
+    Managed {
+        /// `--cache-ram` MiB (the incident: 8192, upstream's default).
+        cache_ram_mib: u64,
+        /// `--slot-prompt-similarity` (the incident: 0.3).
+        similarity: f64,
+    },
+    /// An operator's server.
+    Endpoint {
+        /// Base URL.
+        url: String,
+        /// API key (from the environment), sent as a Bearer token.
+        api_key: Option<String>,
+    },
+}
+
+/// The incident's host-RAM prompt cache.
+pub const INCIDENT_CACHE_RAM: u64 = 8192;
+/// The incident's slot similarity.
+pub const DEFAULT_SIMILARITY: f64 = INCIDENT_SIMILARITY;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Rows, prompts, schema, budget, model and arms as `validate` takes them (the arms are
+    /// unused for an endpoint).
+    pub base: Options,
+    /// Managed or endpoint.
+    pub target: Target,
+    /// SSE requests.
+    pub stream: bool,
+    /// Rows per preset before switching.
+    pub switch_every: u64,
+}
+
+/// One arm's summary.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct ServeArm {
+    /// Arm name (layer, variant, or `endpoint`).
+    pub name: String,
+    /// `serve` or `endpoint`.
+    pub mode: String,
+    /// The binary (managed) or the URL (endpoint).
+    pub server: String,
+    /// The URL the rows went to (a managed router's loopback port is free again at the end).
+    pub url: String,
+    /// The candidate (second) arm.
+    pub candidate: bool,
+    /// Rows run.
+    pub rows: u64,
+    /// Rows per class, every class present.
+    pub counts: BTreeMap<String, u64>,
+    /// The first crash row.
+    pub onset_row: Option<u64>,
+    /// Sanitizer signatures in the arm's router log, with how many reports each.
+    pub signatures: BTreeMap<String, u64>,
+    /// `/health` after each row: samples per status (`none` when nothing answered).
+    pub health: BTreeMap<String, u64>,
+    /// Identity before the round.
+    pub identity_before: Identity,
+    /// Identity after the round.
+    pub identity_after: Identity,
+    /// Rows per second of the requests alone.
+    pub rows_per_second: f64,
+}
+
+/// What one `validate --serve` / `--endpoint` did.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct ServeReport {
+    /// `serve` or `endpoint`: an endpoint run is never a managed one.
+    pub mode: String,
+    /// Run id.
+    pub run: String,
+    /// Run folder.
+    pub run_dir: PathBuf,
+    /// SSE requests.
+    pub stream: bool,
+    /// Per arm.
+    pub arms: Vec<ServeArm>,
+    /// The run was interrupted (Ctrl-C): the rows are partial, no evidence was written, and
+    /// `--resume RUN` continues it.
+    pub interrupted: bool,
+    /// What a resume found and did (rows already done, a partial last row dropped).
+    pub notes: Vec<String>,
+    /// In words.
+    pub verdict: String,
+    /// `serve-evidence.json` (None: the run was interrupted before its commit point).
+    pub evidence: Option<PathBuf>,
+    /// Its sha256.
+    pub evidence_sha256: Option<Sha256>,
+}
+
+impl ServeReport {
+    /// The candidate (last arm) has no crash and, with two arms, no mismatch.
+    pub fn passed(&self) -> bool {
+        !self.interrupted
+            && self
+                .arms
+                .last()
+                .is_some_and(|a| a.counts["crash"] == 0 && a.counts["mismatch"] == 0)
+    }
+}
+
+/// Preset names: every row alternates between these children.
+const PRESETS: [&str; 2] = ["tiny-a", "tiny-b"];
+
+/// Run a served validation (a fresh run, or `--resume ID`).
+pub fn run(o: &ServeOptions, reporter: &dyn Reporter) -> Result<ServeReport> {
+    super::check_options(&o.base)?;
+    if o.switch_every == 0 {
+        return Err(Error::input("--switch-every 0", "must be at least 1"));
+    }
+    let inputs = Inputs::load(&o.base)?;
+    let schema: Option<serde_json::Value> = match &inputs.schema {
+        Some((t, _)) => Some(
+            serde_json::from_str(t)
+                .map_err(|e| Error::input("--schema", format!("not JSON: {e}")))?,
+        ),
+        None => None,
+    };
+    let ws = pinforge_base::workspace::Workspace::new(&o.base.workspace)?;
+    super::run_dir::check_folder(ws.root(), o.base.resume.as_deref())?;
+    let arms = match &o.target {
+        Target::Managed { .. } => super::arm::resolve_arms(&o.base.arms)?,
+        Target::Endpoint { .. } => Vec::new(),
+    };
+    let servers: Vec<router::ArmServer> = arms
+        .iter()
+        .map(|a| router::server_of(&a.target.root, &a.record.manifest))
+        .collect::<Result<_>>()?;
+    let run = RunDir::open(&o.base, ws.root(), &inputs, &arms, true)?;
+    let resuming = o.base.resume.as_deref();
+    if let Some(id) = resuming {
+        if std::fs::symlink_metadata(run.dir.join(evidence::EVIDENCE)).is_ok() {
+            return Err(Error::input(
+                format!("--resume {id}"),
+                "the run is already complete (it has its serve-evidence.json)",
+            )
+            .with_hint(format!("`pinforge verify {}` checks it", run.dir.display())));
+        }
+    }
+    state::settle(&run.dir, &serve_settings(o), resuming)?;
+    pinforge_base::hooks::crash_named("serve:settings");
+    pinforge_sys::signal::catch_interrupts();
+    let limits = Limits {
+        max_tokens: o.base.budget as u64,
+        n_ctx: super::engine::N_CTX as u64,
+    };
+    let rows_file = run.dir.join("serve-rows.jsonl");
+    let names: Vec<String> = match &o.target {
+        Target::Managed { .. } => arms.iter().map(|a| a.record.name.clone()).collect(),
+        Target::Endpoint { .. } => vec![ENDPOINT_ARM.to_string()],
+    };
+    let mut prior = state::resume_rows(&rows_file, &names)?;
+    let mut notes = Vec::new();
+    if prior.partial > 0 {
+        notes.push(format!(
+            "dropped the partial last line of serve-rows.jsonl ({} bytes): that row runs again",
+            prior.partial
+        ));
+    }
+    if resuming.is_some() {
+        let have: Vec<String> = names
+            .iter()
+            .map(|n| format!("{n} {}", prior.by_arm.get(n).map_or(0, Vec::len)))
+            .collect();
+        notes.push(format!(
+            "resumed with rows already done: {}",
+            have.join(", ")
+        ));
+    }
+    for n in &notes {
+        reporter.stage("validate", n);
+    }
+    let ctx = RoundCtx {
+        o,
+        prompts: &inputs.prompts,
+        schema: schema.as_ref(),
+        rows_file: &rows_file,
+        dir: &run.dir,
+    };
+    let mut done: Vec<(state::ArmRecord, rowloop::ArmRows)> = Vec::new();
+    let mode = match &o.target {
+        Target::Managed {
+            cache_ram_mib,
+            similarity,
+        } => {
+            let preset_file = write_presets(&run, *cache_ram_mib, *similarity, limits, resuming)?;
+            for (a, srv) in arms.iter().zip(&servers) {
+                let managed = ManagedArm {
+                    name: &a.record.name,
+                    server: srv,
+                    preset_file: &preset_file,
+                    model: &run.settings.model,
+                    log: run.dir.join(format!("router-{}.log", a.record.name)),
+                };
+                let had = prior.by_arm.remove(&a.record.name).unwrap_or_default();
+                let arm = managed.round(&ctx, limits, had, reporter)?;
+                let stop = arm.1.interrupted;
+                done.push(arm);
+                if stop {
+                    break;
+                }
+            }
+            "serve"
+        }
+        Target::Endpoint { url, api_key } => {
+            let s = Server::new(url, api_key.clone(), o.base.timeout);
+            let had = prior.by_arm.remove(ENDPOINT_ARM).unwrap_or_default();
+            done.push(endpoint_arm(&ctx, &s, had)?);
+            "endpoint"
+        }
+    };
+    finish(run, mode, o.stream, done, notes)
+}
+
+/// The endpoint's one arm.
+pub(super) const ENDPOINT_ARM: &str = "endpoint";
+
+/// What every round of a run shares.
+struct RoundCtx<'a> {
+    o: &'a ServeOptions,
+    prompts: &'a [String],
+    schema: Option<&'a serde_json::Value>,
+    rows_file: &'a Path,
+    dir: &'a Path,
+}
+
+/// The served settings of these options.
+fn serve_settings(o: &ServeOptions) -> state::ServeSettings {
+    let (mode, endpoint, cache, sim) = match &o.target {
+        Target::Managed {
+            cache_ram_mib,
+            similarity,
+        } => ("serve", None, Some(*cache_ram_mib), Some(*similarity)),
+        Target::Endpoint { url, .. } => ("endpoint", Some(url.clone()), None, None),
+    };
+    state::ServeSettings {
+        schema: state::SETTINGS_SCHEMA.into(),
+        mode: mode.into(),
+        endpoint,
+        stream: o.stream,
+        switch_every: o.switch_every,
+        cache_ram_mib: cache,
+        slot_prompt_similarity: sim,
+    }
+}
+
+/// Write the run's `presets.ini` (a resumed run's must be the same bytes: the children of the
+/// resumed rounds load the presets the first rows ran under).
+fn write_presets(
+    run: &RunDir,
+    cache_ram_mib: u64,
+    similarity: f64,
+    limits: Limits,
+    resuming: Option<&str>,
+) -> Result<PathBuf> {
+    let cfg = PresetConfig {
+        model: run.settings.model.clone(),
+        names: PRESETS.iter().map(|s| s.to_string()).collect(),
+        ctx: limits.n_ctx as u32,
+        parallel: 1,
+        cache_ram_mib: Some(cache_ram_mib),
+        slot_prompt_similarity: similarity,
+    };
+    let ini = cfg.to_ini()?;
+    let p = run.dir.join("presets.ini");
+    if let (Some(id), Some(old)) = (resuming, fsx::read_if_present(&p)?) {
+        if old != ini.as_bytes() {
+            return Err(Error::input(
+                p.display(),
+                "differs from the presets this run's settings give: it changed since the run started",
+            )
+            .with_hint(format!("restore it, or start a new run instead of --resume {id}")));
+        }
+        return Ok(p);
+    }
+    fsx::write_atomic(&p, ini.as_bytes())?;
+    Ok(p)
+}
+
+/// Apply the cross-arm rule, count, write the summary and the evidence (the commit point). An
+/// interrupted run writes neither: it is left to `--resume`.
+fn finish(
+    run: RunDir,
+    mode: &str,
+    stream: bool,
+    done: Vec<(state::ArmRecord, rowloop::ArmRows)>,
+    notes: Vec<String>,
+) -> Result<ServeReport> {
+    let interrupted = done.iter().any(|(_, r)| r.interrupted) || done.is_empty();
+    let rows: Vec<&[rowloop::ServedRow]> = done.iter().map(|(_, r)| r.rows.as_slice()).collect();
+    let tallies = tally::tallies(&rows);
+    let n = done.len();
+    let mut arms = Vec::new();
+    for (i, ((rec, r), t)) in done.iter().zip(tallies).enumerate() {
+        let log = run.dir.join(format!("router-{}.log", rec.name));
+        let signatures = if mode == "serve" {
+            logsig::signatures_in(&log)?
+        } else {
+            BTreeMap::new()
+        };
+        arms.push(ServeArm {
+            name: rec.name.clone(),
+            mode: rec.mode.clone(),
+            server: rec.server.clone(),
+            url: rec.url.clone(),
+            candidate: i + 1 == n,
+            rows: t.rows,
+            counts: t.counts,
+            onset_row: t.onset_row,
+            signatures,
+            health: t.health,
+            identity_before: rec.identity_before.clone(),
+            identity_after: rec
+                .identity_after
+                .clone()
+                .unwrap_or_else(|| rec.identity_before.clone()),
+            rows_per_second: r.rows.len() as f64 / r.request_secs().max(1e-9),
+        });
+    }
+    let mut report = ServeReport {
+        mode: mode.to_string(),
+        run: run.id.clone(),
+        run_dir: run.dir.clone(),
+        stream,
+        arms,
+        interrupted,
+        notes,
+        verdict: String::new(),
+        evidence: None,
+        evidence_sha256: None,
+    };
+    if !interrupted {
+        pinforge_base::hooks::crash_named("serve:summary");
+        let summary =
+            canonical(&serde_json::json!({"mode": mode, "stream": stream, "arms": report.arms}))?;
+        fsx::write_atomic(&run.dir.join("serve-summary.json"), &summary)?;
+        pinforge_base::hooks::crash_named("serve:evidence");
+        let (p, sha) = evidence::write(&run.dir, &run.id, mode)?;
+        report.evidence = Some(p);
+        report.evidence_sha256 = Some(sha);
+    }
+    report.verdict = verdict(&report);
+    Ok(report)
+}
+
+fn verdict(r: &ServeReport) -> String {
+    if r.interrupted {
+        return format!(
+            "interrupted: the rows are partial; continue with --resume {}",
+            r.run
+        );
+    }
+    let Some(c) = r.arms.last() else {
+        return "no arm ran".into();
+    };
+    if r.passed() {
+        format!("{} passed: no crash and no mismatch", c.name)
+    } else {
+        format!(
+            "{} failed: {} crash row(s), {} mismatch row(s)",
+            c.name, c.counts["crash"], c.counts["mismatch"]
+        )
+    }
+}
+
+/// One managed arm's round.
+struct ManagedArm<'a> {
+    name: &'a str,
+    server: &'a router::ArmServer,
+    preset_file: &'a Path,
+    model: &'a Path,
+    log: PathBuf,
+}
+
+impl ManagedArm<'_> {
+    /// The arm's round: its router started, identity taken (and, resuming, checked against
+    /// the identity the arm's first round recorded), the rows from `had.len()` on, identity
+    /// again, the router stopped. An arm whose rows and record are complete is not started.
+    fn round(
+        &self,
+        ctx: &RoundCtx<'_>,
+        limits: Limits,
+        had: Vec<rowloop::ServedRow>,
+        reporter: &dyn Reporter,
+    ) -> Result<(state::ArmRecord, rowloop::ArmRows)> {
+        let old = state::read_arm(ctx.dir, self.name)?;
+        if let Some(rec) = old.as_ref().filter(|r| r.identity_after.is_some()) {
+            if had.len() == ctx.prompts.len() {
+                let rows = rowloop::ArmRows {
+                    rows: had,
+                    interrupted: false,
+                };
+                return Ok((rec.clone(), rows));
+            }
+        }
+        reporter.stage(
+            "validate",
+            &format!("arm {}: router {}", self.name, self.server.bin.display()),
+        );
+        let o = ctx.o;
+        let r = router::start(self.server, self.preset_file, &self.log, o.base.timeout)?;
+        let before = router::identity(&r, self.model, self.preset_file, PRESETS[0])?;
+        check_drift(self.name, &before, &before, &self.server.recorded)?;
+        let first = match &old {
+            Some(rec) => {
+                check_drift(
+                    self.name,
+                    &rec.identity_before,
+                    &before,
+                    &self.server.recorded,
+                )?;
+                rec.identity_before.clone()
+            }
+            None => before,
+        };
+        let presets: Vec<String> = PRESETS.iter().map(|s| s.to_string()).collect();
+        let mut rec = state::ArmRecord {
+            name: self.name.to_string(),
+            mode: "serve".into(),
+            server: self.server.bin.display().to_string(),
+            url: r.server.base().to_string(),
+            presets: presets.clone(),
+            identity_before: first,
+            identity_after: None,
+        };
+        state::write_arm(ctx.dir, &rec)?;
+        let kill_at = pinforge_base::hooks::serve_kill_child_at();
+        let leader = r.group.pid();
+        let group = &r.group;
+        let on_response = move |i: u64| {
+            if kill_at == Some(i) {
+                for pid in group.members().into_iter().filter(|p| *p != leader) {
+                    if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+                        let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+                    }
+                }
+            }
+        };
+        let plan = rowloop::RowPlan {
+            arm: self.name,
+            prompts: ctx.prompts,
+            presets: &presets,
+            switch_every: o.switch_every,
+            schema: ctx.schema,
+            limits,
+            stream: o.stream,
+            log: Some(&r.log),
+            on_response: &on_response,
+        };
+        let rows = rowloop::run(&r.server, &plan, ctx.rows_file, had)?;
+        if rows.interrupted {
+            return Ok((rec, rows));
+        }
+        let after = router::identity(&r, self.model, self.preset_file, PRESETS[0])?;
+        check_drift(
+            self.name,
+            &rec.identity_before,
+            &after,
+            &self.server.recorded,
+        )?;
+        drop(r);
+        rec.identity_after = Some(after);
+        state::write_arm(ctx.dir, &rec)?;
+        Ok((rec, rows))
+    }
+}
+
+fn check_drift(arm: &str, before: &Identity, after: &Identity, rec: &Sha256) -> Result<()> {
+    let d = router::drift(before, after, rec);
+    if d.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::check(format!("arm {arm}"), d.join("; "))
+            .with_hint("the served build is not the one this run was started against"))
+    }
+}
+
+/// The endpoint's identity: what it reports (never a hash pinforge took). An endpoint that
+/// does not answer `/props` reports no build; one that answers with bad data (exit 2) or a
+/// `build_info` that is not a string is refused naming the field.
+fn endpoint_identity(s: &Server, preset: &str) -> Result<Identity> {
+    let props = match s.props(Some(preset)).or_else(|_| s.props(None)) {
+        Ok(p) => p,
+        Err(e) if e.exit_code() == 2 => return Err(e),
+        Err(_) => serde_json::Value::Null,
+    };
+    let build = match &props["build_info"] {
+        serde_json::Value::Null => String::new(),
+        serde_json::Value::String(b) if !b.chars().any(char::is_control) => b.clone(),
+        _ => {
+            return Err(Error::input(
+                format!("{}/props", s.base()),
+                "field build_info is not a plain string",
+            ))
+        }
+    };
+    Ok(Identity {
+        exe: BTreeMap::new(),
+        model_sha256: String::new(),
+        preset_sha256: String::new(),
+        build,
+    })
+}
+
+/// The context per slot the endpoint reports (`/props` `default_generation_settings.n_ctx`,
+/// of the first model, or of the server itself), for the context-exhausted rule; the tiny
+/// model's context when it reports none.
+fn endpoint_n_ctx(s: &Server, preset: &str) -> u64 {
+    [s.props(Some(preset)).ok(), s.props(None).ok()]
+        .into_iter()
+        .flatten()
+        .find_map(|p| {
+            p["default_generation_settings"]["n_ctx"]
+                .as_u64()
+                .filter(|n| *n > 0)
+        })
+        .unwrap_or(super::engine::N_CTX as u64)
+}
+
+/// A preset name an endpoint reported: it is sent back in every request and recorded in every
+/// row, so it must be a plain printable name (never a path, never a control character).
+fn check_preset_name(url: &str, i: usize, id: &str) -> Result<()> {
+    let plain = !id.is_empty() && id.len() <= 200 && !id.chars().any(char::is_control);
+    let path_like = id.contains("..") || id.starts_with('/');
+    if plain && !path_like {
+        return Ok(());
+    }
+    Err(Error::input(
+        format!("{url}/models"),
+        format!(
+            "field data[{i}].id `{}` is not a plain model name",
+            id.escape_debug()
+        ),
+    ))
+}
+
+fn endpoint_arm(
+    ctx: &RoundCtx<'_>,
+    s: &Server,
+    had: Vec<rowloop::ServedRow>,
+) -> Result<(state::ArmRecord, rowloop::ArmRows)> {
+    let o = ctx.o;
+    s.wait_healthy(Duration::from_secs(30), &mut || {
+        !pinforge_sys::signal::interrupted()
+    })?;
+    let presets: Vec<String> = s.models()?.into_iter().map(|m| m.id).collect();
+    if presets.is_empty() {
+        return Err(Error::check(
+            s.base(),
+            "/models lists no model to send rows to",
+        ));
+    }
+    for (i, p) in presets.iter().enumerate() {
+        check_preset_name(s.base(), i, p)?;
+    }
+    let before = endpoint_identity(s, &presets[0])?;
+    let old = state::read_arm(ctx.dir, ENDPOINT_ARM)?;
+    if let Some(rec) = &old {
+        if rec.presets != presets {
+            return Err(Error::check(
+                s.base(),
+                format!(
+                    "/models lists {presets:?}; the run's first rows went to {:?}",
+                    rec.presets
+                ),
+            ));
+        }
+    }
+    let mut rec = state::ArmRecord {
+        name: ENDPOINT_ARM.into(),
+        mode: "endpoint".into(),
+        server: s.base().to_string(),
+        url: s.base().to_string(),
+        presets: presets.clone(),
+        identity_before: old
+            .map(|r| r.identity_before)
+            .unwrap_or_else(|| before.clone()),
+        identity_after: None,
+    };
+    state::write_arm(ctx.dir, &rec)?;
+    let plan = rowloop::RowPlan {
+        arm: ENDPOINT_ARM,
+        prompts: ctx.prompts,
+        presets: &presets,
+        switch_every: o.switch_every,
+        schema: ctx.schema,
+        limits: Limits {
+            max_tokens: o.base.budget as u64,
+            n_ctx: endpoint_n_ctx(s, &presets[0]),
+        },
+        stream: o.stream,
+        log: None,
+        on_response: &|_| {},
+    };
+    let rows = rowloop::run(s, &plan, ctx.rows_file, had)?;
+    if rows.interrupted {
+        return Ok((rec, rows));
+    }
+    let after = endpoint_identity(s, &presets[0])?;
+    let first = &rec.identity_before;
+    // An endpoint that stopped answering reports no build: that is the rows' finding (crash,
+    // then harness errors), not a drift.
+    if !first.build.is_empty() && !after.build.is_empty() && first.build != after.build {
+        return Err(Error::check(
+            s.base(),
+            format!("/props build changed: {} -> {}", first.build, after.build),
+        ));
+    }
+    rec.identity_after = Some(after);
+    state::write_arm(ctx.dir, &rec)?;
+    Ok((rec, rows))
+}
