@@ -3,62 +3,12 @@
 //! in the verifying path); `sign FILE` killed at each step and refusing what is not a regular
 //! file; `verify --installed --allowed-signers` requiring a signed receipt for the layer.
 
-use crate::{code, json, llama_build, llama_ws, pinforge, pinforge_cmd, stderr, stdout};
-use crate::{synthetic_build, which, Tiny};
+pub(crate) use crate::common::sign_with::{key, need_ssh_keygen, s, ssh_verified};
+use crate::{code, json, pinforge, pinforge_cmd, stderr, stdout};
+use crate::{synthetic_build, Tiny};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-/// A key made by `pinforge key generate` and an allowed_signers file trusting it.
-fn key(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
-    let key = dir.join(name);
-    let principal = format!("{name}@example.org");
-    let o = pinforge(
-        dir,
-        &[
-            "key",
-            "generate",
-            "-o",
-            key.to_str().expect("utf-8"),
-            "--comment",
-            &principal,
-        ],
-    );
-    assert_eq!(code(&o), 0, "key generate: {}", stderr(&o));
-    let public = std::fs::read_to_string(format!("{}.pub", key.display())).expect("pub");
-    let signers = dir.join(format!("{name}.allowed_signers"));
-    std::fs::write(
-        &signers,
-        format!("{principal} namespaces=\"pinforge\" {public}"),
-    )
-    .expect("w");
-    (key, signers)
-}
-
-/// OpenSSH's own verdict on FILE.sig over FILE for the key named `name` (see [`key`]).
-fn ssh_verified(file: &Path, signers: &Path, name: &str) -> bool {
-    let o = Command::new("ssh-keygen")
-        .args(["-Y", "verify", "-n", "pinforge", "-f"])
-        .arg(signers)
-        .args(["-I", &format!("{name}@example.org"), "-s"])
-        .arg(format!("{}.sig", file.display()))
-        .stdin(std::fs::File::open(file).expect("open record"))
-        .output()
-        .expect("ssh-keygen");
-    o.status.success()
-}
-
-fn need_ssh_keygen() -> bool {
-    if which("ssh-keygen").is_none() {
-        crate::skip("ssh-keygen is not on PATH");
-        return false;
-    }
-    true
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8")
-}
 
 fn receipts(root: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(root.join("receipts"))
@@ -450,45 +400,4 @@ fn ablate_signs_its_record() {
     assert!(matches!(code(&o), 0 | 1), "{}", stderr(&o));
     let record = PathBuf::from(json(&o)["record"].as_str().expect("record"));
     assert!(ssh_verified(&record, &signers, "k"), "ablation record");
-}
-
-#[test]
-fn validate_signs_its_evidence() {
-    if !need_ssh_keygen() {
-        return;
-    }
-    llama_build("unpatched");
-    let m = llama_ws().join("build/mrope-cpu/unpatched/manifest.json");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let ws = dir.path();
-    let (k, signers) = key(ws, "k");
-    let o = pinforge(
-        ws,
-        &[
-            "validate",
-            s(&m),
-            s(&m),
-            "--rows",
-            "2",
-            "--arch",
-            "qwen2",
-            "--sign",
-            s(&k),
-            "--json",
-        ],
-    );
-    assert_eq!(code(&o), 0, "{} {}", stdout(&o), stderr(&o));
-    let evidence: Vec<PathBuf> = std::fs::read_dir(ws.join("validate"))
-        .expect("validate/")
-        .flatten()
-        .map(|e| e.path().join("evidence.json"))
-        .filter(|p| p.is_file())
-        .collect();
-    assert_eq!(evidence.len(), 1, "{evidence:?}");
-    assert!(ssh_verified(&evidence[0], &signers, "k"), "evidence");
-    let o = pinforge(
-        ws,
-        &["verify", s(&evidence[0]), "--allowed-signers", s(&signers)],
-    );
-    assert_eq!(code(&o), 0, "{} {}", stdout(&o), stderr(&o));
 }

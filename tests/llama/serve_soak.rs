@@ -204,7 +204,7 @@ fn served_control_crashes_from_an_onset_with_the_router_healthy_and_live_stays_c
         let ep = d.join("serve-evidence.json");
         let mut ev: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&ep).expect("ev")).expect("json");
-        ev["files"]["serve-summary.json"] = crate::trust_install::sha_hex(&bytes).into();
+        ev["files"]["serve-summary.json"] = crate::smoke_trust::sha_hex(&bytes).into();
         std::fs::write(&ep, serde_json::to_vec(&ev).expect("json")).expect("write");
         let (c, v) = arms.verify(&d);
         assert_eq!(c, 1, "{v}");
