@@ -1,0 +1,1 @@
+int hello(void) { return 42; }
