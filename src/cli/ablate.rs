@@ -45,7 +45,7 @@ pub(super) fn run(ctx: &super::Ctx, a: AblateArgs) -> Result<i32> {
     let ws = Workspace::new(&ctx.ws_root)?;
     let recipe = Recipe::load_or_default(a.recipe.as_deref())?;
     let smoke_opts = super::smoke::smoke_options(&ctx.ws_root, a.model, a.arch, a.tokens, false)?;
-    let soak = a.soak.options(&ctx.ws_root, &smoke_opts)?;
+    let soak = a.soak.options(&ctx.ws_root, &smoke_opts, &ctx.signer)?;
     let reporter = TermReporter::new(ctx.verbosity == Verbosity::Quiet);
     let record = ablate::run(
         &ws,
@@ -57,6 +57,7 @@ pub(super) fn run(ctx: &super::Ctx, a: AblateArgs) -> Result<i32> {
             jobs: a.jobs,
             reporter: &reporter,
             compile_cache: pinforge_build::build::cache::Settings::from_env(),
+            signer: ctx.signer.clone(),
         },
     )?;
     if a.out.json {

@@ -114,6 +114,8 @@ fn build_options<'a>(
         jobs,
         reporter,
         compile_cache: pinforge_build::build::cache::Settings::from_env(),
+        // `audit` takes no --sign: its scratch builds' manifests are written plainly.
+        signer: pinforge_record::sign::record::Signer::none(),
     }
 }
 

@@ -90,6 +90,7 @@ pub(super) fn run(ctx: &super::Ctx, a: BuildArgs) -> Result<i32> {
                 jobs: a.jobs,
                 reporter: &reporter,
                 compile_cache: a.cache.settings(),
+                signer: ctx.signer.clone(),
             },
         )?;
         let because = if outcome.cached {

@@ -92,6 +92,7 @@ impl SoakArgs {
         &self,
         ws_root: &std::path::Path,
         smoke: &pinforge_deploy::smoke::SmokeOptions,
+        signer: &pinforge_record::sign::record::Signer,
     ) -> Result<Option<SoakOptions>> {
         if self.trial == Trial::Smoke {
             for (set, flag) in [
@@ -129,6 +130,7 @@ impl SoakArgs {
                 threads: 1,
                 workspace: ws_root,
                 shard: None,
+                signer: signer.clone(),
             },
             repeats: self.repeats,
         }))
@@ -160,8 +162,8 @@ pub(super) fn run(ctx: &super::Ctx, a: FlipArgs) -> Result<i32> {
             outln!("  {line}");
         }
     }
-    let soak = a.soak.options(&ctx.ws_root, &smoke_opts)?;
-    let record = plan.register(&ws, &smoke_opts, soak.as_ref())?;
+    let soak = a.soak.options(&ctx.ws_root, &smoke_opts, &ctx.signer)?;
+    let record = plan.register(&ws, &smoke_opts, soak.as_ref(), &ctx.signer)?;
     if !a.out.json && !quiet {
         outln!("registered {}", record.record.display());
     }
@@ -175,6 +177,7 @@ pub(super) fn run(ctx: &super::Ctx, a: FlipArgs) -> Result<i32> {
             jobs: a.jobs,
             reporter: &reporter,
             compile_cache: pinforge_build::build::cache::Settings::from_env(),
+            signer: ctx.signer.clone(),
         },
     )?;
     if a.out.json {

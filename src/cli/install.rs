@@ -84,7 +84,7 @@ pub(super) fn run(ctx: &super::Ctx, a: InstallArgs) -> Result<i32> {
         Some(arch) => Some(smoke_gate(ws_root, &manifest, &arch, server_timeout, json)?),
         None => None,
     };
-    let root = Root::open(&root)?;
+    let root = Root::open(&root)?.signed_by(ctx.signer.clone());
     let out = root.install(&manifest, layer, a.copy.then_some(StageMode::Copy))?;
     if json {
         print_json(

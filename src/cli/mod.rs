@@ -113,6 +113,9 @@ pub struct Ctx {
     pub ws_root: PathBuf,
     /// `-q` / `-v`.
     pub verbosity: Verbosity,
+    /// Who signs the records the command writes (`--sign`, its environment and config, loaded
+    /// before anything is written); nobody for a command without `--sign`.
+    pub signer: pinforge_record::sign::record::Signer,
 }
 
 /// `--root`, shared by every command that reads or writes the install root.
@@ -382,6 +385,12 @@ impl Command {
 }
 
 fn run(cli: Cli) -> Result<i32> {
+    // `--sign` (and its environment and config): the key is loaded before anything is
+    // written, and every record the command writes is signed with it.
+    let signer = match cli.command.sign_with() {
+        Some(s) => s.signer()?,
+        None => pinforge_record::sign::record::Signer::none(),
+    };
     let ctx = Ctx {
         ws_root: cli.workspace.clone().unwrap_or_else(|| PathBuf::from(".")),
         verbosity: match (cli.quiet, cli.verbose) {
@@ -389,6 +398,7 @@ fn run(cli: Cli) -> Result<i32> {
             (false, 0) => Verbosity::Normal,
             (false, _) => Verbosity::Verbose,
         },
+        signer,
     };
     if matches!(
         cli.command,
@@ -402,11 +412,6 @@ fn run(cli: Cli) -> Result<i32> {
             | Command::Validate(_)
     ) {
         rebase::settle_leftover(&ctx)?;
-    }
-    // `--sign` (and its environment and config): the key is loaded before anything is
-    // written, and every record the command writes is signed with it.
-    if let Some(s) = cli.command.sign_with() {
-        s.activate()?;
     }
     match cli.command {
         Command::Build(a) => build::run(&ctx, a),

@@ -3,6 +3,7 @@
 use super::{print_json, JsonArg};
 use crate::outln;
 use pinforge_base::error::{exit, Result};
+use pinforge_record::sign::record::Signer;
 use pinforge_record::sign::{self, SigningKey};
 use std::path::PathBuf;
 
@@ -55,9 +56,9 @@ pub struct SignWith {
 }
 
 impl SignWith {
-    /// Load the key (flag, environment, config, in that order) and make it this process's
-    /// signing key, before the command writes anything: a bad key is exit 2 with nothing done.
-    pub(super) fn activate(&self) -> Result<()> {
+    /// Load the key (flag, environment, config, in that order) into the command's signer,
+    /// before the command writes anything: a bad key is exit 2 with nothing done.
+    pub(super) fn signer(&self) -> Result<Signer> {
         let env = std::env::var_os(SIGN_KEY_VAR)
             .filter(|v| !v.is_empty())
             .map(PathBuf::from);
@@ -66,8 +67,8 @@ impl SignWith {
             None => config_key(config_path().as_deref())?,
         };
         match path {
-            Some(p) => sign::record::activate(SigningKey::load(&p)?),
-            None => Ok(()),
+            Some(p) => Ok(Signer::with_key(SigningKey::load(&p)?)),
+            None => Ok(Signer::none()),
         }
     }
 }

@@ -215,6 +215,7 @@ pub(super) fn run(ctx: &super::Ctx, a: ValidateArgs) -> Result<i32> {
         timeout: Duration::from_secs(a.row_timeout.max(1)),
         threads: a.threads.max(1),
         workspace: ctx.ws_root.clone(),
+        signer: ctx.signer.clone(),
     };
     if a.served.wanted() {
         return super::validate_serve::run(ctx, &a.served, opts, a.out.json);

@@ -178,6 +178,7 @@ impl FlipPlan<'_> {
         ws: &Workspace,
         smoke: &SmokeOptions,
         soak: Option<&SoakOptions>,
+        signer: &pinforge_record::sign::record::Signer,
     ) -> Result<FlipRecord> {
         if let Some(s) = soak {
             crate::soak::check(s)?;
@@ -235,7 +236,7 @@ impl FlipPlan<'_> {
             record: dir.join("record.json"),
             summary: dir.join("summary.md"),
         };
-        write_json(&record.record, &record)?;
+        write_json(&record.record, &record, signer)?;
         pinforge_base::hooks::crash_named("flip:registered");
         Ok(record)
     }
@@ -295,7 +296,7 @@ impl FlipPlan<'_> {
                 from: builds.next().flatten(),
                 to: builds.next().flatten(),
             };
-            return self.complete(record, verdict, reason + &note);
+            return self.complete(record, verdict, reason + &note, &build_opts.signer);
         }
         // Both built: the same model and settings for both smokes.
         let mut smokes: Vec<Option<SmokeSide>> = vec![None, None];
@@ -323,7 +324,7 @@ impl FlipPlan<'_> {
             from: builds.next().flatten(),
             to: builds.next().flatten(),
         };
-        self.complete(record, verdict, reason)
+        self.complete(record, verdict, reason, &build_opts.signer)
     }
 
     /// Write the verdict, the summary and the completed record.
@@ -332,6 +333,7 @@ impl FlipPlan<'_> {
         mut record: FlipRecord,
         verdict: FlipVerdict,
         reason: String,
+        signer: &pinforge_record::sign::record::Signer,
     ) -> Result<FlipRecord> {
         record.verdict = Some(verdict);
         record.reason = Some(reason);
@@ -340,7 +342,7 @@ impl FlipPlan<'_> {
         // One commit: the summary and the completed (signed) record appear together, or the
         // folder stays the registered, unfinished record (kill points `flip:1`, `flip:2`).
         let dir = fsx::parent_of(&record.record);
-        record::commit_final(&dir, "flip", &record, &summary_markdown(&record))?;
+        record::commit_final(&dir, "flip", &record, &summary_markdown(&record), signer)?;
         Ok(record)
     }
 

@@ -32,6 +32,7 @@ use pinforge_base::fsx;
 use pinforge_base::progress::Reporter;
 use pinforge_base::workspace::Workspace;
 use pinforge_record::manifest;
+use pinforge_record::sign::record::Signer;
 use pinforge_source::patch::{Bundle, PatchFile};
 use pinforge_source::recipe::{PatchSelection, Recipe, Variant};
 use pinforge_source::upstream::{self, Tree};
@@ -135,6 +136,8 @@ pub struct BuildOptions<'a> {
     /// The compile cache (the environment's settings with a command's `--no-cache`,
     /// `--cache-dir`, … applied): passed in, so that the environment is read once, at the top.
     pub compile_cache: cache::Settings,
+    /// Who signs the manifest (`--sign`); [`Signer::none`] for none.
+    pub signer: Signer,
 }
 
 /// The patch bundle a recipe uses: its folder, or the embedded one for the embedded recipe.
@@ -158,7 +161,7 @@ pub fn build(
     let _lock = ws.lock()?;
     if let Some(o) = stamp::fresh(ws, &opts.compile_cache, recipe, variant, opts.reporter) {
         // `--sign`: the kept manifest is signed as it stands (its bytes do not change).
-        pinforge_record::sign::record::sign_kept(&o.manifest)?;
+        opts.signer.sign_kept(&o.manifest)?;
         let seconds = started.elapsed().as_secs_f64();
         return Ok(BuildOutcome { seconds, ..o });
     }
@@ -195,7 +198,7 @@ pub fn build(
 
     let input_digest = inputs.input_digest;
     let statement = record::statement(subjects, inputs, &staging, started_on, byproducts);
-    let (manifest_path, cached) = record::write(&job.vdir, &statement, steps_run)?;
+    let (manifest_path, cached) = record::write(&job.vdir, &statement, steps_run, &opts.signer)?;
 
     let record::Staged {
         artifacts,

@@ -508,7 +508,12 @@ pub(super) fn statement(
 /// Write the manifest, unless the build is cached: no Ninja step ran and the previous
 /// manifest names the same inputs and outputs, so it is kept byte for byte (nothing was
 /// built). Returns the manifest's path and whether the build is cached.
-pub(super) fn write(vdir: &Path, statement: &Statement, steps_run: u64) -> Result<(PathBuf, bool)> {
+pub(super) fn write(
+    vdir: &Path,
+    statement: &Statement,
+    steps_run: u64,
+    signer: &pinforge_record::sign::record::Signer,
+) -> Result<(PathBuf, bool)> {
     let path = vdir.join("manifest.json");
     let previous = Statement::read(&path).ok();
     let cached = steps_run == 0
@@ -518,9 +523,9 @@ pub(super) fn write(vdir: &Path, statement: &Statement, steps_run: u64) -> Resul
     // With `--sign`, the sidecars are renamed before the manifest (its commit point), so a
     // new manifest never appears unsigned; a kept one is signed as it stands.
     if !cached {
-        pinforge_record::sign::record::write_record(&path, statement.to_json()?.as_bytes())?;
+        signer.write_record(&path, statement.to_json()?.as_bytes())?;
     } else {
-        pinforge_record::sign::record::sign_kept(&path)?;
+        signer.sign_kept(&path)?;
     }
     Ok((path, cached))
 }

@@ -3,10 +3,13 @@
 //! `store/<Sha256>`, `store/.stage-<txid>`), never taken from a file.
 
 use super::*;
+use pinforge_record::sign::record::Signer;
 
 /// An install root.
 pub struct Root {
     pub(super) path: PathBuf,
+    /// Who signs the receipts this root writes (`install --sign`); nobody by default.
+    pub(super) signer: Signer,
 }
 
 /// A damaged-root error (exit 2) with the hint every such refusal carries.
@@ -18,12 +21,20 @@ pub(super) fn damaged(subject: impl fmt::Display, why: impl fmt::Display) -> Err
 }
 
 impl Root {
+    /// The same root, with every receipt it writes from now on signed by `signer`.
+    pub fn signed_by(self, signer: Signer) -> Root {
+        Root { signer, ..self }
+    }
+
     /// Open the install root for a command that may create it (install), probing that the
     /// filesystem has what the commit protocol needs.
     pub fn open(path: &Path) -> Result<Root> {
         let path = fsx::absolute(path)?;
         fsx::create_dir_all(&path)?;
-        let root = Root { path };
+        let root = Root {
+            path,
+            signer: Signer::none(),
+        };
         if safe::kind(&root.path.join("state"))? == Kind::Missing {
             // The test hook (feature `test-hooks` only) is read here, once, and handed down:
             // unit tests call the probe with the flag directly.
@@ -61,7 +72,10 @@ impl Root {
                 )
             }
         }
-        let root = Root { path };
+        let root = Root {
+            path,
+            signer: Signer::none(),
+        };
         for d in ["store", "gens", "receipts"] {
             let p = root.path.join(d);
             match safe::kind(&p)? {
@@ -346,7 +360,7 @@ impl Root {
         // without clobbering: a receipt is never replaced.
         let tmp = fsx::stage_atomic_mode(&p, &bytes, 0o644)?;
         // `--sign`: the receipt's sidecars go first, so the receipt never appears unsigned.
-        pinforge_record::sign::record::before_commit(&p, &bytes)?;
+        self.signer.before_commit(&p, &bytes)?;
         tmp.persist_noclobber(&p).map_err(|e| {
             if e.error.kind() == std::io::ErrorKind::AlreadyExists {
                 Error::input(

@@ -139,6 +139,7 @@ fn probe_refuses_simulated_filesystem_without_symlinks() {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = Root {
         path: dir.path().to_path_buf(),
+        signer: pinforge_record::sign::record::Signer::none(),
     };
     root.probe_fs(false)
         .expect("a real filesystem passes the probe");

@@ -401,6 +401,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = Root {
             path: dir.path().to_path_buf(),
+            signer: pinforge_record::sign::record::Signer::none(),
         };
         let mut txn: Txn<'_, RollbackStep> = Txn {
             root: &root,

@@ -1,9 +1,10 @@
 //! Signing records as they are written (`--sign KEY` on build, flip, ablate, validate and
-//! install; issue #24). The command line loads the key once, before anything is written, and
-//! makes it this process's signing key ([`activate`]); every record writer then goes through
-//! [`write_record`] (or [`before_commit`] when it renames the record itself), which signs
-//! the bytes it is about to commit. A command without a key writes exactly what it wrote
-//! before.
+//! install; issue #24). The command line loads the key once, before anything is written, into
+//! a [`Signer`] that it passes down in the command's options (no process-wide key: a library
+//! caller, or a test, signs two records with two keys in one process); every record writer
+//! then goes through [`Signer::write_record`] (or [`Signer::before_commit`] when it renames
+//! the record itself), which signs the bytes it is about to commit. [`Signer::none`] writes
+//! exactly what a command without `--sign` wrote before.
 //!
 //! Order, so that a signature appears with its record or the record does not appear: the
 //! envelope and the SSHSIG are derived from the record's bytes in memory, all three files are
@@ -24,22 +25,54 @@ use super::{sidecars, sign_bytes, SigningKey};
 use pinforge_base::error::{Error, Result};
 use pinforge_base::fsx;
 use std::path::Path;
-use std::sync::OnceLock;
+use std::sync::Arc;
 
-/// The process's signing key, set once by the command line.
-static SESSION: OnceLock<SigningKey> = OnceLock::new();
+/// Who signs the records a command writes: a loaded key, or nobody. Cheap to clone (the key
+/// is shared), so every options struct that leads to a record writer carries one.
+#[derive(Debug, Clone, Default)]
+pub struct Signer(Option<Arc<SigningKey>>);
 
-/// Make `key` the key every record this process writes is signed with. A second call is an
-/// internal error: one command has one signer.
-pub fn activate(key: SigningKey) -> Result<()> {
-    SESSION
-        .set(key)
-        .map_err(|_| Error::Internal("a signing key is already active".into()))
-}
+impl Signer {
+    /// No signing: records are written plainly, with no sidecars.
+    pub fn none() -> Self {
+        Self(None)
+    }
 
-/// The active signing key, if the command was asked to sign.
-pub(crate) fn session() -> Option<&'static SigningKey> {
-    SESSION.get()
+    /// Sign every record with `key`.
+    pub fn with_key(key: SigningKey) -> Self {
+        Self(Some(Arc::new(key)))
+    }
+
+    /// Whether records are signed.
+    pub fn is_signing(&self) -> bool {
+        self.0.is_some()
+    }
+
+    fn key(&self) -> Option<&SigningKey> {
+        self.0.as_deref()
+    }
+
+    /// Write a record atomically (mode 0644, as `fsx::write_atomic`), signed when there is a
+    /// key (see the module comment for the order).
+    pub fn write_record(&self, file: &Path, bytes: &[u8]) -> Result<()> {
+        write_record_with(file, bytes, self.key())
+    }
+
+    /// For a writer that renames `file` itself (an install receipt, never clobbered): with a
+    /// key, stage and rename the sidecars for `bytes` now, right before the caller's own
+    /// rename of the record (its commit point). Without a key, nothing.
+    pub fn before_commit(&self, file: &Path, bytes: &[u8]) -> Result<()> {
+        before_commit_with(file, bytes, self.key())
+    }
+
+    /// With a key, sign a record that is already on disk and is kept as it is (a cached build
+    /// keeps its manifest byte for byte): its sidecars are rewritten for its current bytes.
+    pub fn sign_kept(&self, file: &Path) -> Result<()> {
+        let Some(key) = self.key() else { return Ok(()) };
+        let bytes = fsx::read(file)?;
+        before_commit_with(file, &bytes, Some(key))?;
+        fsx::sync_dir(&fsx::parent_of(file))
+    }
 }
 
 /// The two sidecars of one record, staged and not yet renamed; dropping them deletes the
@@ -106,13 +139,6 @@ pub(crate) fn remove_stale_temps(dir: &Path) -> Result<usize> {
     Ok(removed)
 }
 
-/// For a writer that renames `file` itself (an install receipt, never clobbered): with an
-/// active key, stage and rename the sidecars for `bytes` now, right before the caller's
-/// own rename of the record (its commit point). Without a key, nothing.
-pub fn before_commit(file: &Path, bytes: &[u8]) -> Result<()> {
-    before_commit_with(file, bytes, session())
-}
-
 fn before_commit_with(file: &Path, bytes: &[u8], key: Option<&SigningKey>) -> Result<()> {
     let Some(key) = key else { return Ok(()) };
     let staged = stage_sidecars(file, bytes, key)?;
@@ -122,13 +148,7 @@ fn before_commit_with(file: &Path, bytes: &[u8], key: Option<&SigningKey>) -> Re
     Ok(())
 }
 
-/// Write a record atomically (mode 0644, as `fsx::write_atomic`), signed with the active key
-/// when there is one (see the module comment for the order).
-pub fn write_record(file: &Path, bytes: &[u8]) -> Result<()> {
-    write_record_with(file, bytes, session())
-}
-
-/// [`write_record`] with an explicit key (unit tests; no process-wide state).
+/// [`Signer::write_record`], with the key as an argument.
 pub(crate) fn write_record_with(file: &Path, bytes: &[u8], key: Option<&SigningKey>) -> Result<()> {
     let Some(key) = key else {
         return fsx::write_atomic(file, bytes);
@@ -141,15 +161,6 @@ pub(crate) fn write_record_with(file: &Path, bytes: &[u8], key: Option<&SigningK
         .persist(file)
         .map_err(|e| Error::io("rename into", file, e.error))?;
     fsx::sync_dir(&dir)
-}
-
-/// With an active key, sign a record that is already on disk and is kept as it is (a cached
-/// build keeps its manifest byte for byte): its sidecars are rewritten for its current bytes.
-pub fn sign_kept(file: &Path) -> Result<()> {
-    let Some(key) = session() else { return Ok(()) };
-    let bytes = fsx::read(file)?;
-    before_commit_with(file, &bytes, Some(key))?;
-    fsx::sync_dir(&fsx::parent_of(file))
 }
 
 #[cfg(test)]
@@ -172,6 +183,31 @@ mod tests {
             SigningKey::load(&key_path).expect("load"),
             Policy::load(&signers).expect("policy"),
         )
+    }
+
+    #[test]
+    fn two_signers_in_one_process_sign_with_their_own_keys_and_none_signs_nothing() {
+        // The key is the caller's, not the process's: two commands run from one library user
+        // (or two tests in one binary) never sign with each other's key.
+        let (a, b) = (
+            tempfile::tempdir().expect("a"),
+            tempfile::tempdir().expect("b"),
+        );
+        let (key_a, policy_a) = key_and_policy(a.path());
+        let (key_b, policy_b) = key_and_policy(b.path());
+        let (signer_a, signer_b) = (Signer::with_key(key_a), Signer::with_key(key_b));
+        assert!(signer_a.is_signing() && !Signer::none().is_signing());
+        let (rec_a, rec_b) = (a.path().join("r.json"), b.path().join("r.json"));
+        signer_a.write_record(&rec_a, b"{}\n").expect("a");
+        signer_b.write_record(&rec_b, b"{}\n").expect("b");
+        verify_signed(&rec_a, &policy_a).expect("a's record, a's key");
+        verify_signed(&rec_b, &policy_b).expect("b's record, b's key");
+        let e = verify_signed(&rec_a, &policy_b).expect_err("b's policy refuses a's key");
+        assert!(!e.to_string().is_empty());
+        let plain = a.path().join("plain.json");
+        Signer::none().write_record(&plain, b"{}\n").expect("plain");
+        Signer::none().sign_kept(&plain).expect("nothing to sign");
+        assert!(!sidecars(&plain).0.exists() && !sidecars(&plain).1.exists());
     }
 
     #[test]

@@ -334,6 +334,7 @@ pub fn run(
         bundle: build::bundle_for(recipe)?,
         files: patches.iter().map(|p| p.file.clone()).collect(),
         patches,
+        signer: &build_opts.signer,
     };
     let mut record = ablation.register(smoke_opts, soak_opts)?;
     let mut results: Vec<(Vec<usize>, Class)> = Vec::new();
@@ -344,10 +345,16 @@ pub fn run(
         record.subsets.push(rec);
         classify(&mut record, &results);
         // Written after every subset: a long ablation that is interrupted keeps what it found.
-        record::write_json(&record.record, &record)?;
+        record::write_json(&record.record, &record, &build_opts.signer)?;
     }
     if let Some(opts) = soak_opts {
-        soak::run(opts, &mut record, &mut results, build_opts.reporter)?;
+        soak::run(
+            opts,
+            &mut record,
+            &mut results,
+            build_opts.reporter,
+            &build_opts.signer,
+        )?;
         classify(&mut record, &results);
     }
     let a = analyse(ablation.patches.len(), &results);
@@ -362,7 +369,13 @@ pub fn run(
     // The finished record and its summary appear together (one exchange of the folder),
     // signed inside the same transaction under `--sign`; crash points `ablate:1`, `ablate:2`.
     let dir = pinforge_base::fsx::parent_of(&record.record);
-    record::commit_final(&dir, "ablate", &record, &report::ablation_markdown(&record))?;
+    record::commit_final(
+        &dir,
+        "ablate",
+        &record,
+        &report::ablation_markdown(&record),
+        &build_opts.signer,
+    )?;
     Ok(record)
 }
 
@@ -376,6 +389,8 @@ struct Ablation<'a> {
     bundle: pinforge_source::patch::Bundle,
     patches: Vec<PatchRef>,
     files: Vec<String>,
+    /// Who signs the record (the build options' signer).
+    signer: &'a pinforge_record::sign::record::Signer,
 }
 
 /// How a subset is to be built: the patches actually applied (by index), why one was added,
@@ -440,7 +455,7 @@ impl Ablation<'_> {
             record: dir.join("record.json"),
             summary: dir.join("summary.md"),
         };
-        record::write_json(&record.record, &record)?;
+        record::write_json(&record.record, &record, self.signer)?;
         Ok(record)
     }
 

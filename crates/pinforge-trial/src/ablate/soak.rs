@@ -133,6 +133,7 @@ pub(crate) fn run(
     record: &mut AblationRecord,
     results: &mut [(Vec<usize>, Class)],
     reporter: &dyn Reporter,
+    signer: &pinforge_record::sign::record::Signer,
 ) -> Result<()> {
     let mut v = opts.validate.clone();
     v.resume = None;
@@ -164,7 +165,7 @@ pub(crate) fn run(
         if let Some(s) = record.soak.as_mut() {
             s.order = order.clone();
         }
-        record::write_json(&record.record, &*record)?;
+        record::write_json(&record.record, &*record, signer)?;
     }
     // The empty subset is first (subsets are sorted by size): its class names the target.
     let empty = record.subsets.first().and_then(|r| r.soak.as_ref());

@@ -4,6 +4,7 @@
 
 use pinforge_base::error::{Error, IoContext, Result};
 use pinforge_base::fsx;
+use pinforge_record::sign::record::Signer;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -61,6 +62,7 @@ pub(crate) fn commit_final<T: Serialize>(
     op: &str,
     record: &T,
     summary: &str,
+    signer: &Signer,
 ) -> Result<()> {
     let parent = fsx::parent_of(dir);
     let name = dir
@@ -79,7 +81,7 @@ pub(crate) fn commit_final<T: Serialize>(
     std::fs::create_dir(&stage).at("create directory", &stage)?;
     let filled = (|| {
         fsx::write_atomic(&stage.join("summary.md"), summary.as_bytes())?;
-        write_json(&stage.join("record.json"), record)?;
+        write_json(&stage.join("record.json"), record, signer)?;
         fsx::sync_dir(&stage)
     })();
     if let Err(e) = filled {
@@ -140,12 +142,12 @@ pub(crate) fn real_folder(path: &Path) -> Result<bool> {
 }
 
 /// Write a record as canonical JSON (sorted keys), atomically.
-pub(crate) fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+pub(crate) fn write_json<T: Serialize>(path: &Path, value: &T, signer: &Signer) -> Result<()> {
     let v = serde_json::to_value(value).map_err(|e| Error::Internal(e.to_string()))?;
     let mut s = serde_json::to_string_pretty(&v).map_err(|e| Error::Internal(e.to_string()))?;
     s.push('\n');
     // Signed with `--sign` (flip and ablation records): sidecars first, the record last.
-    pinforge_record::sign::record::write_record(path, s.as_bytes())
+    signer.write_record(path, s.as_bytes())
 }
 
 /// An error as one line for a record: message, then the hint.

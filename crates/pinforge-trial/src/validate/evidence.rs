@@ -9,6 +9,7 @@ use super::summary::{self, Derived};
 use pinforge_base::digest::Sha256;
 use pinforge_base::error::{Error, Result};
 use pinforge_base::fsx;
+use pinforge_record::sign::record::Signer;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -71,8 +72,8 @@ const RUN_FILES: &[&str] = &[
 
 /// Write `evidence.json`: the sha256 of every run file present (the summary is written
 /// before, so it is covered), the settings, and the jobs of this invocation.
-pub(super) fn write(run: &RunDir, jobs: u32) -> Result<EvidenceRef> {
-    write_with_shards(run, jobs, Vec::new())
+pub(super) fn write(run: &RunDir, jobs: u32, signer: &Signer) -> Result<EvidenceRef> {
+    write_with_shards(run, jobs, Vec::new(), signer)
 }
 
 /// [`write`] for a merged run, which also names the evidence of every shard it holds.
@@ -80,6 +81,7 @@ pub(super) fn write_with_shards(
     run: &RunDir,
     jobs: u32,
     shards: Vec<ShardEvidence>,
+    signer: &Signer,
 ) -> Result<EvidenceRef> {
     let mut files = BTreeMap::new();
     for name in RUN_FILES {
@@ -100,7 +102,7 @@ pub(super) fn write_with_shards(
     let ev_bytes = canonical(&evidence)?;
     let ev_path = run.dir.join("evidence.json");
     // Signed with `--sign`: sidecars first, the evidence last (its commit point).
-    pinforge_record::sign::record::write_record(&ev_path, &ev_bytes)?;
+    signer.write_record(&ev_path, &ev_bytes)?;
     Ok(EvidenceRef {
         manifest: ev_path,
         sha256: Sha256::of_bytes(&ev_bytes),

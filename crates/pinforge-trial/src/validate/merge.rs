@@ -28,6 +28,7 @@ use crate::record;
 use pinforge_base::digest::Sha256;
 use pinforge_base::error::{Error, IoContext, Result};
 use pinforge_base::{fsx, hooks, text::shown};
+use pinforge_record::sign::record::Signer;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -377,7 +378,13 @@ fn write(shards: &[Loaded], out: &Path, id: &str) -> Result<MergeReport> {
         settings,
         _lock: None,
     };
-    let staged = evidence::write_with_shards(&run, jobs, refs.clone())?;
+    let staged = evidence::write_with_shards(
+        &run,
+        jobs,
+        refs.clone(),
+        // `validate merge` takes no --sign: its evidence is written plainly, as before.
+        &Signer::none(),
+    )?;
     fsx::sync_dir(&stage)?;
     hooks::crash_point("merge", 2);
     // The commit point: the staged folder becomes `out`, which must not exist (a plain rename
@@ -488,7 +495,7 @@ mod tests {
             settings,
             _lock: None,
         };
-        evidence::write(&run, 1).expect("evidence");
+        evidence::write(&run, 1, &Signer::none()).expect("evidence");
         assert!(evidence::verify_evidence(&dir).expect("verify").ok, "{id}");
         dir
     }

@@ -43,6 +43,7 @@ use pinforge_base::fsx;
 use pinforge_base::progress::Reporter;
 use pinforge_deploy::model::Arch;
 use pinforge_deploy::smoke;
+pub use pinforge_record::sign::record::Signer;
 use run_dir::{canonical, Inputs, RunDir};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -81,6 +82,8 @@ pub struct Options {
     pub threads: i32,
     /// The workspace root.
     pub workspace: PathBuf,
+    /// Who signs the evidence manifest (`--sign`); [`Signer::none`] for none.
+    pub signer: Signer,
 }
 
 /// What one `validate` call did.
@@ -153,7 +156,7 @@ fn run_arms(opts: &Options, sources: &[ArmSource], reporter: &dyn Reporter) -> R
         ),
     );
     let ran = harness::run_rows(opts, &arms, shims, &run, &inputs, reporter)?;
-    let (derived, evidence) = summarize(&run, &arms, &ran.rows, opts.jobs)?;
+    let (derived, evidence) = summarize(&run, &arms, &ran.rows, opts)?;
     Ok(Report {
         run: run.id,
         run_dir: run.dir,
@@ -171,12 +174,12 @@ fn summarize(
     run: &RunDir,
     arms: &[arm::ResolvedArm],
     rows: &[rows::Row],
-    jobs: u32,
+    opts: &Options,
 ) -> Result<(Derived, EvidenceRef)> {
     let ids: Vec<ArmId> = arms.iter().map(|a| ArmId::of(&a.record)).collect();
     let derived = summary::derive(&ids, rows);
     fsx::write_atomic(&run.dir.join("summary.json"), &canonical(&derived)?)?;
-    let evidence = evidence::write(run, jobs)?;
+    let evidence = evidence::write(run, opts.jobs, &opts.signer)?;
     Ok((derived, evidence))
 }
 

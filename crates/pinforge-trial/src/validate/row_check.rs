@@ -517,7 +517,9 @@ mod tests {
                 settings: s.clone(),
                 _lock: None,
             };
-            evidence::write(&run, 1).expect("evidence").manifest
+            evidence::write(&run, 1, &pinforge_record::sign::record::Signer::none())
+                .expect("evidence")
+                .manifest
         };
         let ev = seal(&good_rows());
         let ok = evidence::verify_evidence(&ev).expect("verify");
