@@ -71,7 +71,7 @@ pub(super) fn run(ctx: &super::Ctx, a: AuditArgs) -> Result<i32> {
         exit::CHECK_FAILED
     };
     if a.out.json {
-        print_json(super::schema::id::AUDIT, report)?;
+        print_json(pinforge_record::schema_id::AUDIT, report)?;
         return Ok(code);
     }
     render(report);

@@ -103,7 +103,7 @@ pub(super) fn run(ctx: &super::Ctx, a: BuildArgs) -> Result<i32> {
         // variant or many, and a consumer sees each result without waiting for the rest.
         if a.out.json {
             print_json_line(
-                super::schema::id::BUILD,
+                pinforge_record::schema_id::BUILD,
                 &BuildLine {
                     outcome: &outcome,
                     rebuilt_because: &because,

@@ -44,7 +44,7 @@ fn cmd_diff(
         &manifest::Statement::read(b)?,
     );
     if json {
-        print_json(super::schema::id::DIFF, &d)?;
+        print_json(pinforge_record::schema_id::DIFF, &d)?;
     } else {
         render_diff(&d, a, b, all);
     }

@@ -318,7 +318,7 @@ fn render_artifacts(r: &FlipRecord, verbosity: Verbosity) {
 pub(super) fn verify_soak_record(path: &std::path::Path, json: bool) -> Result<i32> {
     let c = pinforge_trial::soak::verify::verify_record(path)?;
     if json {
-        print_json(super::schema::id::SOAK_CHECK, &c)?;
+        print_json(pinforge_record::schema_id::SOAK_CHECK, &c)?;
     } else {
         for r in &c.runs {
             let ok = r.problem.is_none() && r.check.as_ref().is_some_and(|c| c.ok);

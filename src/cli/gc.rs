@@ -27,7 +27,7 @@ fn cmd_gc(root: &std::path::Path, dry_run: bool, json: bool) -> Result<i32> {
     let root = Root::open_existing(root)?;
     let out = root.gc(dry_run)?;
     if json {
-        print_json(super::schema::id::GC, &out)?;
+        print_json(pinforge_record::schema_id::GC, &out)?;
         return Ok(exit::OK);
     }
     let verb = if dry_run { "would remove" } else { "removed" };

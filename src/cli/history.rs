@@ -24,7 +24,7 @@ pub(super) fn run(ctx: &super::Ctx, a: HistoryArgs) -> Result<i32> {
     let root = Root::open_existing(&a.root.resolve(&ctx.ws_root))?;
     let h = root.history()?;
     if a.out.json {
-        print_json(super::schema::id::HISTORY, &h)?;
+        print_json(pinforge_record::schema_id::HISTORY, &h)?;
         return Ok(exit::OK);
     }
     outln!(

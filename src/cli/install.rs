@@ -88,7 +88,7 @@ pub(super) fn run(ctx: &super::Ctx, a: InstallArgs) -> Result<i32> {
     let out = root.install(&manifest, layer, a.copy.then_some(StageMode::Copy))?;
     if json {
         print_json(
-            super::schema::id::INSTALL,
+            pinforge_record::schema_id::INSTALL,
             &InstallJson {
                 outcome: &out,
                 smoke: gate.as_ref().map(|g| &g.0),
@@ -214,7 +214,7 @@ fn smoke_gate(
         if json {
             // The swap is refused, but the report is the evidence: it goes to stdout as
             // the smoke document, the refusal to stderr (exit 1).
-            print_json(super::schema::id::SMOKE, &report)?;
+            print_json(pinforge_record::schema_id::SMOKE, &report)?;
         } else {
             render_smoke(&report);
         }

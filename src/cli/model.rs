@@ -44,7 +44,7 @@ fn cmd_model_tiny(arch: &str, output: &std::path::Path, seed: u64, json: bool) -
     if json {
         let (sha256, _) = pinforge_base::digest::Sha256::of_file(output)?;
         super::print_json(
-            super::schema::id::MODEL_TINY,
+            pinforge_record::schema_id::MODEL_TINY,
             &ModelWritten {
                 path: output.display().to_string(),
                 bytes: size,

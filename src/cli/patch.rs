@@ -192,7 +192,7 @@ fn cmd_lint(paths: Vec<PathBuf>, json: bool) -> Result<i32> {
             })
             .collect();
         print_json(
-            super::schema::id::PATCH_LINT,
+            pinforge_record::schema_id::PATCH_LINT,
             &LintReport {
                 ok: errors == 0,
                 patches: files,
@@ -243,7 +243,7 @@ fn cmd_check_attribution(
         exit::OK
     };
     if json {
-        print_json(super::schema::id::PATCH_CHECK_ATTRIBUTION, &report)?;
+        print_json(pinforge_record::schema_id::PATCH_CHECK_ATTRIBUTION, &report)?;
         return Ok(code);
     }
     outln!(
@@ -321,7 +321,7 @@ fn cmd_apply(repo: &std::path::Path, dir: &std::path::Path, json: bool) -> Resul
             })
             .collect();
         print_json(
-            super::schema::id::PATCH_APPLY,
+            pinforge_record::schema_id::PATCH_APPLY,
             &ApplyReport {
                 repo: repo.display().to_string(),
                 applied: rows,
@@ -344,7 +344,10 @@ fn cmd_list(dir: &std::path::Path, json: bool) -> Result<i32> {
     let bundle = Bundle::load(dir)?;
     let rows = bundle.bibliography();
     if json {
-        print_json(super::schema::id::PATCH_LIST, &PatchList { patches: &rows })?;
+        print_json(
+            pinforge_record::schema_id::PATCH_LIST,
+            &PatchList { patches: &rows },
+        )?;
         return Ok(exit::OK);
     }
     let short = |u: &Option<String>| {
@@ -400,7 +403,7 @@ fn cmd_bundle(dir: &std::path::Path, output: &std::path::Path, json: bool) -> Re
     let sha256 = pinforge_base::digest::Sha256::of_bytes(&bytes);
     if json {
         print_json(
-            super::schema::id::PATCH_BUNDLE,
+            pinforge_record::schema_id::PATCH_BUNDLE,
             &BundleWritten {
                 path: output.display().to_string(),
                 patches: patches.len(),
@@ -444,7 +447,7 @@ fn cmd_export(
     let code = if errors > 0 { exit::INPUT } else { exit::OK };
     if json {
         print_json(
-            super::schema::id::PATCH_EXPORT,
+            pinforge_record::schema_id::PATCH_EXPORT,
             &ExportReport {
                 dir: dir.display().to_string(),
                 ok: errors == 0,

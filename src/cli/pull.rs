@@ -34,7 +34,7 @@ pub(super) fn run(ctx: &super::Ctx, a: PullArgs) -> Result<i32> {
     };
     let out = ship::pull(&ctx.ws_root, &r, &opts)?;
     if a.out.json {
-        print_json(super::schema::id::PULL, &out)?;
+        print_json(pinforge_record::schema_id::PULL, &out)?;
     } else {
         render(&out);
     }

@@ -28,7 +28,7 @@ pub(super) fn run(a: PushArgs) -> Result<i32> {
     };
     let out = ship::push(&a.manifest, &r, access)?;
     if a.out.json {
-        print_json(super::schema::id::PUSH, &out)?;
+        print_json(pinforge_record::schema_id::PUSH, &out)?;
     } else {
         outln!("pushed {}", out.reference);
         outln!(

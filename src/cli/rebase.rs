@@ -93,7 +93,7 @@ pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<i32> {
         Rebased::Stopped(stop) => {
             if a.out.json {
                 print_json(
-                    super::schema::id::REBASE,
+                    pinforge_record::schema_id::REBASE,
                     &RebaseOut {
                         completed: false,
                         outcome: RebaseOutcome::Stopped(&stop),
@@ -112,7 +112,7 @@ pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<i32> {
     };
     if a.out.json {
         print_json(
-            super::schema::id::REBASE,
+            pinforge_record::schema_id::REBASE,
             &RebaseOut {
                 completed: true,
                 outcome: RebaseOutcome::Done(&report),
@@ -155,7 +155,7 @@ pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<i32> {
 fn print_resolving(json: bool, r: &rebase::Resolving) -> Result<i32> {
     if json {
         print_json(
-            super::schema::id::REBASE,
+            pinforge_record::schema_id::REBASE,
             &RebaseOut {
                 completed: false,
                 outcome: RebaseOutcome::Resolving(r),

@@ -35,7 +35,7 @@ pub(super) fn run(a: ReportArgs) -> Result<i32> {
     };
     let w = render::write(&a.paths, &a.output, format)?;
     if a.out.json {
-        print_json(super::schema::id::REPORT, &w)?;
+        print_json(pinforge_record::schema_id::REPORT, &w)?;
     } else {
         outln!(
             "wrote {} ({} inputs, {} rows drawn, {} evidence files, {} failing now)",

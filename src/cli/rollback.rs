@@ -35,7 +35,7 @@ pub(super) fn run(ctx: &super::Ctx, a: RollbackArgs) -> Result<i32> {
     let root = Root::open_existing(&a.root.resolve(&ctx.ws_root))?;
     let out = root.rollback_to(to)?;
     if a.out.json {
-        print_json(super::schema::id::ROLLBACK, &out)?;
+        print_json(pinforge_record::schema_id::ROLLBACK, &out)?;
     } else {
         if let Some(r) = &out.recovered {
             outln!("recovered an interrupted transaction: {}", r.display());

@@ -7,9 +7,9 @@
 //!
 //! A new command joins in two steps:
 //! 1. its `--json` document is a named type deriving `serde::Serialize` and
-//!    `schemars::JsonSchema` (no ad-hoc `serde_json::json!`), its id a constant in [`id`]
-//!    (`pub const NAME: &str = "pinforge.NAME/v1"`), printed with
-//!    `print_json(schema::id::NAME, &doc)` (or `print_json_line`);
+//!    `schemars::JsonSchema` (no ad-hoc `serde_json::json!`), its id a constant in the leaf
+//!    `pinforge_record::schema_id` (`pub const NAME: &str = "pinforge.NAME/v1"`), printed
+//!    with `print_json(schema_id::NAME, &doc)` (or `print_json_line`);
 //! 2. one line in [`DOCUMENTS`] below: `doc::<Type>(id::NAME)`; then run
 //!    `cargo run -- __schemas --out schemas` and commit the new file. The `schemas` test
 //!    module's output cases should run the command once and validate it.
@@ -19,6 +19,7 @@
 
 use crate::outln;
 use pinforge_base::error::{Error, Result};
+use pinforge_record::schema_id as id;
 use schemars::{JsonSchema, Schema};
 use std::path::{Path, PathBuf};
 
@@ -38,82 +39,6 @@ const fn doc<T: JsonSchema>(id: &'static str) -> Document {
         id,
         schema: schema_of::<T>,
     }
-}
-
-/// The schema id of every `--json` document, each written once: [`DOCUMENTS`] and the print
-/// sites (`print_json(id::BUILD, …)`) name these constants, so an id cannot be misspelled at
-/// one of its two uses. Record files whose id the library writes into them keep it where the
-/// library owns it (flip, ablate), and the id here is that constant.
-pub mod id {
-    /// `build --json`, one line per variant.
-    pub const BUILD: &str = "pinforge.build/v1";
-    /// `verify MANIFEST --json`.
-    pub const VERIFY: &str = "pinforge.verify/v1";
-    /// `verify MANIFEST --allowed-signers F --json`: the verify report and its signer.
-    pub const VERIFY_SIGNED: &str = "pinforge.verify-signed/v1";
-    /// `sign --json`.
-    pub const SIGN: &str = "pinforge.sign/v1";
-    /// `verify --installed --json`.
-    pub const VERIFY_INSTALLED: &str = "pinforge.verify-installed/v1";
-    /// `verify --installed --allowed-signers F --json`: the layer's re-hash and its signer.
-    pub const VERIFY_INSTALLED_SIGNED: &str = "pinforge.verify-installed-signed/v1";
-    /// `diff --json`.
-    pub const DIFF: &str = "pinforge.diff/v1";
-    /// `install --json`.
-    pub const INSTALL: &str = "pinforge.install/v1";
-    /// `rollback --json`.
-    pub const ROLLBACK: &str = "pinforge.rollback/v1";
-    /// `status --json`.
-    pub const STATUS: &str = "pinforge.status/v1";
-    /// `history --json`.
-    pub const HISTORY: &str = "pinforge.history/v1";
-    /// `gc --json`.
-    pub const GC: &str = "pinforge.gc/v1";
-    /// `smoke --json` (and the smoke report of a gated `install --json`).
-    pub const SMOKE: &str = "pinforge.smoke/v1";
-    /// `patch lint --json`.
-    pub const PATCH_LINT: &str = "pinforge.patch-lint/v1";
-    /// `patch apply --json`.
-    pub const PATCH_APPLY: &str = "pinforge.patch-apply/v1";
-    /// `patch check-attribution --json`.
-    pub const PATCH_CHECK_ATTRIBUTION: &str = "pinforge.patch-check-attribution/v1";
-    /// `patch list --json`.
-    pub const PATCH_LIST: &str = "pinforge.patch-list/v1";
-    /// `patch bundle --json`.
-    pub const PATCH_BUNDLE: &str = "pinforge.patch-bundle/v1";
-    /// `model tiny --json`.
-    pub const MODEL_TINY: &str = "pinforge.model-tiny/v1";
-    /// `vendor digest --json`.
-    pub const VENDOR_DIGEST: &str = "pinforge.vendor-digest/v1";
-    /// `toolkit --json`. The on-disk `toolkit.json` is a record of another shape, with an id
-    /// of its own (`artifact::cudakit::RECORD_SCHEMA`, `pinforge.toolkit-record/v1`).
-    pub const TOOLKIT: &str = "pinforge.toolkit/v1";
-    /// `patch export --json`.
-    pub const PATCH_EXPORT: &str = "pinforge.patch-export/v1";
-    /// `rebase --json`.
-    pub const REBASE: &str = "pinforge.rebase/v1";
-    /// `audit --json`.
-    pub const AUDIT: &str = "pinforge.audit/v1";
-    /// `validate --json`.
-    pub const VALIDATE: &str = "pinforge.validate/v1";
-    /// `validate --serve --json` and `validate --endpoint URL --json`.
-    pub const VALIDATE_SERVE: &str = "pinforge.validate-serve/v1";
-    /// `validate merge --json`.
-    pub const VALIDATE_MERGE: &str = "pinforge.validate-merge/v1";
-    /// `verify EVIDENCE --json` (a validate run's evidence.json or its run folder).
-    pub const VERIFY_EVIDENCE: &str = "pinforge.verify-evidence/v1";
-    /// `verify RECORD --json` (a soak flip's or soak ablation's record.json or its folder).
-    pub const SOAK_CHECK: &str = "pinforge.verify-soak/v1";
-    /// `flip --json` and the flip record file.
-    pub const FLIP: &str = pinforge_trial::flip::SCHEMA;
-    /// `ablate --json` and the ablation record file.
-    pub const ABLATE: &str = pinforge_trial::ablate::SCHEMA;
-    /// `push --json`.
-    pub const PUSH: &str = "pinforge.push/v1";
-    /// `pull --json`.
-    pub const PULL: &str = "pinforge.pull/v1";
-    /// `report --json`: the inputs and their kinds, and where the page went.
-    pub const REPORT: &str = "pinforge.report/v1";
 }
 
 /// Every `--json` document pinforge prints: (schema id, type). One line per document kind.

@@ -25,7 +25,7 @@ pub(super) fn run(a: SignArgs) -> Result<i32> {
     let key = SigningKey::load(&a.key)?;
     let s = sign::sign_file(&a.file, &key)?;
     if a.out.json {
-        print_json(super::schema::id::SIGN, &s)?;
+        print_json(pinforge_record::schema_id::SIGN, &s)?;
     } else {
         outln!(
             "signed {} as {} ({})",

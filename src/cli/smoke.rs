@@ -119,7 +119,7 @@ fn cmd_smoke(ws_root: &std::path::Path, root: &std::path::Path, a: SmokeArgs) ->
     };
     let report = smoke::run(&target, &opts)?;
     if a.out.json {
-        print_json(super::schema::id::SMOKE, &report)?;
+        print_json(pinforge_record::schema_id::SMOKE, &report)?;
     } else {
         render_smoke(&report);
     }

@@ -41,7 +41,7 @@ fn cmd_status(root: &std::path::Path, json: bool, verify: bool) -> Result<i32> {
         exit::OK
     };
     if json {
-        print_json(super::schema::id::STATUS, &st)?;
+        print_json(pinforge_record::schema_id::STATUS, &st)?;
         return Ok(code);
     }
     outln!("install root {} (generation {})", st.root.display(), st.gen);

@@ -40,7 +40,7 @@ pub(super) fn run(ctx: &super::Ctx, a: ToolkitArgs) -> Result<i32> {
     let kit = cudakit::provision(&lock, &cache, &ws_dirs, &note)?;
     if a.out.json {
         print_json(
-            super::schema::id::TOOLKIT,
+            pinforge_record::schema_id::TOOLKIT,
             &ToolkitOut {
                 root: kit.root.display().to_string(),
                 assembled: kit.assembled,

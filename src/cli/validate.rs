@@ -103,7 +103,7 @@ fn run_merge(ctx: &super::Ctx, a: MergeArgs) -> Result<i32> {
         workspace: ctx.ws_root.clone(),
     })?;
     if a.json.json {
-        print_json(super::schema::id::VALIDATE_MERGE, &report)?;
+        print_json(pinforge_record::schema_id::VALIDATE_MERGE, &report)?;
     } else {
         outln!(
             "merged {} shard(s) into run {} ({})",
@@ -223,7 +223,7 @@ pub(super) fn run(ctx: &super::Ctx, a: ValidateArgs) -> Result<i32> {
     let reporter = TermReporter::counting(ctx.verbosity == Verbosity::Quiet, "rows");
     let report = validate::run(&opts, &reporter)?;
     if a.out.json {
-        print_json(super::schema::id::VALIDATE, &report)?;
+        print_json(pinforge_record::schema_id::VALIDATE, &report)?;
     } else {
         render(&report);
     }

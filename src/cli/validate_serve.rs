@@ -96,7 +96,7 @@ pub(super) fn run(
         super::reporter::TermReporter::counting(ctx.verbosity == Verbosity::Quiet, "rows");
     let report = served::run(&opts, &reporter)?;
     if json {
-        print_json(super::schema::id::VALIDATE_SERVE, &report)?;
+        print_json(pinforge_record::schema_id::VALIDATE_SERVE, &report)?;
     } else {
         render(&report);
     }

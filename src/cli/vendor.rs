@@ -26,7 +26,7 @@ pub(super) fn run(c: VendorCommand) -> Result<i32> {
             let (kind, digest) = pinforge_source::upstream::pin_digest(&path)?;
             if out.json {
                 super::print_json(
-                    super::schema::id::VENDOR_DIGEST,
+                    pinforge_record::schema_id::VENDOR_DIGEST,
                     &VendorDigest {
                         path: path.display().to_string(),
                         kind,

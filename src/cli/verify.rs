@@ -65,7 +65,7 @@ fn cmd_verify(path: &std::path::Path, json: bool) -> Result<i32> {
     }
     let report = manifest::verify(path, Some(&pinforge_source::git::GitTrees))?;
     if json {
-        print_json(super::schema::id::VERIFY, &report)?;
+        print_json(pinforge_record::schema_id::VERIFY, &report)?;
     } else if report.ok {
         outln!(
             "{}: {} outputs and {} inputs match {} (input {}); {} bytes hashed",
@@ -141,7 +141,7 @@ fn cmd_verify_signed(path: &std::path::Path, allowed: &std::path::Path, json: bo
     }
     let report = manifest::verify(path, Some(&pinforge_source::git::GitTrees))?;
     print_json(
-        super::schema::id::VERIFY_SIGNED,
+        pinforge_record::schema_id::VERIFY_SIGNED,
         &VerifySigned {
             report: &report,
             signature: &signer,
@@ -168,7 +168,7 @@ fn render_evidence_check(
     json: bool,
 ) -> Result<i32> {
     if json {
-        print_json(super::schema::id::VERIFY_EVIDENCE, c)?;
+        print_json(pinforge_record::schema_id::VERIFY_EVIDENCE, c)?;
     } else if c.ok {
         outln!(
             "{}: validate run {}: {} item(s) re-checked against {}",
@@ -277,14 +277,14 @@ fn cmd_verify_installed(
     let v = root.verify_installed(layer)?;
     match (json, &signed) {
         (true, Some((receipt, signer))) => print_json(
-            super::schema::id::VERIFY_INSTALLED_SIGNED,
+            pinforge_record::schema_id::VERIFY_INSTALLED_SIGNED,
             &VerifyInstalledSigned {
                 verification: &v,
                 receipt,
                 signature: signer,
             },
         )?,
-        (true, None) => print_json(super::schema::id::VERIFY_INSTALLED, &v)?,
+        (true, None) => print_json(pinforge_record::schema_id::VERIFY_INSTALLED, &v)?,
         (false, _) => render_verification(&v),
     }
     Ok(if v.ok { exit::OK } else { exit::CHECK_FAILED })

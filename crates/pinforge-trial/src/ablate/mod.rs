@@ -46,7 +46,7 @@ use std::time::Instant;
 pub mod soak;
 
 /// The schema id of an ablation record and of `ablate --json`.
-pub const SCHEMA: &str = "pinforge.ablate/v1";
+pub const SCHEMA: &str = pinforge_record::schema_id::ABLATE;
 
 /// Up to this many patches, every subset is tried.
 pub(crate) const ALL_SUBSETS_UP_TO: usize = 4;

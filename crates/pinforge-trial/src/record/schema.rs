@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// The schema id of a flip record and of `flip --json`.
-pub const SCHEMA: &str = "pinforge.flip/v1";
+pub const SCHEMA: &str = pinforge_record::schema_id::FLIP;
 
 /// A value for each side.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
