@@ -5,7 +5,7 @@
 use super::reporter::TermReporter;
 use super::{print_json, JsonArg, Verbosity};
 use crate::outln;
-use pinforge_base::error::{exit, Result};
+use pinforge_base::error::{ExitCode, Result};
 use pinforge_base::workspace::Workspace;
 use pinforge_build::build::BuildOptions;
 use pinforge_source::recipe::Recipe;
@@ -41,7 +41,7 @@ pub struct AblateArgs {
 }
 
 /// Run `ablate`.
-pub(super) fn run(ctx: &super::Ctx, a: AblateArgs) -> Result<i32> {
+pub(super) fn run(ctx: &super::Ctx, a: AblateArgs) -> Result<ExitCode> {
     let ws = Workspace::new(&ctx.ws_root)?;
     let recipe = Recipe::load_or_default(a.recipe.as_deref())?;
     let smoke_opts = super::smoke::smoke_options(&ctx.ws_root, a.model, a.arch, a.tokens, false)?;
@@ -71,9 +71,9 @@ pub(super) fn run(ctx: &super::Ctx, a: AblateArgs) -> Result<i32> {
     }
     Ok(
         if record.subsets.iter().any(|s| s.class == "undetermined") {
-            exit::CHECK_FAILED
+            ExitCode::CheckFailed
         } else {
-            exit::OK
+            ExitCode::Ok
         },
     )
 }

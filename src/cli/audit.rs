@@ -6,7 +6,7 @@
 
 use super::{print_json, JsonArg};
 use crate::outln;
-use pinforge_base::error::{exit, Result};
+use pinforge_base::error::{ExitCode, Result};
 use pinforge_base::text;
 use pinforge_base::workspace::Workspace;
 use pinforge_source::audit::{self, Verdict};
@@ -33,7 +33,7 @@ pub struct AuditArgs {
 }
 
 /// Run `audit`.
-pub(super) fn run(ctx: &super::Ctx, a: AuditArgs) -> Result<i32> {
+pub(super) fn run(ctx: &super::Ctx, a: AuditArgs) -> Result<ExitCode> {
     let ws = Workspace::new(&ctx.ws_root)?;
     let recipe = Recipe::load(&a.recipe)?;
     let bundle = pinforge_build::build::bundle_for(&recipe)?;
@@ -66,9 +66,9 @@ pub(super) fn run(ctx: &super::Ctx, a: AuditArgs) -> Result<i32> {
         )
     });
     let code = if report.all_carry() && !unanswered {
-        exit::OK
+        ExitCode::Ok
     } else {
-        exit::CHECK_FAILED
+        ExitCode::CheckFailed
     };
     if a.out.json {
         print_json(pinforge_record::schema_id::AUDIT, report)?;

@@ -3,7 +3,7 @@
 use super::reporter::TermReporter;
 use super::{print_json_line, JsonArg, Verbosity};
 use crate::outln;
-use pinforge_base::error::{exit, Result};
+use pinforge_base::error::{ExitCode, Result};
 use pinforge_base::workspace::Workspace;
 use pinforge_build::build::{self, BuildOptions, BuildOutcome};
 use pinforge_record::manifest;
@@ -62,7 +62,7 @@ impl CacheArgs {
 }
 
 /// Run `build`.
-pub(super) fn run(ctx: &super::Ctx, a: BuildArgs) -> Result<i32> {
+pub(super) fn run(ctx: &super::Ctx, a: BuildArgs) -> Result<ExitCode> {
     let ws = Workspace::new(&ctx.ws_root)?;
     let recipe = Recipe::load_or_default(a.recipe.as_deref())?;
     let names = if a.variants.is_empty() {
@@ -114,7 +114,7 @@ pub(super) fn run(ctx: &super::Ctx, a: BuildArgs) -> Result<i32> {
             render_build(&outcome, &because, ctx.verbosity);
         }
     }
-    Ok(exit::OK)
+    Ok(ExitCode::Ok)
 }
 
 fn render_build(o: &BuildOutcome, because: &[String], verbosity: Verbosity) {

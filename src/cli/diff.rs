@@ -3,7 +3,7 @@
 
 use super::{print_json, JsonArg};
 use crate::outln;
-use pinforge_base::error::{exit, Result};
+use pinforge_base::error::{ExitCode, Result};
 use pinforge_base::text::shown;
 use pinforge_record::manifest;
 use std::path::PathBuf;
@@ -28,7 +28,7 @@ pub struct DiffArgs {
 }
 
 /// Run `diff`.
-pub(super) fn run(a: DiffArgs) -> Result<i32> {
+pub(super) fn run(a: DiffArgs) -> Result<ExitCode> {
     cmd_diff(&a.a, &a.b, a.all, a.exact, a.out.json)
 }
 
@@ -38,7 +38,7 @@ fn cmd_diff(
     all: bool,
     exact: bool,
     json: bool,
-) -> Result<i32> {
+) -> Result<ExitCode> {
     let d = pinforge_build::diff::diff(
         &manifest::Statement::read(a)?,
         &manifest::Statement::read(b)?,
@@ -49,9 +49,9 @@ fn cmd_diff(
         render_diff(&d, a, b, all);
     }
     Ok(if d.identical() || (!exact && d.equivalent()) {
-        exit::OK
+        ExitCode::Ok
     } else {
-        exit::CHECK_FAILED
+        ExitCode::CheckFailed
     })
 }
 

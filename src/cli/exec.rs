@@ -1,7 +1,7 @@
 //! `pinforge exec`: run a command in a variant's build folder as the build saw it (the fixed
 //! path's mount namespace), as `nix develop` does for a derivation's build environment.
 
-use pinforge_base::error::{Error, Result};
+use pinforge_base::error::{Error, ExitStatus, Result};
 use pinforge_base::workspace::Workspace;
 use pinforge_source::recipe::Recipe;
 use std::ffi::OsString;
@@ -22,7 +22,7 @@ pub struct ExecArgs {
 }
 
 /// Run `exec`: the command's own exit code (128 + the signal that ended it).
-pub(super) fn run(ctx: &super::Ctx, a: ExecArgs) -> Result<i32> {
+pub(super) fn run(ctx: &super::Ctx, a: ExecArgs) -> Result<ExitStatus> {
     let ws = Workspace::new(&ctx.ws_root)?;
     let recipe = Recipe::load_or_default(a.recipe.as_deref())?;
     let variant = match &a.variant {
@@ -50,8 +50,5 @@ pub(super) fn run(ctx: &super::Ctx, a: ExecArgs) -> Result<i32> {
     let status = child
         .wait()
         .map_err(|e| Error::io("wait for", Path::new(program), e))?;
-    use std::os::unix::process::ExitStatusExt;
-    Ok(status
-        .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+    Ok(ExitStatus::of_child(status))
 }

@@ -5,7 +5,7 @@ use super::reporter::TermReporter;
 use super::{print_json, JsonArg, Verbosity};
 use crate::cli::output::{paint, Tone};
 use crate::outln;
-use pinforge_base::error::{exit, Result};
+use pinforge_base::error::{ExitCode, Result};
 use pinforge_base::workspace::Workspace;
 use pinforge_build::build::BuildOptions;
 use pinforge_source::recipe::Recipe;
@@ -138,7 +138,7 @@ impl SoakArgs {
 }
 
 /// Run `flip`.
-pub(super) fn run(ctx: &super::Ctx, a: FlipArgs) -> Result<i32> {
+pub(super) fn run(ctx: &super::Ctx, a: FlipArgs) -> Result<ExitCode> {
     let ws = Workspace::new(&ctx.ws_root)?;
     let recipe = Recipe::load_or_default(a.recipe.as_deref())?;
     let smoke_opts = super::smoke::smoke_options(&ctx.ws_root, a.model, a.arch, a.tokens, false)?;
@@ -186,8 +186,8 @@ pub(super) fn run(ctx: &super::Ctx, a: FlipArgs) -> Result<i32> {
         render(&record, ctx.verbosity);
     }
     Ok(match record.verdict {
-        Some(FlipVerdict::Supported) | Some(FlipVerdict::Falsified) => exit::OK,
-        _ => exit::CHECK_FAILED,
+        Some(FlipVerdict::Supported) | Some(FlipVerdict::Falsified) => ExitCode::Ok,
+        _ => ExitCode::CheckFailed,
     })
 }
 
@@ -315,7 +315,7 @@ fn render_artifacts(r: &FlipRecord, verbosity: Verbosity) {
 }
 
 /// `verify` of a soak flip's record: every linked run's evidence re-checked.
-pub(super) fn verify_soak_record(path: &std::path::Path, json: bool) -> Result<i32> {
+pub(super) fn verify_soak_record(path: &std::path::Path, json: bool) -> Result<ExitCode> {
     let c = pinforge_trial::soak::verify::verify_record(path)?;
     if json {
         print_json(pinforge_record::schema_id::SOAK_CHECK, &c)?;
@@ -353,5 +353,9 @@ pub(super) fn verify_soak_record(path: &std::path::Path, json: bool) -> Result<i
             c.record.display()
         );
     }
-    Ok(if c.ok { exit::OK } else { exit::CHECK_FAILED })
+    Ok(if c.ok {
+        ExitCode::Ok
+    } else {
+        ExitCode::CheckFailed
+    })
 }

@@ -2,7 +2,7 @@
 
 use super::{print_json, JsonArg, RootArg};
 use crate::outln;
-use pinforge_base::error::{exit, Result};
+use pinforge_base::error::{ExitCode, Result};
 use pinforge_deploy::install::Root;
 
 /// Arguments of `gc`.
@@ -18,17 +18,17 @@ pub struct GcArgs {
 }
 
 /// Run `gc`.
-pub(super) fn run(ctx: &super::Ctx, a: GcArgs) -> Result<i32> {
+pub(super) fn run(ctx: &super::Ctx, a: GcArgs) -> Result<ExitCode> {
     let ws_root = ctx.ws_root.as_path();
     cmd_gc(&a.root.resolve(ws_root), a.dry_run, a.out.json)
 }
 
-fn cmd_gc(root: &std::path::Path, dry_run: bool, json: bool) -> Result<i32> {
+fn cmd_gc(root: &std::path::Path, dry_run: bool, json: bool) -> Result<ExitCode> {
     let root = Root::open_existing(root)?;
     let out = root.gc(dry_run)?;
     if json {
         print_json(pinforge_record::schema_id::GC, &out)?;
-        return Ok(exit::OK);
+        return Ok(ExitCode::Ok);
     }
     let verb = if dry_run { "would remove" } else { "removed" };
     for e in &out.removed_entries {
@@ -46,5 +46,5 @@ fn cmd_gc(root: &std::path::Path, dry_run: bool, json: bool) -> Result<i32> {
         out.removed_generations,
         out.kept_entries
     );
-    Ok(exit::OK)
+    Ok(ExitCode::Ok)
 }

@@ -1,7 +1,7 @@
 //! `pinforge completions SHELL` and `pinforge man`: generated from the clap definition itself.
 
 use clap::CommandFactory;
-use pinforge_base::error::{exit, Error, Result};
+use pinforge_base::error::{Error, ExitCode, Result};
 
 /// Arguments of `completions`.
 #[derive(Debug, clap::Args)]
@@ -12,7 +12,7 @@ pub struct CompletionsArgs {
 }
 
 /// Write the completion script for `shell` to stdout.
-pub(super) fn completions(a: CompletionsArgs) -> Result<i32> {
+pub(super) fn completions(a: CompletionsArgs) -> Result<ExitCode> {
     let mut cmd = super::Cli::command();
     let mut buf = Vec::new();
     clap_complete::generate(a.shell, &mut cmd, "pinforge", &mut buf);
@@ -20,7 +20,7 @@ pub(super) fn completions(a: CompletionsArgs) -> Result<i32> {
 }
 
 /// Write the man page (roff) to stdout.
-pub(super) fn man() -> Result<i32> {
+pub(super) fn man() -> Result<ExitCode> {
     let mut buf = Vec::new();
     clap_mangen::Man::new(super::Cli::command())
         .render(&mut buf)
@@ -28,10 +28,10 @@ pub(super) fn man() -> Result<i32> {
     write_stdout(&buf)
 }
 
-fn write_stdout(bytes: &[u8]) -> Result<i32> {
+fn write_stdout(bytes: &[u8]) -> Result<ExitCode> {
     // Generated text is UTF-8 (clap strings); lossy decoding would only hide a bug.
     let text = std::str::from_utf8(bytes)
         .map_err(|e| Error::Internal(format!("generated text is not UTF-8: {e}")))?;
     crate::cli::output::write_line(format_args!("{}", text.trim_end_matches('\n')));
-    Ok(exit::OK)
+    Ok(ExitCode::Ok)
 }

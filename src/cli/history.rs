@@ -6,7 +6,7 @@
 use super::rollback::slot;
 use super::{print_json, JsonArg, RootArg};
 use crate::outln;
-use pinforge_base::error::{exit, Result};
+use pinforge_base::error::{ExitCode, Result};
 use pinforge_base::text::Shown;
 use pinforge_deploy::install::Root;
 
@@ -20,12 +20,12 @@ pub struct HistoryArgs {
 }
 
 /// Run `history`.
-pub(super) fn run(ctx: &super::Ctx, a: HistoryArgs) -> Result<i32> {
+pub(super) fn run(ctx: &super::Ctx, a: HistoryArgs) -> Result<ExitCode> {
     let root = Root::open_existing(&a.root.resolve(&ctx.ws_root))?;
     let h = root.history()?;
     if a.out.json {
         print_json(pinforge_record::schema_id::HISTORY, &h)?;
-        return Ok(exit::OK);
+        return Ok(ExitCode::Ok);
     }
     outln!(
         "install root {} (now generation {})",
@@ -91,5 +91,5 @@ pub(super) fn run(ctx: &super::Ctx, a: HistoryArgs) -> Result<i32> {
             on_disk.join(", ")
         }
     );
-    Ok(exit::OK)
+    Ok(ExitCode::Ok)
 }

@@ -4,7 +4,7 @@ use super::smoke::{render_smoke, smoke_options};
 use super::verify::render_verification;
 use super::{print_json, JsonArg, RootArg};
 use crate::outln;
-use pinforge_base::error::{exit, Error, Result};
+use pinforge_base::error::{Error, ExitCode, Result};
 use pinforge_base::text::Shown;
 use pinforge_base::workspace::Workspace;
 use pinforge_deploy::install::{InstallOutcome, Layer, Root, StageMode};
@@ -54,7 +54,7 @@ pub struct InstallArgs {
 }
 
 /// Run `install`: the gate (with `--smoke`), then the install, then the rendering.
-pub(super) fn run(ctx: &super::Ctx, a: InstallArgs) -> Result<i32> {
+pub(super) fn run(ctx: &super::Ctx, a: InstallArgs) -> Result<ExitCode> {
     let ws_root = ctx.ws_root.as_path();
     let root = a.root.resolve(ws_root);
     let layer = Layer::parse(&a.layer)?;
@@ -98,7 +98,7 @@ pub(super) fn run(ctx: &super::Ctx, a: InstallArgs) -> Result<i32> {
     } else {
         render(layer, &out);
     }
-    Ok(exit::OK)
+    Ok(ExitCode::Ok)
 }
 
 /// `install oci://REF@sha256:…`: pull by digest only, under the signature policy; the

@@ -2,7 +2,7 @@
 //! cosign users), with the right modes.
 
 use crate::outln;
-use pinforge_base::error::{exit, Result};
+use pinforge_base::error::{ExitCode, Result};
 use pinforge_record::sign;
 use std::path::PathBuf;
 
@@ -29,7 +29,7 @@ pub struct GenerateArgs {
 }
 
 /// Run a key command.
-pub(super) fn run(c: KeyCommand) -> Result<i32> {
+pub(super) fn run(c: KeyCommand) -> Result<ExitCode> {
     let KeyCommand::Generate(a) = c;
     // An empty passphrase means none (an unencrypted key), as before.
     let pass = sign::passphrase_from_env()?.filter(|p| !p.is_empty());
@@ -60,5 +60,5 @@ pub(super) fn run(c: KeyCommand) -> Result<i32> {
         sign::NAMESPACE,
         public
     );
-    Ok(exit::OK)
+    Ok(ExitCode::Ok)
 }

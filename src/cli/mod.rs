@@ -35,7 +35,7 @@ mod verify;
 
 use crate::outln;
 use clap::{Parser, Subcommand};
-use pinforge_base::error::{exit, Error, Result};
+use pinforge_base::error::{Error, ExitCode, ExitStatus, Result};
 use pinforge_deploy::install::Layer;
 use std::path::PathBuf;
 
@@ -307,7 +307,7 @@ build/mrope-cpu/patched/manifest.json"
 }
 
 /// Run the CLI and return the process exit code.
-pub fn main() -> i32 {
+pub fn main() -> ExitStatus {
     use clap::{CommandFactory, FromArgMatches};
     // `--color` must reach clap's own help and errors too, so it is read before clap parses.
     let color = color_from_args(std::env::args_os());
@@ -322,7 +322,7 @@ pub fn main() -> i32 {
         Ok(code) => code,
         Err(e) => {
             render_error(&e, &hints);
-            e.exit_code()
+            e.exit_code().into()
         }
     };
     match crate::cli::output::finish() {
@@ -340,7 +340,7 @@ pub fn main() -> i32 {
                     "`pinforge status` shows the install root; rerun with output to a writable place"
                 )
             );
-            exit::INTERNAL
+            ExitCode::Internal.into()
         }
     }
 }
@@ -384,7 +384,7 @@ impl Command {
     }
 }
 
-fn run(cli: Cli) -> Result<i32> {
+fn run(cli: Cli) -> Result<ExitStatus> {
     // `--sign` (and its environment and config): the key is loaded before anything is
     // written, and every record the command writes is signed with it.
     let signer = match cli.command.sign_with() {
@@ -413,7 +413,9 @@ fn run(cli: Cli) -> Result<i32> {
     ) {
         rebase::settle_leftover(&ctx)?;
     }
-    match cli.command {
+    let code = match cli.command {
+        // The child's own status, passed through.
+        Command::Exec(a) => return exec::run(&ctx, a),
         Command::Build(a) => build::run(&ctx, a),
         Command::Verify(a) => verify::run(&ctx, a),
         Command::Sign(a) => sign::run(a),
@@ -436,14 +438,14 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Vendor(c) => vendor::run(c),
         Command::Toolkit(a) => toolkit::run(&ctx, a),
         Command::Smoke(a) => smoke::run(&ctx, a),
-        Command::Exec(a) => exec::run(&ctx, a),
         Command::SmokeChild(a) => smoke::run_child(a),
         Command::Validate(a) => validate::run(&ctx, a),
         Command::ValidateEngine(a) => Ok(validate::run_engine(a)),
         Command::Schemas(a) => schema::run(a),
         Command::Completions(a) => generate::completions(a),
         Command::Man => generate::man(),
-    }
+    };
+    code.map(ExitStatus::from)
 }
 
 /// The error on standard error. Messages embed values from files and tools (names, paths, a

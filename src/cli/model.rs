@@ -2,7 +2,7 @@
 
 use crate::outln;
 use clap::Subcommand;
-use pinforge_base::error::{exit, Result};
+use pinforge_base::error::{ExitCode, Result};
 use pinforge_deploy::model::{self, Arch};
 use std::path::PathBuf;
 
@@ -27,7 +27,7 @@ pub enum ModelCommand {
 }
 
 /// Run `model ...`.
-pub(super) fn run(c: ModelCommand) -> Result<i32> {
+pub(super) fn run(c: ModelCommand) -> Result<ExitCode> {
     match c {
         ModelCommand::Tiny {
             arch,
@@ -38,7 +38,7 @@ pub(super) fn run(c: ModelCommand) -> Result<i32> {
     }
 }
 
-fn cmd_model_tiny(arch: &str, output: &std::path::Path, seed: u64, json: bool) -> Result<i32> {
+fn cmd_model_tiny(arch: &str, output: &std::path::Path, seed: u64, json: bool) -> Result<ExitCode> {
     let arch = Arch::parse(arch)?;
     let size = model::write_tiny(arch, seed, output)?;
     if json {
@@ -53,7 +53,7 @@ fn cmd_model_tiny(arch: &str, output: &std::path::Path, seed: u64, json: bool) -
                 sha256,
             },
         )?;
-        return Ok(exit::OK);
+        return Ok(ExitCode::Ok);
     }
     outln!(
         "wrote {} ({} bytes, arch {}, seed {seed})",
@@ -61,7 +61,7 @@ fn cmd_model_tiny(arch: &str, output: &std::path::Path, seed: u64, json: bool) -
         size,
         arch.name()
     );
-    Ok(exit::OK)
+    Ok(ExitCode::Ok)
 }
 
 /// The `model tiny --json` document (see `cli::schema`).

@@ -4,7 +4,7 @@
 use super::{print_json, JsonArg};
 use crate::outln;
 use clap::Subcommand;
-use pinforge_base::error::{exit, Result};
+use pinforge_base::error::{ExitCode, Result};
 use pinforge_source::patch::lint::Severity;
 use pinforge_source::patch::{Bundle, PatchFile};
 use std::path::PathBuf;
@@ -121,7 +121,7 @@ pub enum PatchCommand {
 }
 
 /// Run `patch ...`.
-pub(super) fn run(ctx: &super::Ctx, c: PatchCommand) -> Result<i32> {
+pub(super) fn run(ctx: &super::Ctx, c: PatchCommand) -> Result<ExitCode> {
     // The bundle belongs to the workspace, like vendor/ and build/: `--workspace` moves it too.
     let bundle_dir = |dir: Option<PathBuf>| dir.unwrap_or_else(|| ctx.ws_root.join("patches"));
     match c {
@@ -160,12 +160,12 @@ pub(super) fn run(ctx: &super::Ctx, c: PatchCommand) -> Result<i32> {
             bundle.select(None)?;
             let text = pinforge_source::patch::bundle::commit_message(&bundle.bibliography());
             outln!("{}", text.trim_end());
-            Ok(exit::OK)
+            Ok(ExitCode::Ok)
         }
     }
 }
 
-fn cmd_lint(paths: Vec<PathBuf>, json: bool) -> Result<i32> {
+fn cmd_lint(paths: Vec<PathBuf>, json: bool) -> Result<ExitCode> {
     let mut findings = Vec::new();
     let mut files = 0usize;
     for p in &paths {
@@ -201,7 +201,11 @@ fn cmd_lint(paths: Vec<PathBuf>, json: bool) -> Result<i32> {
                 findings: rows,
             },
         )?;
-        return Ok(if errors > 0 { exit::INPUT } else { exit::OK });
+        return Ok(if errors > 0 {
+            ExitCode::Input
+        } else {
+            ExitCode::Ok
+        });
     }
     for (path, f) in &findings {
         let sev = match f.severity {
@@ -223,7 +227,11 @@ fn cmd_lint(paths: Vec<PathBuf>, json: bool) -> Result<i32> {
         "{files} patch(es): {errors} error(s), {} warning(s)",
         findings.len() - errors
     );
-    Ok(if errors > 0 { exit::INPUT } else { exit::OK })
+    Ok(if errors > 0 {
+        ExitCode::Input
+    } else {
+        ExitCode::Ok
+    })
 }
 
 fn cmd_check_attribution(
@@ -231,16 +239,16 @@ fn cmd_check_attribution(
     dir: &std::path::Path,
     upstream: &str,
     json: bool,
-) -> Result<i32> {
+) -> Result<ExitCode> {
     use pinforge_base::text::Shown;
     let ws = pinforge_base::workspace::Workspace::new(&ctx.ws_root)?;
     let bundle = Bundle::load(dir)?;
     let onto = pinforge_source::audit::parse_onto(upstream)?;
     let report = pinforge_source::attribution::check(&ws, &bundle, &onto)?;
     let code = if report.false_claims() > 0 {
-        exit::CHECK_FAILED
+        ExitCode::CheckFailed
     } else {
-        exit::OK
+        ExitCode::Ok
     };
     if json {
         print_json(pinforge_record::schema_id::PATCH_CHECK_ATTRIBUTION, &report)?;
@@ -303,7 +311,7 @@ fn cmd_check_attribution(
     Ok(code)
 }
 
-fn cmd_apply(repo: &std::path::Path, dir: &std::path::Path, json: bool) -> Result<i32> {
+fn cmd_apply(repo: &std::path::Path, dir: &std::path::Path, json: bool) -> Result<ExitCode> {
     let bundle = Bundle::load(dir)?;
     let patches = bundle.select(None)?;
     let applied = pinforge_source::patch::apply::apply_to_checkout(repo, &patches)?;
@@ -327,7 +335,7 @@ fn cmd_apply(repo: &std::path::Path, dir: &std::path::Path, json: bool) -> Resul
                 applied: rows,
             },
         )?;
-        return Ok(exit::OK);
+        return Ok(ExitCode::Ok);
     }
     for a in &applied {
         outln!("{} {}", a.commit.short(12), a.id);
@@ -337,10 +345,10 @@ fn cmd_apply(repo: &std::path::Path, dir: &std::path::Path, json: bool) -> Resul
         applied.len(),
         repo.display()
     );
-    Ok(exit::OK)
+    Ok(ExitCode::Ok)
 }
 
-fn cmd_list(dir: &std::path::Path, json: bool) -> Result<i32> {
+fn cmd_list(dir: &std::path::Path, json: bool) -> Result<ExitCode> {
     let bundle = Bundle::load(dir)?;
     let rows = bundle.bibliography();
     if json {
@@ -348,7 +356,7 @@ fn cmd_list(dir: &std::path::Path, json: bool) -> Result<i32> {
             pinforge_record::schema_id::PATCH_LIST,
             &PatchList { patches: &rows },
         )?;
-        return Ok(exit::OK);
+        return Ok(ExitCode::Ok);
     }
     let short = |u: &Option<String>| {
         u.as_deref()
@@ -389,10 +397,10 @@ fn cmd_list(dir: &std::path::Path, json: bool) -> Result<i32> {
             r.url.as_deref().unwrap_or("-")
         );
     }
-    Ok(exit::OK)
+    Ok(ExitCode::Ok)
 }
 
-fn cmd_bundle(dir: &std::path::Path, output: &std::path::Path, json: bool) -> Result<i32> {
+fn cmd_bundle(dir: &std::path::Path, output: &std::path::Path, json: bool) -> Result<ExitCode> {
     let bundle = Bundle::load(dir)?;
     // The mbox must never land on a file of the bundle it is made from (any spelling, link).
     pinforge_source::patch::bundle::refuse_bundle_file(&bundle, output)?;
@@ -420,7 +428,7 @@ fn cmd_bundle(dir: &std::path::Path, output: &std::path::Path, json: bool) -> Re
             sha256.short(16)
         );
     }
-    Ok(exit::OK)
+    Ok(ExitCode::Ok)
 }
 
 fn cmd_export(
@@ -430,7 +438,7 @@ fn cmd_export(
     base: Option<&str>,
     allow_empty: bool,
     json: bool,
-) -> Result<i32> {
+) -> Result<ExitCode> {
     // The workspace lock, as rebase holds it from its first read to its last write: an export
     // never swaps the bundle under a rebase that audited the old one (and vendor/, which the
     // checkout may be, is not rewritten meanwhile).
@@ -444,7 +452,11 @@ fn cmd_export(
         .flat_map(|e| &e.findings)
         .filter(|f| f.severity == Severity::Error)
         .count();
-    let code = if errors > 0 { exit::INPUT } else { exit::OK };
+    let code = if errors > 0 {
+        ExitCode::Input
+    } else {
+        ExitCode::Ok
+    };
     if json {
         print_json(
             pinforge_record::schema_id::PATCH_EXPORT,

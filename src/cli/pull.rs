@@ -3,7 +3,7 @@
 
 use super::{print_json, JsonArg};
 use crate::outln;
-use pinforge_base::error::{exit, Result};
+use pinforge_base::error::{ExitCode, Result};
 use pinforge_deploy::ship::{self, Access, PullOptions, Reference};
 use std::path::PathBuf;
 
@@ -23,7 +23,7 @@ pub struct PullArgs {
 }
 
 /// Run `pull`.
-pub(super) fn run(ctx: &super::Ctx, a: PullArgs) -> Result<i32> {
+pub(super) fn run(ctx: &super::Ctx, a: PullArgs) -> Result<ExitCode> {
     let r = Reference::parse(&a.reference)?;
     let opts = PullOptions {
         access: Access {
@@ -38,7 +38,7 @@ pub(super) fn run(ctx: &super::Ctx, a: PullArgs) -> Result<i32> {
     } else {
         render(&out);
     }
-    Ok(exit::OK)
+    Ok(ExitCode::Ok)
 }
 
 /// The human rendering of a pull (also used by `install oci://…`).

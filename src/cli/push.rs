@@ -2,7 +2,7 @@
 
 use super::{print_json, JsonArg};
 use crate::outln;
-use pinforge_base::error::{exit, Result};
+use pinforge_base::error::{ExitCode, Result};
 use pinforge_deploy::ship::{self, Access, Reference};
 use std::path::PathBuf;
 
@@ -21,7 +21,7 @@ pub struct PushArgs {
 }
 
 /// Run `push`.
-pub(super) fn run(a: PushArgs) -> Result<i32> {
+pub(super) fn run(a: PushArgs) -> Result<ExitCode> {
     let r = Reference::parse(&a.reference)?;
     let access = Access {
         insecure: a.insecure_registry,
@@ -42,5 +42,5 @@ pub(super) fn run(a: PushArgs) -> Result<i32> {
         }
         outln!("sha256:{}", out.digest.to_hex());
     }
-    Ok(exit::OK)
+    Ok(ExitCode::Ok)
 }

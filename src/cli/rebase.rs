@@ -3,7 +3,7 @@
 
 use super::{print_json, JsonArg};
 use crate::outln;
-use pinforge_base::error::{exit, Result};
+use pinforge_base::error::{ExitCode, Result};
 use pinforge_base::text;
 use pinforge_base::workspace::Workspace;
 use pinforge_source::rebase::{self, Decisions, Rebased};
@@ -45,7 +45,7 @@ pub struct RebaseArgs {
 }
 
 /// Run `rebase`.
-pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<i32> {
+pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<ExitCode> {
     // Values that become recipe keys and patch header lines (issue #19): refused before use.
     if let Some(onto) = &a.onto {
         text::refuse_control("--onto", onto)?;
@@ -63,7 +63,7 @@ pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<i32> {
             "aborted: removed {} and its state; nothing else was written",
             text::shown(&removed.display().to_string())
         );
-        return Ok(exit::OK);
+        return Ok(ExitCode::Ok);
     }
     let today = pinforge_source::audit::today();
     let report = match &a.onto {
@@ -106,7 +106,7 @@ pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<i32> {
                 eprintln!("  {}", text::shown(l));
             }
             eprintln!("hint: {}", stop.hint);
-            return Ok(exit::CHECK_FAILED);
+            return Ok(ExitCode::CheckFailed);
         }
         Rebased::Resolving(r) => return print_resolving(a.out.json, &r),
     };
@@ -118,7 +118,7 @@ pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<i32> {
                 outcome: RebaseOutcome::Done(&report),
             },
         )?;
-        return Ok(exit::OK);
+        return Ok(ExitCode::Ok);
     }
     outln!(
         "rebased {} from {} onto {}",
@@ -147,12 +147,12 @@ pub(super) fn run(ctx: &super::Ctx, a: RebaseArgs) -> Result<i32> {
     if let Some(l) = &report.ledger {
         outln!("ledger: {}", text::shown(l));
     }
-    Ok(exit::OK)
+    Ok(ExitCode::Ok)
 }
 
 /// Where a `--resolve` or `--continue` waits for the operator: the checkout, the conflicted
 /// files, the state and what to do; exit 1.
-fn print_resolving(json: bool, r: &rebase::Resolving) -> Result<i32> {
+fn print_resolving(json: bool, r: &rebase::Resolving) -> Result<ExitCode> {
     if json {
         print_json(
             pinforge_record::schema_id::REBASE,
@@ -169,7 +169,7 @@ fn print_resolving(json: bool, r: &rebase::Resolving) -> Result<i32> {
     }
     eprintln!("  state: {}", text::shown(&r.state));
     eprintln!("hint: {}", text::shown(&r.hint));
-    Ok(exit::CHECK_FAILED)
+    Ok(ExitCode::CheckFailed)
 }
 
 /// Settle a rebase killed in this workspace before a command that reads a recipe or a bundle

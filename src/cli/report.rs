@@ -5,7 +5,7 @@
 
 use super::{print_json, JsonArg};
 use crate::outln;
-use pinforge_base::error::{exit, Result};
+use pinforge_base::error::{ExitCode, Result};
 use pinforge_trial::render::{self, Format};
 use std::path::PathBuf;
 
@@ -27,7 +27,7 @@ pub struct ReportArgs {
 }
 
 /// Run `report`.
-pub(super) fn run(a: ReportArgs) -> Result<i32> {
+pub(super) fn run(a: ReportArgs) -> Result<ExitCode> {
     let format = match a.format.as_str() {
         "text" => Format::Text,
         "md" => Format::Md,
@@ -47,8 +47,8 @@ pub(super) fn run(a: ReportArgs) -> Result<i32> {
         );
     }
     Ok(if w.evidence_failing == 0 {
-        exit::OK
+        ExitCode::Ok
     } else {
-        exit::CHECK_FAILED
+        ExitCode::CheckFailed
     })
 }

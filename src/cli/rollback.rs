@@ -4,7 +4,7 @@
 use super::verify::render_verification;
 use super::{print_json, JsonArg, RootArg};
 use crate::outln;
-use pinforge_base::error::{exit, Result};
+use pinforge_base::error::{ExitCode, Result};
 use pinforge_deploy::install::{GenSlot, Layer, RollbackTo, Root};
 
 /// Arguments of `rollback`.
@@ -23,7 +23,7 @@ pub struct RollbackArgs {
 }
 
 /// Run `rollback`.
-pub(super) fn run(ctx: &super::Ctx, a: RollbackArgs) -> Result<i32> {
+pub(super) fn run(ctx: &super::Ctx, a: RollbackArgs) -> Result<ExitCode> {
     let to = match (
         a.to.as_deref().map(Layer::parse).transpose()?,
         a.to_generation,
@@ -58,7 +58,7 @@ pub(super) fn run(ctx: &super::Ctx, a: RollbackArgs) -> Result<i32> {
         render_verification(&out.verification);
         outln!("receipt {}", out.receipt.display());
     }
-    Ok(exit::OK)
+    Ok(ExitCode::Ok)
 }
 
 /// A layer's slot in one line: `recipe/variant digest12`, or `nothing`. The names come from

@@ -128,7 +128,7 @@ pub struct SchemasArgs {
 }
 
 /// Run `__schemas`: write every schema file, or list the ids.
-pub(super) fn run(a: SchemasArgs) -> Result<i32> {
+pub(super) fn run(a: SchemasArgs) -> Result<pinforge_base::error::ExitCode> {
     match a.out {
         Some(dir) => write_all(&dir)?,
         None => {
@@ -137,7 +137,7 @@ pub(super) fn run(a: SchemasArgs) -> Result<i32> {
             }
         }
     }
-    Ok(pinforge_base::error::exit::OK)
+    Ok(pinforge_base::error::ExitCode::Ok)
 }
 
 fn write_all(dir: &Path) -> Result<()> {

@@ -2,7 +2,7 @@
 
 use super::{print_json, JsonArg};
 use crate::outln;
-use pinforge_base::error::{exit, Result};
+use pinforge_base::error::{ExitCode, Result};
 use pinforge_record::sign::record::Signer;
 use pinforge_record::sign::{self, SigningKey};
 use std::path::PathBuf;
@@ -21,7 +21,7 @@ pub struct SignArgs {
 }
 
 /// Run `sign`.
-pub(super) fn run(a: SignArgs) -> Result<i32> {
+pub(super) fn run(a: SignArgs) -> Result<ExitCode> {
     let key = SigningKey::load(&a.key)?;
     let s = sign::sign_file(&a.file, &key)?;
     if a.out.json {
@@ -36,7 +36,7 @@ pub(super) fn run(a: SignArgs) -> Result<i32> {
         outln!("  envelope  {}", s.envelope.display());
         outln!("  sshsig    {}", s.sig.display());
     }
-    Ok(exit::OK)
+    Ok(ExitCode::Ok)
 }
 
 /// `--sign KEY`, shared by every command that writes a record (build, flip, ablate, validate,

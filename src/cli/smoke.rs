@@ -4,7 +4,7 @@
 use super::{installed_layer, print_json, JsonArg, RootArg};
 use crate::cli::output::{paint, Tone};
 use crate::outln;
-use pinforge_base::error::{exit, Error, Result};
+use pinforge_base::error::{Error, ExitCode, Result};
 use pinforge_base::workspace::Workspace;
 use pinforge_deploy::install::Root;
 use pinforge_deploy::model::Arch;
@@ -56,20 +56,24 @@ pub struct SmokeChildArgs {
 }
 
 /// Run `smoke`.
-pub(super) fn run(ctx: &super::Ctx, a: SmokeArgs) -> Result<i32> {
+pub(super) fn run(ctx: &super::Ctx, a: SmokeArgs) -> Result<ExitCode> {
     let ws_root = ctx.ws_root.as_path();
     let root = a.root.resolve(ws_root);
     cmd_smoke(ws_root, &root, a)
 }
 
 /// Run the smoke child: one decode in this process, its report as JSON on stdout.
-pub(super) fn run_child(a: SmokeChildArgs) -> Result<i32> {
+pub(super) fn run_child(a: SmokeChildArgs) -> Result<ExitCode> {
     let r = pinforge_deploy::smoke::child::run(&a.shim, &a.model, a.tokens, a.gpu_layers);
     let failed = r.error.is_some();
     // The child's report is an internal protocol read back by the parent, not a document.
     let s = serde_json::to_string(&r).map_err(|e| Error::Internal(e.to_string()))?;
     outln!("{s}");
-    Ok(if failed { exit::INPUT } else { exit::OK })
+    Ok(if failed {
+        ExitCode::Input
+    } else {
+        ExitCode::Ok
+    })
 }
 
 pub(super) fn smoke_options(
@@ -103,7 +107,7 @@ pub(super) fn smoke_options(
     })
 }
 
-fn cmd_smoke(ws_root: &std::path::Path, root: &std::path::Path, a: SmokeArgs) -> Result<i32> {
+fn cmd_smoke(ws_root: &std::path::Path, root: &std::path::Path, a: SmokeArgs) -> Result<ExitCode> {
     let opts = SmokeOptions {
         require_gpu: a.require_gpu,
         ..smoke_options(ws_root, a.model, a.arch, a.tokens, a.crash_test)?
@@ -124,9 +128,9 @@ fn cmd_smoke(ws_root: &std::path::Path, root: &std::path::Path, a: SmokeArgs) ->
         render_smoke(&report);
     }
     Ok(match report.verdict {
-        Verdict::Ok => exit::OK,
-        Verdict::Mismatch | Verdict::Crash => exit::CHECK_FAILED,
-        Verdict::Error => exit::INPUT,
+        Verdict::Ok => ExitCode::Ok,
+        Verdict::Mismatch | Verdict::Crash => ExitCode::CheckFailed,
+        Verdict::Error => ExitCode::Input,
     })
 }
 

@@ -4,7 +4,7 @@
 
 use super::{print_json, JsonArg, RootArg};
 use crate::outln;
-use pinforge_base::error::{exit, Result};
+use pinforge_base::error::{ExitCode, Result};
 use pinforge_base::text::Shown;
 use pinforge_deploy::install::Root;
 
@@ -22,12 +22,12 @@ pub struct StatusArgs {
 }
 
 /// Run `status`.
-pub(super) fn run(ctx: &super::Ctx, a: StatusArgs) -> Result<i32> {
+pub(super) fn run(ctx: &super::Ctx, a: StatusArgs) -> Result<ExitCode> {
     let ws_root = ctx.ws_root.as_path();
     cmd_status(&a.root.resolve(ws_root), a.out.json, a.verify)
 }
 
-fn cmd_status(root: &std::path::Path, json: bool, verify: bool) -> Result<i32> {
+fn cmd_status(root: &std::path::Path, json: bool, verify: bool) -> Result<ExitCode> {
     let root = Root::open_existing(root)?;
     let st = root.status(verify)?;
     let all_ok = st
@@ -36,9 +36,9 @@ fn cmd_status(root: &std::path::Path, json: bool, verify: bool) -> Result<i32> {
         .flatten()
         .all(|s| s.verification == pinforge_deploy::install::VerificationState::Ok);
     let code = if verify && !all_ok {
-        exit::CHECK_FAILED
+        ExitCode::CheckFailed
     } else {
-        exit::OK
+        ExitCode::Ok
     };
     if json {
         print_json(pinforge_record::schema_id::STATUS, &st)?;

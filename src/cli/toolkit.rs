@@ -4,7 +4,7 @@
 
 use super::{print_json, JsonArg};
 use crate::outln;
-use pinforge_base::error::{exit, Result};
+use pinforge_base::error::{ExitCode, Result};
 use pinforge_build::cudakit;
 use std::path::PathBuf;
 
@@ -22,7 +22,7 @@ pub struct ToolkitArgs {
 }
 
 /// Run `toolkit`.
-pub(super) fn run(ctx: &super::Ctx, a: ToolkitArgs) -> Result<i32> {
+pub(super) fn run(ctx: &super::Ctx, a: ToolkitArgs) -> Result<ExitCode> {
     let lock = cudakit::load_lock(&a.lock)?;
     let cache = match a.cache_dir {
         Some(c) => c,
@@ -61,7 +61,7 @@ pub(super) fn run(ctx: &super::Ctx, a: ToolkitArgs) -> Result<i32> {
             kit.record.tree_sha256.short(16)
         );
     }
-    Ok(exit::OK)
+    Ok(ExitCode::Ok)
 }
 
 /// The `toolkit --json` document (see `cli::schema`): where the toolkit is, and its record.

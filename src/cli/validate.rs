@@ -5,7 +5,7 @@ use super::reporter::TermReporter;
 use super::{print_json, JsonArg, RootArg, Verbosity};
 use crate::cli::output::{paint, Tone};
 use crate::outln;
-use pinforge_base::error::{exit, Error, Result};
+use pinforge_base::error::{Error, ExitCode, Result};
 use pinforge_deploy::install::Layer;
 use pinforge_deploy::model::Arch;
 use pinforge_trial::validate::{self, ArmSource, Options};
@@ -96,7 +96,7 @@ pub struct MergeArgs {
 }
 
 /// Run `validate merge`.
-fn run_merge(ctx: &super::Ctx, a: MergeArgs) -> Result<i32> {
+fn run_merge(ctx: &super::Ctx, a: MergeArgs) -> Result<ExitCode> {
     let report = validate::merge::merge(&validate::merge::MergeOptions {
         runs: a.runs,
         out: a.out,
@@ -119,9 +119,9 @@ fn run_merge(ctx: &super::Ctx, a: MergeArgs) -> Result<i32> {
         );
     }
     Ok(if validate::summary::candidate_passed(&report.derived) {
-        exit::OK
+        ExitCode::Ok
     } else {
-        exit::CHECK_FAILED
+        ExitCode::CheckFailed
     })
 }
 
@@ -139,7 +139,7 @@ pub struct EngineArgs {
 }
 
 /// Run the engine process until its stdin closes.
-pub(super) fn run_engine(a: EngineArgs) -> i32 {
+pub(super) fn run_engine(a: EngineArgs) -> ExitCode {
     validate::engine::serve(&validate::engine::EngineArgs {
         shim: a.shim,
         model: a.model,
@@ -183,7 +183,7 @@ fn arms(a: &ValidateArgs, ws_root: &std::path::Path) -> Result<[ArmSource; 2]> {
 }
 
 /// Run `validate`.
-pub(super) fn run(ctx: &super::Ctx, a: ValidateArgs) -> Result<i32> {
+pub(super) fn run(ctx: &super::Ctx, a: ValidateArgs) -> Result<ExitCode> {
     let mut a = a;
     if let Some(ValidateAction::Merge(m)) = a.action.take() {
         return run_merge(ctx, m);
@@ -228,9 +228,9 @@ pub(super) fn run(ctx: &super::Ctx, a: ValidateArgs) -> Result<i32> {
         render(&report);
     }
     Ok(if validate::summary::candidate_passed(&report.derived) {
-        exit::OK
+        ExitCode::Ok
     } else {
-        exit::CHECK_FAILED
+        ExitCode::CheckFailed
     })
 }
 

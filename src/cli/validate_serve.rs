@@ -5,7 +5,7 @@
 use super::{print_json, Verbosity};
 use crate::cli::output::{paint, Tone};
 use crate::outln;
-use pinforge_base::error::{exit, Error, Result};
+use pinforge_base::error::{Error, ExitCode, Result};
 use pinforge_trial::validate::served::{self, ServeOptions, ServeReport, Target};
 
 /// The served mode's options of `validate`.
@@ -66,7 +66,7 @@ pub(super) fn run(
     a: &ServeArgs,
     base: pinforge_trial::validate::Options,
     json: bool,
-) -> Result<i32> {
+) -> Result<ExitCode> {
     if base.shard.is_some() {
         return Err(Error::input(
             "validate --serve/--endpoint",
@@ -101,9 +101,9 @@ pub(super) fn run(
         render(&report);
     }
     Ok(if report.passed() {
-        exit::OK
+        ExitCode::Ok
     } else {
-        exit::CHECK_FAILED
+        ExitCode::CheckFailed
     })
 }
 

@@ -2,7 +2,7 @@
 
 use crate::outln;
 use clap::Subcommand;
-use pinforge_base::error::{exit, Result};
+use pinforge_base::error::{ExitCode, Result};
 use std::path::PathBuf;
 
 /// `pinforge vendor ...`
@@ -20,7 +20,7 @@ pub enum VendorCommand {
 }
 
 /// Run `vendor ...`.
-pub(super) fn run(c: VendorCommand) -> Result<i32> {
+pub(super) fn run(c: VendorCommand) -> Result<ExitCode> {
     match c {
         VendorCommand::Digest { path, out } => {
             let (kind, digest) = pinforge_source::upstream::pin_digest(&path)?;
@@ -33,10 +33,10 @@ pub(super) fn run(c: VendorCommand) -> Result<i32> {
                         digest,
                     },
                 )?;
-                return Ok(exit::OK);
+                return Ok(ExitCode::Ok);
             }
             outln!("{digest}  {kind}  {}", path.display());
-            Ok(exit::OK)
+            Ok(ExitCode::Ok)
         }
     }
 }

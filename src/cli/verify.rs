@@ -4,7 +4,7 @@
 use super::{installed_layer, print_json, JsonArg, RootArg};
 use crate::cli::output::{paint, Tone};
 use crate::outln;
-use pinforge_base::error::{exit, Error, Result};
+use pinforge_base::error::{Error, ExitCode, Result};
 use pinforge_base::text::Shown;
 use pinforge_deploy::install::{Root, Verification};
 use pinforge_record::manifest;
@@ -35,7 +35,7 @@ pub struct VerifyArgs {
 }
 
 /// Run `verify`.
-pub(super) fn run(ctx: &super::Ctx, a: VerifyArgs) -> Result<i32> {
+pub(super) fn run(ctx: &super::Ctx, a: VerifyArgs) -> Result<ExitCode> {
     let ws_root = ctx.ws_root.as_path();
     match (a.installed, a.manifest) {
         (Some(layer), _) => cmd_verify_installed(
@@ -52,7 +52,7 @@ pub(super) fn run(ctx: &super::Ctx, a: VerifyArgs) -> Result<i32> {
     }
 }
 
-fn cmd_verify(path: &std::path::Path, json: bool) -> Result<i32> {
+fn cmd_verify(path: &std::path::Path, json: bool) -> Result<ExitCode> {
     if let Some(dir) = pinforge_trial::validate::served::evidence::served_run_dir(path) {
         let c = pinforge_trial::validate::served::evidence::verify(&dir)?;
         return render_evidence_check(path, &c, json);
@@ -93,9 +93,9 @@ fn cmd_verify(path: &std::path::Path, json: bool) -> Result<i32> {
         );
     }
     Ok(if report.ok {
-        exit::OK
+        ExitCode::Ok
     } else {
-        exit::CHECK_FAILED
+        ExitCode::CheckFailed
     })
 }
 
@@ -120,7 +120,11 @@ pub(super) struct VerifyInstalledSigned<'a> {
 
 /// A manifest re-hashed as [`cmd_verify`] does, and its signature checked against the
 /// policy first: an unsigned or badly signed record fails (exit 1) before anything else.
-fn cmd_verify_signed(path: &std::path::Path, allowed: &std::path::Path, json: bool) -> Result<i32> {
+fn cmd_verify_signed(
+    path: &std::path::Path,
+    allowed: &std::path::Path,
+    json: bool,
+) -> Result<ExitCode> {
     let policy = sign::Policy::load(allowed)?;
     let signer = sign::verify_signed(path, &policy)?;
     if !json {
@@ -148,15 +152,15 @@ fn cmd_verify_signed(path: &std::path::Path, allowed: &std::path::Path, json: bo
         },
     )?;
     Ok(if report.ok {
-        exit::OK
+        ExitCode::Ok
     } else {
-        exit::CHECK_FAILED
+        ExitCode::CheckFailed
     })
 }
 
 /// A validate run's evidence manifest (or its run folder): files re-hashed, the summary
 /// recomputed from the rows.
-fn cmd_verify_evidence(path: &std::path::Path, json: bool) -> Result<i32> {
+fn cmd_verify_evidence(path: &std::path::Path, json: bool) -> Result<ExitCode> {
     let c = pinforge_trial::validate::verify_evidence(path)?;
     render_evidence_check(path, &c, json)
 }
@@ -166,7 +170,7 @@ fn render_evidence_check(
     path: &std::path::Path,
     c: &pinforge_trial::validate::EvidenceCheck,
     json: bool,
-) -> Result<i32> {
+) -> Result<ExitCode> {
     if json {
         print_json(pinforge_record::schema_id::VERIFY_EVIDENCE, c)?;
     } else if c.ok {
@@ -197,7 +201,11 @@ fn render_evidence_check(
             path.display()
         );
     }
-    Ok(if c.ok { exit::OK } else { exit::CHECK_FAILED })
+    Ok(if c.ok {
+        ExitCode::Ok
+    } else {
+        ExitCode::CheckFailed
+    })
 }
 
 /// One mismatch as three lines. A path, a link target or an expected value comes from a
@@ -248,7 +256,7 @@ fn cmd_verify_installed(
     layer: &str,
     allowed: Option<&std::path::Path>,
     json: bool,
-) -> Result<i32> {
+) -> Result<ExitCode> {
     let root = Root::open_existing(root)?;
     let layer = installed_layer(layer)?;
     // The signature first: an unsigned or foreign receipt fails (exit 1) before the re-hash.
@@ -287,5 +295,9 @@ fn cmd_verify_installed(
         (true, None) => print_json(pinforge_record::schema_id::VERIFY_INSTALLED, &v)?,
         (false, _) => render_verification(&v),
     }
-    Ok(if v.ok { exit::OK } else { exit::CHECK_FAILED })
+    Ok(if v.ok {
+        ExitCode::Ok
+    } else {
+        ExitCode::CheckFailed
+    })
 }

@@ -67,19 +67,71 @@ impl ExitCode {
     }
 }
 
-/// The exit codes as plain integers, for code that returns `i32` (kept as the short spelling).
-pub mod exit {
-    use super::ExitCode;
-    /// [`ExitCode::Ok`].
-    pub const OK: i32 = ExitCode::Ok as i32;
-    /// [`ExitCode::CheckFailed`].
-    pub const CHECK_FAILED: i32 = ExitCode::CheckFailed as i32;
-    /// [`ExitCode::Input`].
-    pub const INPUT: i32 = ExitCode::Input as i32;
-    /// [`ExitCode::ToolFailed`].
-    pub const TOOL_FAILED: i32 = ExitCode::ToolFailed as i32;
-    /// [`ExitCode::Internal`].
-    pub const INTERNAL: i32 = ExitCode::Internal as i32;
+impl fmt::Display for ExitCode {
+    /// The number, as the shell shows it (`$?`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.code())
+    }
+}
+
+/// Tests and callers that hold a shell's status compare it with the enum directly.
+impl PartialEq<i32> for ExitCode {
+    fn eq(&self, other: &i32) -> bool {
+        self.code() == *other
+    }
+}
+
+/// How the process ends: one of pinforge's own codes, or the status of the command pinforge
+/// ran for the user (`exec`, as `env` or `nice` do), passed through unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// pinforge's own outcome.
+    Pinforge(ExitCode),
+    /// The child command's status (128 + the signal that ended it, as a shell reports it).
+    Command(u8),
+}
+
+impl ExitStatus {
+    /// The status of a finished child as a shell reports it: its code, or 128 + its signal.
+    pub fn of_child(status: std::process::ExitStatus) -> ExitStatus {
+        use std::os::unix::process::ExitStatusExt;
+        let code = status
+            .code()
+            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+        // A Unix status is one byte; anything else is out of range, and says so with 255.
+        ExitStatus::Command(u8::try_from(code).unwrap_or(u8::MAX))
+    }
+}
+
+impl From<ExitCode> for ExitStatus {
+    fn from(c: ExitCode) -> Self {
+        ExitStatus::Pinforge(c)
+    }
+}
+
+impl fmt::Display for ExitStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExitStatus::Pinforge(c) => c.fmt(f),
+            ExitStatus::Command(c) => write!(f, "{c}"),
+        }
+    }
+}
+
+impl From<ExitStatus> for std::process::ExitCode {
+    fn from(s: ExitStatus) -> Self {
+        match s {
+            ExitStatus::Pinforge(c) => c.into(),
+            ExitStatus::Command(c) => std::process::ExitCode::from(c),
+        }
+    }
+}
+
+impl From<ExitCode> for std::process::ExitCode {
+    fn from(c: ExitCode) -> Self {
+        // Every code is 0 to 4, so the byte is the code.
+        std::process::ExitCode::from(c as u8)
+    }
 }
 
 /// The library's error type.
@@ -245,12 +297,12 @@ impl Error {
     }
 
     /// The process exit code this error ends a command with.
-    pub fn exit_code(&self) -> i32 {
+    pub fn exit_code(&self) -> ExitCode {
         match self {
-            Error::Input { .. } => exit::INPUT,
-            Error::Check { .. } => exit::CHECK_FAILED,
-            Error::Tool { .. } => exit::TOOL_FAILED,
-            Error::Io { .. } | Error::Git { .. } | Error::Internal(_) => exit::INTERNAL,
+            Error::Input { .. } => ExitCode::Input,
+            Error::Check { .. } => ExitCode::CheckFailed,
+            Error::Tool { .. } => ExitCode::ToolFailed,
+            Error::Io { .. } | Error::Git { .. } | Error::Internal(_) => ExitCode::Internal,
         }
     }
 }
@@ -270,6 +322,23 @@ impl<T> IoContext<T> for std::io::Result<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_child_status_passes_through_as_a_shell_reports_it() {
+        let run = |script: &str| {
+            let st = std::process::Command::new("sh")
+                .args(["-c", script])
+                .status()
+                .expect("sh");
+            ExitStatus::of_child(st)
+        };
+        assert_eq!(run("exit 7"), ExitStatus::Command(7));
+        assert_eq!(run("exit 0"), ExitStatus::Command(0));
+        // Killed by SIGKILL (9): 128 + 9, as bash's `$?`.
+        assert_eq!(run("kill -9 $$"), ExitStatus::Command(137));
+        assert_eq!(ExitStatus::from(ExitCode::Input).to_string(), "2");
+        assert_eq!(ExitStatus::Command(137).to_string(), "137");
+    }
 
     #[test]
     fn exit_codes_follow_kind() {

@@ -130,7 +130,7 @@ mod tests {
     fn failing_command_is_a_tool_error_with_tail() {
         let e =
             run(Command::new("sh").args(["-c", "echo boom; exit 3"]), "").expect_err("must fail");
-        assert_eq!(e.exit_code(), crate::error::exit::TOOL_FAILED);
+        assert_eq!(e.exit_code(), crate::error::ExitCode::ToolFailed);
         assert_eq!(e.detail(), Some("boom"));
     }
 
@@ -141,7 +141,7 @@ mod tests {
             "install it",
         )
         .expect_err("must fail");
-        assert_eq!(e.exit_code(), crate::error::exit::INPUT);
+        assert_eq!(e.exit_code(), crate::error::ExitCode::Input);
         assert_eq!(e.hint(), Some("install it"));
     }
 

@@ -179,7 +179,7 @@ mod tests {
         for c in unsafe_chars {
             let v = format!("a{c}b");
             let e = refuse_control("--onto", &v).expect_err(&format!("{c:?}"));
-            assert_eq!(e.exit_code(), crate::error::exit::INPUT);
+            assert_eq!(e.exit_code(), crate::error::ExitCode::Input);
             let msg = e.to_string();
             assert!(!msg.contains(c), "{c:?} reached the message raw: {msg:?}");
             let s = shown(&v);

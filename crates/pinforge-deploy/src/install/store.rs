@@ -229,7 +229,7 @@ impl Root {
         let ok = kind == Kind::Dir
             && match check_entry(&dir, digest, &dir) {
                 Ok(v) => v.ok,
-                Err(e) if e.exit_code() == pinforge_base::error::exit::INPUT => false,
+                Err(e) if e.exit_code() == pinforge_base::error::ExitCode::Input => false,
                 Err(e) => return Err(e),
             };
         Ok(Existing { dir, kind, ok })

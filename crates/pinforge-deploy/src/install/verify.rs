@@ -178,7 +178,7 @@ fn hash_pending(p: &Path, m: &std::fs::Metadata, mode: u32) -> Result<Hashed> {
     // (open_regular refuses it without blocking), not an error.
     let f = match fsx::open_regular(p, "file", false) {
         Ok(f) => f,
-        Err(e) if e.exit_code() == pinforge_base::error::exit::INPUT => {
+        Err(e) if e.exit_code() == pinforge_base::error::ExitCode::Input => {
             return Ok(Hashed::Special(e.to_string()))
         }
         Err(e) => return Err(e),

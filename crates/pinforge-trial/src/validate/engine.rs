@@ -7,6 +7,7 @@
 //! The parent side ([`Engine`]) spawns it, talks to it with a deadline per row, and turns its
 //! death (signal, sanitizer report, exit, hang) into a crash signature.
 
+use pinforge_base::error::ExitCode;
 use pinforge_base::error::{Error, Result};
 use pinforge_base::proc_wait::signal_name;
 use pinforge_deploy::smoke::{self, SmokeTarget};
@@ -106,7 +107,7 @@ fn say(out: &mut std::io::StdoutLock<'_>, v: &dyn erased::Line) -> bool {
 }
 
 /// Serve rows on stdin/stdout until stdin closes. Returns the process exit code.
-pub fn serve(a: &EngineArgs) -> i32 {
+pub fn serve(a: &EngineArgs) -> ExitCode {
     let mut out = std::io::stdout().lock();
     let fail = |out: &mut std::io::StdoutLock<'_>, e: String| {
         say(
@@ -116,7 +117,7 @@ pub fn serve(a: &EngineArgs) -> i32 {
                 n_vocab: 0,
             },
         );
-        2
+        ExitCode::Input
     };
     let shim = match Shim::open(&a.shim) {
         Ok(s) => s,
@@ -152,7 +153,7 @@ pub fn serve(a: &EngineArgs) -> i32 {
             n_vocab: n_vocab as u32,
         },
     ) {
-        return 0;
+        return ExitCode::Ok;
     }
     let stdin = std::io::stdin();
     for line in stdin.lock().lines() {
@@ -181,7 +182,7 @@ pub fn serve(a: &EngineArgs) -> i32 {
     }
     // Exit without unloading: the parent only needs the answers, and freeing a model on the
     // way out is one more place for a broken build to fault after the work is done.
-    0
+    ExitCode::Ok
 }
 
 mod erased {
