@@ -75,10 +75,13 @@ fn an_ablation_killed_at_every_step_of_its_final_commit_leaves_a_whole_signed_fo
         key.to_str().expect("utf-8"),
     ];
     let ablations = t.ws.join("ablations");
-    for step in 1..=2 {
+    use pinforge_base::txn::Step;
+    // Every step of the final commit, as the library declares them.
+    for &at in pinforge_trial::ablate::AblateStep::ALL {
+        let step = at.index();
         let o = pinforge_cmd(&t.ws)
             .args(args)
-            .env("PINFORGE_CRASH_AT", format!("ablate:{step}"))
+            .env("PINFORGE_CRASH_AT", at.crash_at())
             .output()
             .expect("ablate");
         assert_eq!(o.status.code(), None, "step {step}: killed: {}", stderr(&o));
@@ -98,7 +101,7 @@ fn an_ablation_killed_at_every_step_of_its_final_commit_leaves_a_whole_signed_fo
             1,
             "step {step}: the stage a kill leaves: {stages:?}"
         );
-        if step == 1 {
+        if at == pinforge_trial::ablate::AblateStep::Staged {
             assert!(rec["finished_at"].is_null(), "step 1: unfinished: {rec}");
             assert_eq!(
                 names,

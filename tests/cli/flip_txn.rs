@@ -32,10 +32,13 @@ fn a_flip_killed_at_every_step_of_its_final_commit_leaves_a_whole_folder() {
         "the C flags are the defect",
     ];
     let flips = t.ws.join("flips");
-    for step in 1..=2 {
+    use pinforge_base::txn::Step;
+    // Every step of the final commit, as the library declares them.
+    for &at in pinforge_trial::flip::FlipStep::ALL {
+        let step = at.index();
         let o = pinforge_cmd(&t.ws)
             .args(args)
-            .env("PINFORGE_CRASH_AT", format!("flip:{step}"))
+            .env("PINFORGE_CRASH_AT", at.crash_at())
             .output()
             .expect("flip");
         assert_eq!(o.status.code(), None, "step {step}: killed: {}", stderr(&o));
@@ -49,7 +52,7 @@ fn a_flip_killed_at_every_step_of_its_final_commit_leaves_a_whole_folder() {
             1,
             "step {step}: the stage a kill leaves: {stages:?}"
         );
-        if step == 1 {
+        if at == pinforge_trial::flip::FlipStep::Staged {
             assert_eq!(state(&dir), "registered", "step 1: not yet complete");
             assert_eq!(entries(&dir), ["record.json"], "step 1: no summary yet");
         } else {

@@ -129,7 +129,10 @@ fn a_merge_killed_at_each_step_leaves_no_half_written_folder() {
     let st = Stubs::new();
     let s0 = st.shard("0/2", &[]);
     let s1 = st.shard("1/2", &[]);
-    for n in 1..=3 {
+    use pinforge_base::txn::Step;
+    use pinforge_trial::validate::merge::MergeStep;
+    for &at in MergeStep::ALL {
+        let n = at.index();
         let out = st.out(&format!("killed-{n}"));
         let mut c = crate::pinforge_cmd(&st.fx.ws);
         c.args([
@@ -140,14 +143,14 @@ fn a_merge_killed_at_each_step_leaves_no_half_written_folder() {
             "-o",
             out.to_str().expect("utf8"),
         ])
-        .env("PINFORGE_CRASH_AT", format!("merge:{n}"));
+        .env("PINFORGE_CRASH_AT", at.crash_at());
         let o = run_timeout(c, HANG).expect("merge hung");
         assert_eq!(o.status.signal(), Some(9), "merge:{n}: {}", report(&o));
         let verify = || {
             st.fx
                 .run(&["verify", out.join("evidence.json").to_str().expect("utf8")])
         };
-        if n < 3 {
+        if at != MergeStep::Committed {
             assert!(
                 std::fs::symlink_metadata(&out).is_err(),
                 "merge:{n}: {} exists before the commit",

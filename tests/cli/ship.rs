@@ -361,32 +361,35 @@ fn a_pull_killed_at_every_step_leaves_nothing_or_a_complete_verified_folder() {
     let m = synthetic(&ws1, "crash", 0);
     let d = push(&ws1, &m, &format!("{}/t/crash:v1", reg.host()));
     let by_digest = format!("{}/t/crash@sha256:{d}", reg.host());
-    for step in 1..=4 {
-        let ws = dir.path().join(format!("ws-{step}"));
+    use pinforge_base::txn::Step;
+    use pinforge_deploy::ship::PullStep;
+    for &step in PullStep::ALL {
+        let step_name = step.crash_at();
+        let ws = dir.path().join(format!("ws-{}", step.index()));
         std::fs::create_dir_all(&ws).expect("ws");
         let o = pinforge_cmd(&ws)
             .args(["pull", &by_digest])
-            .env("PINFORGE_CRASH_AT", format!("pull:{step}"))
+            .env("PINFORGE_CRASH_AT", &step_name)
             .output()
             .expect("pull");
-        assert_eq!(o.status.code(), None, "step {step}: killed");
+        assert_eq!(o.status.code(), None, "{step_name}: killed");
         let done = ws.join("pulled").join(&d);
-        if step < 4 {
-            assert!(!done.exists(), "step {step}: a partial pull is visible");
+        if step != PullStep::Committed {
+            assert!(!done.exists(), "{step_name}: a partial pull is visible");
         }
         let o = pinforge(&ws, &["pull", &by_digest]);
-        assert_eq!(code(&o), 0, "step {step}: {}", stderr(&o));
+        assert_eq!(code(&o), 0, "{step_name}: {}", stderr(&o));
         let o = pinforge(
             &ws,
             &["verify", &done.join("manifest.json").display().to_string()],
         );
-        assert_eq!(code(&o), 0, "step {step}: {}", stderr(&o));
+        assert_eq!(code(&o), 0, "{step_name}: {}", stderr(&o));
         let stages: Vec<_> = std::fs::read_dir(ws.join("pulled"))
             .expect("pulled")
             .flatten()
             .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
             .collect();
-        assert!(stages.is_empty(), "step {step}: a stage was left");
+        assert!(stages.is_empty(), "{step_name}: a stage was left");
     }
 }
 

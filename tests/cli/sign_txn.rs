@@ -51,7 +51,9 @@ fn key_generate_killed_at_every_step_never_leaves_a_private_key_without_its_pub(
         crate::skip("ssh-keygen is not installed");
         return;
     }
-    for step in 1..=3 {
+    use pinforge_base::txn::Step;
+    for &at in pinforge_record::sign::KeyStep::ALL {
+        let step = at.index();
         let d = tempfile::tempdir().expect("tempdir");
         let key = d.path().join("k");
         let pubk = d.path().join("k.pub");
@@ -66,7 +68,7 @@ fn key_generate_killed_at_every_step_never_leaves_a_private_key_without_its_pub(
         std::fs::remove_file(&theirs).expect("rm");
         let o = pinforge_cmd(d.path())
             .args(["key", "generate", "-o", key.to_str().expect("utf-8")])
-            .env("PINFORGE_CRASH_AT", format!("key:{step}"))
+            .env("PINFORGE_CRASH_AT", at.crash_at())
             .output()
             .expect("key generate");
         assert_eq!(o.status.code(), None, "step {step}: killed: {}", stderr(&o));

@@ -156,7 +156,16 @@ fn install_signs_its_receipt_from_flag_env_or_config_and_verify_installed_requir
     // (let alone an unsigned one), and the layer is not vouched for. A signed install
     // afterwards recovers the root (the interrupted receipt is written, signed) and the
     // layer is vouched for again.
-    for (n, at) in [(5, "sign-record:1"), (7, "sign-record:2")] {
+    use pinforge_base::txn::Step as _;
+    use pinforge_record::sign::record::SignRecordStep;
+    let steps = SignRecordStep::ALL.iter().zip([5, 7]);
+    assert_eq!(
+        steps.len(),
+        SignRecordStep::ALL.len(),
+        "one install per step"
+    );
+    for (step, n) in steps {
+        let at = &step.crash_at();
         let before = receipts(&root);
         let o = install(n, &[("PINFORGE_CRASH_AT", at)], &["--sign", s(&a)]);
         assert_eq!(o.status.signal(), Some(9), "{at}: {}", stderr(&o));
@@ -228,20 +237,28 @@ fn sign_is_one_transaction_killed_at_each_step_and_refuses_links_fifos_and_folde
     };
     let env = PathBuf::from(format!("{}.dsse.json", m.display()));
     let sig = PathBuf::from(format!("{}.sig", m.display()));
+    // Each step of the library's SignStep is killed below: a new step needs its kill here.
+    use pinforge_base::txn::Step;
+    use pinforge_record::sign::SignStep;
+    assert_eq!(
+        SignStep::ALL.len(),
+        3,
+        "a new step of sign needs its kill here"
+    );
     // sign:1: both staged, nothing renamed.
-    let o = sign(Some("sign:1"));
+    let o = sign(Some(&SignStep::Staged.crash_at()));
     assert_eq!(o.status.signal(), Some(9), "{}", stderr(&o));
     assert!(!env.exists() && !sig.exists());
     let o = verify();
     assert_eq!(code(&o), 1, "{}", stderr(&o));
     assert!(stderr(&o).contains("unsigned"), "{}", stderr(&o));
     // sign:2: the SSHSIG is in place, the envelope (the commit point) is not: still unsigned.
-    let o = sign(Some("sign:2"));
+    let o = sign(Some(&SignStep::SigRenamed.crash_at()));
     assert_eq!(o.status.signal(), Some(9), "{}", stderr(&o));
     assert!(sig.exists() && !env.exists());
     assert_eq!(code(&verify()), 1);
     // sign:3: both renamed; signed, by OpenSSH's verdict and by pinforge's.
-    let o = sign(Some("sign:3"));
+    let o = sign(Some(&SignStep::EnvelopeRenamed.crash_at()));
     assert_eq!(o.status.signal(), Some(9), "{}", stderr(&o));
     assert!(ssh_verified(&m, &signers, "k"));
     assert_eq!(code(&verify()), 0, "{}", stderr(&verify()));
@@ -249,7 +266,7 @@ fn sign_is_one_transaction_killed_at_each_step_and_refuses_links_fifos_and_folde
     // both, sign:2 the envelope's), and the next sign in the folder removes them under its
     // lock, since their writer is gone.
     assert_eq!(sign_temps(&ws.join("b")), Vec::<String>::new());
-    let o = sign(Some("sign:1"));
+    let o = sign(Some(&SignStep::Staged.crash_at()));
     assert_eq!(o.status.signal(), Some(9), "{}", stderr(&o));
     assert_eq!(
         sign_temps(&ws.join("b")).len(),

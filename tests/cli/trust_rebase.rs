@@ -13,8 +13,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const RECIPE: &str = "recipes/up.toml";
-/// The crash points of the rebase protocol (`source::rebase::commit`).
-const STEPS: u32 = 8;
+/// The crash points of the rebase protocol, as the library declares them
+/// (`pinforge_source::rebase::RebaseStep`): a new step is a new kill here.
+const STEPS: u32 =
+    <pinforge_source::rebase::RebaseStep as pinforge_base::txn::Step>::ALL.len() as u32;
 
 struct Up {
     _dir: tempfile::TempDir,

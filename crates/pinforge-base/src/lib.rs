@@ -24,4 +24,5 @@ pub mod testing;
 pub mod text;
 pub mod time;
 pub mod tree;
+pub mod txn;
 pub mod workspace;

@@ -16,6 +16,7 @@
 use crate::axis::{axes_of, axis_rows, render_rows, Axis, AxisRow};
 use crate::config::{resolve, Config};
 use crate::record::schema::SoakTrial;
+pub use crate::record::FlipStep;
 use crate::record::{
     self, claim_record_dir, error_text, write_json, ArtifactRow, BuildSide, Pair, SmokeSettings,
     SmokeSide,
@@ -342,7 +343,13 @@ impl FlipPlan<'_> {
         // One commit: the summary and the completed (signed) record appear together, or the
         // folder stays the registered, unfinished record (kill points `flip:1`, `flip:2`).
         let dir = fsx::parent_of(&record.record);
-        record::commit_final(&dir, "flip", &record, &summary_markdown(&record), signer)?;
+        record::commit_final(
+            &dir,
+            &record,
+            &summary_markdown(&record),
+            signer,
+            (FlipStep::Staged, FlipStep::Swapped),
+        )?;
         Ok(record)
     }
 

@@ -32,7 +32,7 @@ mod push;
 mod reference;
 
 pub use client::Access;
-pub use pull::{pull, PullOptions, PullOutcome};
+pub use pull::{pull, PullOptions, PullOutcome, PullStep};
 pub use push::{push, PushOutcome};
 pub use reference::Reference;
 

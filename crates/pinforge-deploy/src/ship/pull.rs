@@ -16,14 +16,16 @@
 //!    allowed (the statement's inputs are another machine's paths: never read, see
 //!    `manifest::inputs`);
 //! 5. commit: one rename of the stage onto `pulled/<digest>` (an exchange with a damaged old
-//!    copy). A crash leaves a `.stage-*` folder the next pull removes under the lock.
+//!    copy), through `txn::DirCommit`, at the steps of [`PullStep`]. A crash leaves a
+//!    `.stage-*` folder the next pull removes under the lock.
 
 use super::client::{Access, Client};
 use super::push::signature_paths;
 use super::{ImageIndex, ImageManifest, Reference, MT_BUILD, MT_DSSE, MT_LAYER, MT_SSHSIG};
 use pinforge_base::digest::Sha256;
 use pinforge_base::error::{Error, IoContext, Result};
-use pinforge_base::{fsx, hooks};
+use pinforge_base::fsx;
+use pinforge_base::txn::{DirCommit, Step};
 use pinforge_record::manifest::{self, annotation, Statement};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -111,28 +113,10 @@ pub fn pull(ws_root: &Path, r: &Reference, opts: &PullOptions) -> Result<PullOut
     if dir.is_dir() && existing_ok(&manifest_path, &f.config) {
         return Ok(out(true));
     }
-    let stage = pulled.join(format!(
-        ".stage-{}-{}",
-        f.digest.short(16),
-        std::process::id()
-    ));
-    fsx::create_dir_all(&stage)?;
-    let staged = fill_stage(&mut c, &stage, &f);
-    if let Err(e) = staged {
-        let _ = std::fs::remove_dir_all(&stage);
-        return Err(e);
-    }
-    hooks::crash_point("pull", 3);
-    if dir.exists() || std::fs::symlink_metadata(&dir).is_ok() {
-        fsx::exchange(&stage, &dir, "exchange with")?;
-        fsx::sync_dir(&pulled)?;
-        hooks::crash_point("pull", 4);
-        std::fs::remove_dir_all(&stage).at("remove", &stage)?;
-    } else {
-        std::fs::rename(&stage, &dir).at("rename into", &dir)?;
-        fsx::sync_dir(&pulled)?;
-        hooks::crash_point("pull", 4);
-    }
+    // The stage is `pulled/.stage-<pid>-<digest>`; dropped on any error before the swap.
+    let commit = DirCommit::begin(&dir, STAGE_PREFIX)?;
+    fill_stage(&mut c, commit.stage(), &f)?;
+    commit.commit(PullStep::Staged, PullStep::Committed)?;
     Ok(out(false))
 }
 
@@ -304,6 +288,23 @@ fn policy(allowed: &Path, r: &Reference, f: &Fetched) -> Result<String> {
     Ok(v.principals.join(","))
 }
 
+pinforge_base::steps! {
+    /// The steps of a pull, in order; each is the crash point `pull:<index>`.
+    pub enum PullStep for "pull" {
+        /// The layer is downloaded into the stage.
+        Fetched = 1,
+        /// It is unpacked, and its tree and manifest checked and synced.
+        Checked = 2,
+        /// The stage is synced: the swap is next.
+        Staged = 3,
+        /// The stage is `pulled/<digest>` (the commit point), the old copy removed next.
+        Committed = 4,
+    }
+}
+
+/// The prefix of a pull's stage folder in `pulled/`.
+const STAGE_PREFIX: &str = ".stage-";
+
 /// Download, unpack and check into `stage`.
 fn fill_stage(c: &mut Client, stage: &Path, f: &Fetched) -> Result<()> {
     let ld = f.layer.sha256().expect("invariant: checked in fetch");
@@ -319,7 +320,7 @@ fn fill_stage(c: &mut Client, stage: &Path, f: &Fetched) -> Result<()> {
         use std::io::Write;
         w.flush().at("write", &tar_path)?;
     }
-    hooks::crash_point("pull", 1);
+    PullStep::Fetched.reached();
     let ar = &f
         .statement
         .predicate
@@ -369,7 +370,7 @@ fn fill_stage(c: &mut Client, stage: &Path, f: &Fetched) -> Result<()> {
         ));
     }
     sync_tree(stage)?;
-    hooks::crash_point("pull", 2);
+    PullStep::Checked.reached();
     Ok(())
 }
 
@@ -442,7 +443,7 @@ fn existing_ok(manifest_path: &Path, config: &[u8]) -> bool {
 fn remove_stale_stages(pulled: &Path) -> Result<()> {
     for e in std::fs::read_dir(pulled).at("read directory", pulled)? {
         let e = e.at("read directory", pulled)?;
-        if e.file_name().to_string_lossy().starts_with(".stage-")
+        if e.file_name().to_string_lossy().starts_with(STAGE_PREFIX)
             && e.file_type().is_ok_and(|t| t.is_dir())
         {
             std::fs::remove_dir_all(e.path()).at("remove", &e.path())?;

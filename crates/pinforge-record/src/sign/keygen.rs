@@ -24,7 +24,8 @@
 
 use super::Secret;
 use pinforge_base::error::{Error, Result};
-use pinforge_base::{fsx, hooks};
+use pinforge_base::fsx;
+use pinforge_base::txn::Step;
 use std::path::{Path, PathBuf};
 
 /// The prefix of the temp files `key generate` stages.
@@ -69,12 +70,12 @@ pub fn write_pair(path: &Path, private: &Secret, public: &str) -> Result<()> {
         let _ = std::fs::remove_file(&staged_private);
         let _ = std::fs::remove_file(&staged_public);
     };
-    hooks::crash_point("key", 1);
+    KeyStep::Staged.reached();
     if let Err(e) = fsx::rename_noreplace(&staged_public, &pub_path) {
         cleanup();
         return Err(e);
     }
-    hooks::crash_point("key", 2);
+    KeyStep::PublicRenamed.reached();
     if let Err(e) = fsx::rename_noreplace(&staged_private, path) {
         // Undo the published half: a `.pub` alone is what this protocol never leaves behind
         // when it can help it.
@@ -82,7 +83,7 @@ pub fn write_pair(path: &Path, private: &Secret, public: &str) -> Result<()> {
         cleanup();
         return Err(e);
     }
-    hooks::crash_point("key", 3);
+    KeyStep::PrivateRenamed.reached();
     fsx::sync_dir(&dir)
 }
 
@@ -184,4 +185,16 @@ fn remove_orphan_pubs(dir: &Path, public: &ssh_key::PublicKey) -> Result<()> {
         }
     }
     Ok(())
+}
+
+pinforge_base::steps! {
+    /// The steps of `key generate`; each is the crash point `key:<index>`.
+    pub enum KeyStep for "key" {
+        /// Both halves are staged (synced temp files beside their names).
+        Staged = 1,
+        /// The public half is renamed into place (never over a file).
+        PublicRenamed = 2,
+        /// The private half is renamed into place: the pair exists.
+        PrivateRenamed = 3,
+    }
 }

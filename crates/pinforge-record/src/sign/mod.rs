@@ -25,12 +25,13 @@ mod keygen;
 mod policy;
 pub mod record;
 
-pub use keygen::write_pair;
+pub use keygen::{write_pair, KeyStep};
 pub use policy::{Policy, NAMESPACE};
 
 use base64::Engine as _;
 use pinforge_base::error::{Error, Result};
 use pinforge_base::fsx;
+use pinforge_base::txn::Step;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -301,9 +302,9 @@ pub fn sign_file(file: &Path, key: &SigningKey) -> Result<Signed> {
         b
     };
     let staged = record::stage_sidecars(file, &bytes, key)?;
-    pinforge_base::hooks::crash_point("sign", 1);
-    staged.persist_stepwise(|| pinforge_base::hooks::crash_point("sign", 2))?;
-    pinforge_base::hooks::crash_point("sign", 3);
+    SignStep::Staged.reached();
+    staged.persist_stepwise(|| SignStep::SigRenamed.reached())?;
+    SignStep::EnvelopeRenamed.reached();
     fsx::sync_dir(&dir)?;
     let (envelope, sig) = sidecars(file);
     Ok(Signed {
@@ -527,3 +528,15 @@ pub(crate) type Secret = zeroize::Zeroizing<String>;
 
 #[cfg(test)]
 mod tests;
+
+pinforge_base::steps! {
+    /// The steps of `sign FILE`; each is the crash point `sign:<index>`.
+    pub enum SignStep for "sign" {
+        /// Both sidecars are staged.
+        Staged = 1,
+        /// `FILE.sig` is renamed into place.
+        SigRenamed = 2,
+        /// `FILE.dsse.json` is renamed into place: FILE is signed by the new key.
+        EnvelopeRenamed = 3,
+    }
+}

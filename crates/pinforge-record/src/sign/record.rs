@@ -12,8 +12,8 @@
 //! record's own rename comes last: it is the commit point. A kill before it leaves the old
 //! record (or none) with sidecars over bytes that are not there, which `verify
 //! --allowed-signers` refuses ("payload does not match"), and never a new record without
-//! its signature. Crash points `sign-record:1` (sidecars staged), `sign-record:2` (sidecars
-//! renamed, record not yet) let the integration tests kill a real run at each step.
+//! its signature. The crash points are [`SignRecordStep`]'s (sidecars staged; sidecars renamed,
+//! record not yet): the integration tests kill a real run at each.
 //!
 //! Leftovers: a killed signer leaves its staged temp files (a kill skips their cleanup).
 //! Signing stages under its own name, `.pinforge-tmp-sign-PID-…` (PID: the writer's process
@@ -24,6 +24,7 @@
 use super::{sidecars, sign_bytes, SigningKey};
 use pinforge_base::error::{Error, Result};
 use pinforge_base::fsx;
+use pinforge_base::txn::Step;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -142,9 +143,9 @@ pub(crate) fn remove_stale_temps(dir: &Path) -> Result<usize> {
 fn before_commit_with(file: &Path, bytes: &[u8], key: Option<&SigningKey>) -> Result<()> {
     let Some(key) = key else { return Ok(()) };
     let staged = stage_sidecars(file, bytes, key)?;
-    pinforge_base::hooks::crash_point("sign-record", 1);
+    SignRecordStep::Staged.reached();
     staged.persist()?;
-    pinforge_base::hooks::crash_point("sign-record", 2);
+    SignRecordStep::SidecarsRenamed.reached();
     Ok(())
 }
 
@@ -161,6 +162,17 @@ pub(crate) fn write_record_with(file: &Path, bytes: &[u8], key: Option<&SigningK
         .persist(file)
         .map_err(|e| Error::io("rename into", file, e.error))?;
     fsx::sync_dir(&dir)
+}
+
+pinforge_base::steps! {
+    /// The steps of signing a record as it is written; each is the crash point
+    /// `sign-record:<index>`. The record's own rename (its writer's commit point) follows.
+    pub enum SignRecordStep for "sign-record" {
+        /// Both sidecars are staged.
+        Staged = 1,
+        /// Both sidecars are renamed into place; the record is not yet.
+        SidecarsRenamed = 2,
+    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@
 //! | 7 | the stage (holding the old bundle) is removed |
 //! | 8 | the journal is removed: the rebase is over |
 //!
-//! Each step is the crash point `rebase:N` ([`pinforge_base::hooks::crash_point`]). Whatever
+//! Each step is a variant of [`RebaseStep`], the crash point `rebase:N`. Whatever
 //! stops the protocol (a failure here, or a kill) is settled from the journal by
 //! [`super::recovery`]: before the commit point everything is undone, after it finished, so
 //! the recipe's pin, its lock and the bundle are always all old or all new.
@@ -21,7 +21,7 @@ use super::journal::{self, Journal, Phase, OLD_LOCK, STAGED_BUNDLE, STAGED_LOCK,
 use pinforge_base::digest::Sha256;
 use pinforge_base::error::{Error, IoContext, Result};
 use pinforge_base::fsx;
-use pinforge_base::hooks;
+use pinforge_base::txn::Step;
 use pinforge_base::workspace::Workspace;
 use std::path::{Path, PathBuf};
 
@@ -41,9 +41,27 @@ pub(super) struct Change {
     pub bundle_read: Sha256,
 }
 
-/// Reach the crash point after `step`.
-fn step(n: u32) {
-    hooks::crash_point("rebase", n);
+pinforge_base::steps! {
+    /// The steps of a rebase's commit (the table above); each is the crash point
+    /// `rebase:<index>`.
+    pub enum RebaseStep for "rebase" {
+        /// The journal (phase staging) names recipe, lock, bundle and the stage.
+        Journaled = 1,
+        /// The stage holds the new bundle, recipe and lock, and a copy of the old lock.
+        Staged = 2,
+        /// The journal (phase commit) records every new digest.
+        CommitJournaled = 3,
+        /// The bundle folder is exchanged with the staged one.
+        BundleSwapped = 4,
+        /// The staged lock is renamed over the lock (git pins).
+        LockRenamed = 5,
+        /// The staged recipe is renamed over the recipe: the commit point.
+        Committed = 6,
+        /// The stage (holding the old bundle) is removed.
+        StageRemoved = 7,
+        /// The journal is removed: the rebase is over.
+        Closed = 8,
+    }
 }
 
 /// Run the protocol. `fill` writes the new bundle into the folder it is given (inside the
@@ -83,7 +101,7 @@ pub(super) fn run(
         .with_hint("run the rebase again: it audits the bundle as it is now"));
     }
     journal::write(ws, &j)?;
-    step(1);
+    RebaseStep::Journaled.reached();
     // The stage is created by this run or the run stops here, before anything could settle
     // (and remove) a folder of that name that another rebase of the same bundle made.
     if let Err(e) = std::fs::create_dir(&j.stage).at("create the stage folder", &j.stage) {
@@ -134,7 +152,7 @@ fn stage_and_commit(
         }
         new_lock = Some(Sha256::of_bytes(bytes));
     }
-    step(2);
+    RebaseStep::Staged.reached();
 
     let next = Journal {
         phase: Phase::Commit,
@@ -145,21 +163,21 @@ fn stage_and_commit(
     };
     journal::write(ws, &next)?;
     *j = next;
-    step(3);
+    RebaseStep::CommitJournaled.reached();
 
     fsx::exchange(&staged, &j.bundle, "exchange with the staged bundle")?;
     fsx::sync_dir(&fsx::parent_of(&j.bundle))?;
-    step(4);
+    RebaseStep::BundleSwapped.reached();
     if let Some(lock) = &j.lock {
         rename(&j.stage.join(STAGED_LOCK), lock)?;
     }
-    step(5);
+    RebaseStep::LockRenamed.reached();
     rename(&j.stage.join(STAGED_RECIPE), &j.recipe)?;
-    step(6);
+    RebaseStep::Committed.reached();
     remove_stage(&j.stage)?;
-    step(7);
+    RebaseStep::StageRemoved.reached();
     journal::remove(ws)?;
-    step(8);
+    RebaseStep::Closed.reached();
     Ok(())
 }
 

@@ -28,6 +28,7 @@ mod resolve;
 mod stage;
 mod text;
 
+pub use commit::RebaseStep;
 pub use recovery::recover;
 pub use resolve::{abort, resume, Resolving};
 pub(crate) use text::with_applied_upstream;

@@ -26,6 +26,7 @@
 use crate::config::{self, PatchRef};
 use crate::flip;
 use crate::record;
+pub use crate::record::AblateStep;
 use pinforge_base::digest::Sha256;
 use pinforge_base::error::{Error, Result};
 use pinforge_base::names::is_identifier;
@@ -371,10 +372,10 @@ pub fn run(
     let dir = pinforge_base::fsx::parent_of(&record.record);
     record::commit_final(
         &dir,
-        "ablate",
         &record,
         &report::ablation_markdown(&record),
         &build_opts.signer,
+        (AblateStep::Staged, AblateStep::Swapped),
     )?;
     Ok(record)
 }

@@ -2,8 +2,9 @@
 //! fresh numbered folder with one `mkdir`, write canonical JSON atomically, commit a folder's
 //! final files at once ([`commit_final`]), and put an error on one line. Only `base` below.
 
-use pinforge_base::error::{Error, IoContext, Result};
+use pinforge_base::error::{Error, Result};
 use pinforge_base::fsx;
+use pinforge_base::txn::{DirCommit, Step};
 use pinforge_record::sign::record::Signer;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -54,48 +55,42 @@ const FINAL_PREFIX: &str = ".pinforge-final-";
 /// atomic exchange ([`fsx::exchange`]): the commit point. Before it, `dir` is what it was (the
 /// record as last written, unfinished, without a summary); after it, every final file is
 /// there, signed or not as the command was asked. The old contents, now in the stage's name,
-/// are removed last. Crash points `OP:1` (stage written and synced) and `OP:2` (exchanged,
-/// the old contents not yet removed); what a killed run leaves beside `dir` is removed by
-/// the next claim or commit in that folder ([`remove_stale_finals`]).
-pub(crate) fn commit_final<T: Serialize>(
+/// are removed last ([`DirCommit`]). The crash points are the caller's steps ([`FlipStep`],
+/// [`AblateStep`]): stage written and synced, then exchanged with the old contents not yet
+/// removed; what a killed run leaves beside `dir` is removed by the next claim or commit in
+/// that folder ([`remove_stale_finals`]).
+pub(crate) fn commit_final<T: Serialize, S: Step>(
     dir: &Path,
-    op: &str,
     record: &T,
     summary: &str,
     signer: &Signer,
+    (staged, swapped): (S, S),
 ) -> Result<()> {
-    let parent = fsx::parent_of(dir);
-    let name = dir
-        .file_name()
-        .ok_or_else(|| Error::Internal(format!("record folder {} has no name", dir.display())))?;
-    remove_stale_finals(&parent)?;
-    let stage = parent.join(format!(
-        "{FINAL_PREFIX}{}-{}",
-        std::process::id(),
-        name.to_string_lossy()
-    ));
-    if std::fs::symlink_metadata(&stage).is_ok() {
-        // Ours by name (this PID): a failed earlier commit of this process.
-        std::fs::remove_dir_all(&stage).at("remove", &stage)?;
+    let commit = DirCommit::begin(dir, FINAL_PREFIX)?;
+    let stage = commit.stage();
+    fsx::write_atomic(&stage.join("summary.md"), summary.as_bytes())?;
+    write_json(&stage.join("record.json"), record, signer)?;
+    commit.commit(staged, swapped)
+}
+
+pinforge_base::steps! {
+    /// The steps of a flip's final commit; each is the crash point `flip:<index>`.
+    pub enum FlipStep for "flip" {
+        /// The record and summary are staged and synced.
+        Staged = 1,
+        /// The stage is exchanged with the record folder; the old contents not yet removed.
+        Swapped = 2,
     }
-    std::fs::create_dir(&stage).at("create directory", &stage)?;
-    let filled = (|| {
-        fsx::write_atomic(&stage.join("summary.md"), summary.as_bytes())?;
-        write_json(&stage.join("record.json"), record, signer)?;
-        fsx::sync_dir(&stage)
-    })();
-    if let Err(e) = filled {
-        let _ = std::fs::remove_dir_all(&stage);
-        return Err(e);
+}
+
+pinforge_base::steps! {
+    /// The steps of an ablation's final commit; each is the crash point `ablate:<index>`.
+    pub enum AblateStep for "ablate" {
+        /// The record and summary are staged and synced.
+        Staged = 1,
+        /// The stage is exchanged with the record folder; the old contents not yet removed.
+        Swapped = 2,
     }
-    pinforge_base::hooks::crash_point(op, 1);
-    if let Err(e) = fsx::exchange(&stage, dir, "exchange with") {
-        let _ = std::fs::remove_dir_all(&stage);
-        return Err(e);
-    }
-    fsx::sync_dir(&parent)?;
-    pinforge_base::hooks::crash_point(op, 2);
-    std::fs::remove_dir_all(&stage).at("remove", &stage)
 }
 
 /// Remove the staged final folders in `parent` whose writer is gone (a run killed before or

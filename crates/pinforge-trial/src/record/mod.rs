@@ -6,6 +6,7 @@ pub(crate) mod folder;
 pub(crate) mod schema;
 
 pub(crate) use folder::{claim_record_dir, commit_final, error_text, real_folder, write_json};
+pub use folder::{AblateStep, FlipStep};
 pub use schema::{
     AblationRecord, ArtifactRow, BuildSide, FlipRecord, Pair, SmokeSettings, SmokeSide,
     SubsetRecord, SCHEMA,

@@ -27,7 +27,8 @@ use super::summary::{self, Derived};
 use crate::record;
 use pinforge_base::digest::Sha256;
 use pinforge_base::error::{Error, IoContext, Result};
-use pinforge_base::{fsx, hooks, text::shown};
+use pinforge_base::txn::Step;
+use pinforge_base::{fsx, text::shown};
 use pinforge_record::sign::record::Signer;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -330,7 +331,7 @@ fn write(shards: &[Loaded], out: &Path, id: &str) -> Result<MergeReport> {
     } else {
         fs.model.clone()
     };
-    hooks::crash_point("merge", 1);
+    MergeStep::ModelStaged.reached();
     let settings = Settings {
         shard: None,
         model,
@@ -386,12 +387,12 @@ fn write(shards: &[Loaded], out: &Path, id: &str) -> Result<MergeReport> {
         &Signer::none(),
     )?;
     fsx::sync_dir(&stage)?;
-    hooks::crash_point("merge", 2);
+    MergeStep::Staged.reached();
     // The commit point: the staged folder becomes `out`, which must not exist (a plain rename
     // would replace an empty folder there).
     fsx::rename_noreplace(&stage, out)?;
     fsx::sync_dir(&parent)?;
-    hooks::crash_point("merge", 3);
+    MergeStep::Committed.reached();
     Ok(MergeReport {
         run: id.to_string(),
         run_dir: out.to_path_buf(),
@@ -402,6 +403,18 @@ fn write(shards: &[Loaded], out: &Path, id: &str) -> Result<MergeReport> {
         },
         shards: refs,
     })
+}
+
+pinforge_base::steps! {
+    /// The steps of `validate merge`; each is the crash point `merge:<index>`.
+    pub enum MergeStep for "merge" {
+        /// The stage folder holds the shards' model (or names it).
+        ModelStaged = 1,
+        /// The merged rows, summary and evidence are staged and synced.
+        Staged = 2,
+        /// The stage is renamed onto the new run folder: the commit point.
+        Committed = 3,
+    }
 }
 
 #[cfg(test)]
