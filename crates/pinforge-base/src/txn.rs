@@ -101,14 +101,7 @@ impl DirCommit {
         let name = target.file_name().ok_or_else(|| {
             crate::error::Error::Internal(format!("{} has no name to stage", target.display()))
         })?;
-        for p in fsx::dead_writer_entries(&parent, prefix)? {
-            // remove_dir_all removes a link itself, never what it points to.
-            match std::fs::remove_dir_all(&p) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(crate::error::Error::io("remove stale stage", &p, e)),
-            }
-        }
+        remove_dead_stages(&parent, prefix)?;
         let stage = parent.join(format!(
             "{prefix}{}-{}",
             std::process::id(),
@@ -154,6 +147,21 @@ impl DirCommit {
         }
         Ok(())
     }
+}
+
+/// Remove the stages in `dir` named `PREFIX<pid>-…` whose writer is gone (what a killed
+/// writer left); a live writer's stage is never touched. Returns how many were removed.
+pub fn remove_dead_stages(dir: &Path, prefix: &str) -> Result<usize> {
+    let mut removed = 0;
+    for p in fsx::dead_writer_entries(dir, prefix)? {
+        // remove_dir_all removes a link itself, never what it points to.
+        match std::fs::remove_dir_all(&p) {
+            Ok(()) => removed += 1,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(crate::error::Error::io("remove stale stage", &p, e)),
+        }
+    }
+    Ok(removed)
 }
 
 impl Drop for DirCommit {

@@ -97,16 +97,7 @@ pinforge_base::steps! {
 /// right after its commit: either way the record folder itself is whole). A live writer's
 /// stage is never touched.
 pub(crate) fn remove_stale_finals(parent: &Path) -> Result<usize> {
-    let mut removed = 0;
-    for p in fsx::dead_writer_entries(parent, FINAL_PREFIX)? {
-        // remove_dir_all removes a link itself, never what it points to.
-        match std::fs::remove_dir_all(&p) {
-            Ok(()) => removed += 1,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io("remove stale staged record folder", &p, e)),
-        }
-    }
-    Ok(removed)
+    pinforge_base::txn::remove_dead_stages(parent, FINAL_PREFIX)
 }
 
 /// Whether `path`, a folder pinforge keeps records in (`flips/`, `ablations/`, `validate/`
