@@ -18,8 +18,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// One step of one transaction, in order. A step's index (from 1) is its crash point:
-/// with the test hooks built in, `PINFORGE_CRASH_AT=OP:INDEX` SIGKILLs the process right
-/// after the step (see `hooks`).
+/// with the test hooks built in, the crash-at hook set to `OP:INDEX` SIGKILLs the process
+/// right after the step (see `hooks`, which alone may name the variable).
 pub trait Step: Copy + fmt::Debug + PartialEq + 'static {
     /// The transaction's name, the crash point's prefix (`pull`, `sign`, `flip`).
     const OP: &'static str;
@@ -28,7 +28,7 @@ pub trait Step: Copy + fmt::Debug + PartialEq + 'static {
     /// The step's place in the order, from 1.
     fn index(self) -> u32;
 
-    /// The value of `PINFORGE_CRASH_AT` that kills the process right after this step.
+    /// The crash-at hook's value that kills the process right after this step.
     fn crash_at(self) -> String {
         format!("{}:{}", Self::OP, self.index())
     }
