@@ -14,6 +14,9 @@
 //! | `pinforge-trial` | flip, ablate, the audit gate, validate and soak, records, reports |
 //! | `pinforge` | clap commands (one file each), output, hints, JSON Schemas |
 
+// The workspace lints forbid it already; said here too, where a reader of the binary crate
+// looks first (only pinforge-sys may hold `unsafe`).
+#![forbid(unsafe_code)]
 // Unit tests read the files they made with plain std::fs (clippy.toml's fs entries are about
 // files data names); the library itself is still checked without this in the non-test build.
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
@@ -22,4 +25,4 @@ pub mod cli;
 
 pub use pinforge_base::error::{Error, Result};
 /// The crash points of install and rollback, for the crash-consistency tests (one test per step).
-pub use pinforge_deploy::install::{InstallStep, RollbackStep};
+pub use pinforge_deploy::install::{InstallStep, RepairStep, RollbackStep};

@@ -8,21 +8,19 @@
 // files data names); the library itself is still checked without this in the non-test build.
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
-pub mod archive;
 pub mod digest;
-pub mod elf;
 pub mod error;
-pub mod fsx;
-pub mod hashing;
+pub mod fs;
 pub mod hooks;
-pub mod names;
-pub mod proc_wait;
-pub mod process;
-pub mod progress;
+pub mod proc;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod text;
-pub mod time;
-pub mod tree;
 pub mod txn;
 pub mod workspace;
+
+// The modules' long-standing paths (`pinforge_base::fsx`, `pinforge_base::time`): every crate
+// of the workspace names them, and the folders above are only the source's grouping.
+pub use fs::{archive, elf, fsx, hashing, tree};
+pub use proc::{proc_wait, process};
+pub use text::{names, progress, time};

@@ -14,6 +14,34 @@ use std::ptr::NonNull;
 /// the same shim).
 pub(crate) const SHIM_ABI: c_int = 3;
 
+/// Why [`Shim::open`] refused a shim.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The dynamic loader refused the file (missing, not a library, an unresolved symbol of
+    /// libllama).
+    #[error("cannot load the shim {}: {source}", .path.display())]
+    Load {
+        /// The shim.
+        path: std::path::PathBuf,
+        /// The loader's message.
+        source: libloading::Error,
+    },
+    /// A `pf_*` symbol is missing: the shim is not one this crate compiled.
+    #[error("shim lacks {name}: {source}")]
+    Symbol {
+        /// The symbol.
+        name: &'static str,
+        /// The loader's message.
+        source: libloading::Error,
+    },
+    /// The shim was compiled from another version of `shim.c`.
+    #[error("shim ABI version mismatch: the shim has {found}, this pinforge needs {SHIM_ABI}")]
+    Abi {
+        /// The shim's `pf_abi_version()`.
+        found: c_int,
+    },
+}
+
 type LoadFn = unsafe extern "C" fn(
     *const c_char,
     c_int,
@@ -93,22 +121,29 @@ impl Shim {
     /// `pf_abi_version` returns [`SHIM_ABI`]; `path` is a shim that `smoke::shim_for` compiled
     /// from this crate's `shim.c`. Only the smoke child and the validate engine call it, each
     /// in a process of its own, so that whatever the engine does is observed from outside.
-    pub fn open(path: &Path) -> Result<Shim, String> {
+    pub fn open(path: &Path) -> Result<Shim, OpenError> {
         // SAFETY: see `# Safety` above: a shim of ours, loaded in an isolated process.
         let lib = unsafe { libloading::Library::new(path) }
-            .map_err(|e| format!("cannot load the shim {}: {e}", path.display()))?;
+            .map_err(|source| OpenError::Load {
+            path: path.to_path_buf(),
+            source,
+        })?;
         macro_rules! sym {
             ($name:literal, $ty:ty) => {{
                 // SAFETY: the type is the shim's declared C signature (ABI checked below).
                 let s: libloading::Symbol<$ty> = unsafe { lib.get($name) }
-                    .map_err(|e| format!("shim lacks {}: {e}", String::from_utf8_lossy($name)))?;
+                    .map_err(|source| OpenError::Symbol {
+                        name: std::str::from_utf8($name).unwrap_or("pf_?"),
+                        source,
+                    })?;
                 *s
             }};
         }
         let abi = sym!(b"pf_abi_version", AbiFn);
         // SAFETY: no arguments, returns an int.
-        if unsafe { abi() } != SHIM_ABI {
-            return Err("shim ABI version mismatch".into());
+        let found = unsafe { abi() };
+        if found != SHIM_ABI {
+            return Err(OpenError::Abi { found });
         }
         Ok(Shim {
             load: sym!(b"pf_load", LoadFn),

@@ -138,7 +138,7 @@ fn run_inner(
     n: usize,
     gpu_layers: i32,
 ) -> Result<ChildResult, String> {
-    let shim = Shim::open(shim_path)?;
+    let shim = Shim::open(shim_path).map_err(|e| e.to_string())?;
     if pinforge_base::hooks::smoke_crash() {
         // Deliberately crashes this child (test of the parent's crash reporting).
         shim.crash_for_test();

@@ -98,10 +98,10 @@ pub fn target_from_installed(
     // Never canonicalize a link chain someone else may have edited: the install root resolves
     // the layer from its own committed record and re-hashes the entry before we read it.
     let entry = root.layer_entry(layer)?;
-    let digest: Sha256 = entry
+    let key = entry
         .file_name()
         .and_then(|n| n.to_str())
-        .and_then(|n| n.parse().ok())
+        .and_then(crate::install::EntryKey::parse)
         .ok_or_else(|| {
             Error::Internal(format!(
                 "invariant: store entry {} is named by its digest",
@@ -111,7 +111,7 @@ pub fn target_from_installed(
     // The record is the entry's identity (its listing hashes to the entry's name, and
     // layer_entry re-hashed the files against it); manifest.json sits beside the content and
     // is not part of that identity, so it is believed only where it agrees with the record.
-    let info = root.read_entry(&digest)?;
+    let info = root.read_entry(&key)?;
     let mpath = entry.join("manifest.json");
     let bytes = read_regular(&mpath, "the entry's manifest", MAX_ENTRY_MANIFEST)?;
     let st = Statement::parse(&bytes, &mpath)?;

@@ -430,7 +430,7 @@ pub fn verify_envelope_bytes(
     for s in &env.signatures {
         match check_one(s, &message, &env.payload_type, policy) {
             Ok(v) => return Ok(v),
-            Err(e) => why.push(e),
+            Err(e) => why.push(e.to_string()),
         }
     }
     Err(refused(
@@ -443,29 +443,43 @@ pub fn verify_envelope_bytes(
     ))
 }
 
+/// Why one signature of an envelope was not accepted (an envelope with several lists each).
+#[derive(Debug, thiserror::Error)]
+enum SigRefusal {
+    #[error("key {keyid} is unknown: it is not in {} for namespace {NAMESPACE}", .policy.display())]
+    UnknownKey { keyid: String, policy: PathBuf },
+    #[error("signature is not base64: {0}")]
+    NotBase64(base64::DecodeError),
+    #[error("bad signature by {keyid}{}", .why.as_ref().map(|w| format!(": {w}")).unwrap_or_default())]
+    Bad {
+        keyid: String,
+        /// Why the bytes could not even be checked; `None` when they were and do not match.
+        why: Option<String>,
+    },
+}
+
 fn check_one(
     s: &EnvelopeSignature,
     message: &[u8],
     payload_type: &str,
     policy: &Policy,
-) -> std::result::Result<Verified, String> {
+) -> std::result::Result<Verified, SigRefusal> {
     let allowed = policy
         .entries
         .iter()
         .filter(|e| e.key.fingerprint(ssh_key::HashAlg::Sha256).to_string() == s.keyid)
         .find_map(|e| policy.allows(e.key.key_data()))
-        .ok_or_else(|| {
-            format!(
-                "key {} is unknown: it is not in {} for namespace {NAMESPACE}",
-                s.keyid,
-                policy.path.display()
-            )
+        .ok_or_else(|| SigRefusal::UnknownKey {
+            keyid: s.keyid.clone(),
+            policy: policy.path.clone(),
         })?;
     let raw = B64
         .decode(s.sig.as_bytes())
-        .map_err(|e| format!("signature is not base64: {e}"))?;
-    verify_dsse_sig(&allowed.key, message, raw)
-        .map_err(|e| format!("bad signature by {}{e}", s.keyid))?;
+        .map_err(SigRefusal::NotBase64)?;
+    verify_dsse_sig(&allowed.key, message, raw).map_err(|why| SigRefusal::Bad {
+        keyid: s.keyid.clone(),
+        why,
+    })?;
     Ok(Verified {
         principals: allowed.principals.clone(),
         keyid: s.keyid.clone(),
@@ -474,24 +488,24 @@ fn check_one(
     })
 }
 
-/// One DSSE signature (`raw`, as [`SigningKey::dsse_sig`] makes it) by `key` over `message`;
-/// the error is a suffix for "bad signature by KEYID".
+/// One DSSE signature (`raw`, as [`SigningKey::dsse_sig`] makes it) by `key` over `message`.
+/// `Err(None)`: checked and wrong; `Err(Some(why))`: the key or the bytes cannot be read.
 fn verify_dsse_sig(
     key: &ssh_key::PublicKey,
     message: &[u8],
     raw: Vec<u8>,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), Option<String>> {
     if let ssh_key::public::KeyData::Ecdsa(ssh_key::public::EcdsaPublicKey::NistP256(point)) =
         key.key_data()
     {
         let vk = p256::ecdsa::VerifyingKey::from_sec1_bytes(point.as_bytes())
-            .map_err(|e| format!(": the P-256 key: {e}"))?;
+            .map_err(|e| Some(format!("the P-256 key: {e}")))?;
         let sig = p256::ecdsa::Signature::from_der(&raw)
-            .map_err(|e| format!(": not a DER ECDSA signature: {e}"))?;
-        return signature::Verifier::verify(&vk, message, &sig).map_err(|_| String::new());
+            .map_err(|e| Some(format!("not a DER ECDSA signature: {e}")))?;
+        return signature::Verifier::verify(&vk, message, &sig).map_err(|_| None);
     }
-    let sig = ssh_key::Signature::new(key.algorithm(), raw).map_err(|e| format!(": {e}"))?;
-    signature::Verifier::verify(key, message, &sig).map_err(|_| String::new())
+    let sig = ssh_key::Signature::new(key.algorithm(), raw).map_err(|e| Some(e.to_string()))?;
+    signature::Verifier::verify(key, message, &sig).map_err(|_| None)
 }
 
 /// A fresh key pair (Ed25519, or ECDSA P-256 with `p256`): the private key in OpenSSH format (encrypted when `passphrase`

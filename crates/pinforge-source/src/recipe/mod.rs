@@ -28,13 +28,11 @@ pub struct VariantName(String);
 impl VariantName {
     /// Validate: letters, digits, `-`, `_`, `.`, starting with a letter or digit; used in
     /// directory names.
-    pub fn new(s: &str) -> std::result::Result<VariantName, String> {
+    pub fn new(s: &str) -> std::result::Result<VariantName, BadVariantName> {
         if is_identifier(s) {
             Ok(VariantName(s.to_string()))
         } else {
-            Err(format!(
-                "`{s}` is not a variant name (letters, digits, `-`, `_`, `.`; it names a directory)"
-            ))
+            Err(BadVariantName(s.to_string()))
         }
     }
     /// The name.
@@ -42,6 +40,11 @@ impl VariantName {
         &self.0
     }
 }
+
+/// A string [`VariantName::new`] refused; the recipe loader adds the file and line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not a variant name (letters, digits, `-`, `_`, `.`; it names a directory)")]
+pub struct BadVariantName(pub String);
 
 impl fmt::Display for VariantName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -18,7 +18,7 @@ pub(super) fn recipe_name(raw: &RawRecipe, path: &Path, at: &At) -> Result<Strin
     match &raw.name {
         Some(n) => {
             VariantName::new(n.get_ref())
-                .map_err(|m| Error::input(at(Some(n.span())), m.replace("variant", "recipe")))?;
+                .map_err(|m| Error::input(at(Some(n.span())), m.to_string().replace("variant", "recipe")))?;
             Ok(n.get_ref().clone())
         }
         None => {

@@ -75,7 +75,7 @@ fn export_tree(
         let target = dest.join(&r);
         match entry.kind() {
             Some(git2::ObjectType::Tree) => {
-                model.add_dir(&r).map_err(|w| refuse(&w))?;
+                model.add_dir(&r).map_err(|w| refuse(&w.to_string()))?;
                 fsx::create_dir_all(&target)?;
                 let sub = repo.find_tree(entry.id()).git_at(&r.display())?;
                 export_tree(repo, &sub, dest, &r, model, out, commit)?;
@@ -84,9 +84,9 @@ fn export_tree(
                 let blob = repo.find_blob(entry.id()).git_at(&r.display())?;
                 if entry.filemode() == 0o120000 {
                     let link = PathBuf::from(OsStr::from_bytes(blob.content()));
-                    model.add_link(&r, &link).map_err(|w| refuse(&w))?;
+                    model.add_link(&r, &link).map_err(|w| refuse(&w.to_string()))?;
                 } else {
-                    model.add_file(&r).map_err(|w| refuse(&w))?;
+                    model.add_file(&r).map_err(|w| refuse(&w.to_string()))?;
                     let exec = entry.filemode() == 0o100755;
                     let mut f = create_file(&target, exec)?;
                     std::io::Write::write_all(&mut f, blob.content()).at("write", &target)?;

@@ -1,17 +1,15 @@
 //! The serialized documents of the trial layer: the flip record (`Pair`, `BuildSide`,
 //! `SmokeSide`, `ArtifactRow`, `FlipRecord`), the ablation record (`SubsetRecord`,
 //! `AblationRecord`) and the soak trial each of them may hold (`SoakTrial`, `SoakRun`, …,
-//! `AblationSoak`, `SubsetSoak`). Types and their accessors only, as cargo keeps its manifest
+//! `AblationSoak`, `SubsetSoak`), and the soak's `Timing` and `EvidenceRef` they embed. Types and their accessors only, as cargo keeps its manifest
 //! types in `cargo-util-schemas`: the logic that fills them (`trial::soak`, `trial::ablate`)
 //! imports this module, never the reverse.
 
 use crate::axis::{Axis, AxisRow};
 use crate::config::{Config, PatchRef};
-use crate::validate::summary::Timing;
-use crate::validate::EvidenceRef;
 use crate::verdict::FlipVerdict;
 use pinforge_base::digest::Sha256;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -430,4 +428,31 @@ pub struct SubsetSoak {
     /// Timing over the completed rows of the runs that ran (crash, error rows and failed runs
     /// left out).
     pub timing: Option<SideTiming>,
+}
+
+// The two validate documents a soak trial embeds; validate re-exports them, so the trial
+// records depend on no logic of the soak.
+
+/// Timing per arm, from the rows (wall as the harness saw it, the engine's own time, and the
+/// bare decode loop inside it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Timing {
+    /// Mean wall ms per row.
+    pub mean_wall_ms: f64,
+    /// Mean engine ms per row (restore, restored decode, reference decode, save).
+    pub mean_engine_ms: f64,
+    /// Mean bare decode loop ms per row (prompt decode + generation, restored path).
+    pub mean_decode_ms: f64,
+    /// Share of wall time outside the engine (pipe, JSON, row file write + fsync, restarts
+    /// excluded: crash rows are left out).
+    pub harness_overhead: f64,
+}
+
+/// Where the evidence manifest is.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct EvidenceRef {
+    /// Path of evidence.json.
+    pub manifest: PathBuf,
+    /// Its sha256.
+    pub sha256: Sha256,
 }

@@ -9,7 +9,7 @@ use pinforge_base::error::{Error, Result};
 use pinforge_base::fsx;
 
 // An ablation record's schema id: the soak ablation's records are verified here too.
-use crate::ablate::SCHEMA as ABLATE_SCHEMA;
+use pinforge_record::schema_id::ABLATE as ABLATE_SCHEMA;
 use crate::validate::{self, EvidenceCheck};
 use serde::Serialize;
 use std::path::{Path, PathBuf};

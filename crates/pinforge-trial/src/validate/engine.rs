@@ -121,7 +121,7 @@ pub fn serve(a: &EngineArgs) -> ExitCode {
     };
     let shim = match Shim::open(&a.shim) {
         Ok(s) => s,
-        Err(e) => return fail(&mut out, e),
+        Err(e) => return fail(&mut out, e.to_string()),
     };
     let grammar = match &a.grammar {
         Some(p) => match pinforge_base::fsx::read_to_string(p).map(CString::new) {

@@ -14,14 +14,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Where the evidence manifest is.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct EvidenceRef {
-    /// Path of evidence.json.
-    pub manifest: PathBuf,
-    /// Its sha256.
-    pub sha256: Sha256,
-}
+pub use crate::record::schema::EvidenceRef;
 
 /// The evidence manifest.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]

@@ -87,20 +87,7 @@ pub struct ErrorRow {
     pub detail: String,
 }
 
-/// Timing per arm, from the rows (wall as the harness saw it, the engine's own time, and the
-/// bare decode loop inside it).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Timing {
-    /// Mean wall ms per row.
-    pub mean_wall_ms: f64,
-    /// Mean engine ms per row (restore, restored decode, reference decode, save).
-    pub mean_engine_ms: f64,
-    /// Mean bare decode loop ms per row (prompt decode + generation, restored path).
-    pub mean_decode_ms: f64,
-    /// Share of wall time outside the engine (pipe, JSON, row file write + fsync, restarts
-    /// excluded: crash rows are left out).
-    pub harness_overhead: f64,
-}
+pub use crate::record::schema::Timing;
 
 /// The derived part of the summary (recomputed by `verify`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]

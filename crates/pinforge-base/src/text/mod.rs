@@ -13,6 +13,13 @@
 //! interlinear annotation marks, the invisible tag characters): the Trojan Source set and the
 //! characters that hide text. Plain tabs count too: a tab in a
 //! name aligns a forged column as well as a newline forges a row.
+//!
+//! Its submodules hold the other text the tool reads or prints: checked names (`names`),
+//! times and dates (`time`), and progress lines (`progress`).
+
+pub mod names;
+pub mod progress;
+pub mod time;
 
 use std::borrow::Cow;
 use std::fmt;

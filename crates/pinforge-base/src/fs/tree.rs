@@ -26,6 +26,53 @@ enum Node {
     Link(PathBuf),
 }
 
+/// Why the tree model refused an entry or a link: the reason half of an archive or folder
+/// pin's error (the caller names the archive and the entry).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// A path below a symlink of the tree.
+    #[error("its path goes through the symlink `{}`; entries may not traverse links", .0.display())]
+    ThroughLink(PathBuf),
+    /// A path below a file of the tree.
+    #[error("its parent `{}` is a file", .0.display())]
+    ParentIsFile(PathBuf),
+    /// A path that other entries already made a folder.
+    #[error("the path appears twice: other entries sit below it as a folder")]
+    TwiceAsFolder,
+    /// A path listed twice.
+    #[error("the path appears twice")]
+    Twice,
+    /// A symlink with an empty target.
+    #[error("symlink with an empty target")]
+    EmptyTarget,
+    /// A symlink to an absolute path.
+    #[error("symlink to the absolute path `{}`; links must stay inside the tree", .0.display())]
+    AbsoluteTarget(PathBuf),
+    /// `resolve` asked about a path that is not a link.
+    #[error("not a symlink")]
+    NotALink,
+    /// A link that climbs above the root.
+    #[error("symlink to `{}` resolves outside the tree", .0.display())]
+    Outside(PathBuf),
+    /// A link whose target, after following links, is absolute.
+    #[error("symlink to `{}` resolves through an absolute path", .0.display())]
+    ThroughAbsolute(PathBuf),
+    /// A loop of links (more hops than the kernel follows).
+    #[error("symlink to `{}` does not resolve (a loop of links)", .0.display())]
+    Loop(PathBuf),
+    /// A link that passes through another link to an absolute path.
+    #[error("symlink to `{}` resolves through `{}`, a link to an absolute path", .target.display(), .via.display())]
+    ThroughAbsoluteLink {
+        /// The first link's target.
+        target: PathBuf,
+        /// The link on the way that is absolute.
+        via: PathBuf,
+    },
+    /// A link that lands in a `.git` folder.
+    #[error("symlink to `{}` resolves into a .git folder", .0.display())]
+    IntoGit(PathBuf),
+}
+
 /// Every path of a tree being written, with its kind: the ground truth the link checks use
 /// (never the filesystem, which a hostile entry may already have shaped).
 #[derive(Debug, Default)]
@@ -34,20 +81,17 @@ pub struct TreeModel {
 }
 
 impl TreeModel {
-    fn add(&mut self, rel: &Path, node: Node) -> std::result::Result<(), String> {
+    fn add(&mut self, rel: &Path, node: Node) -> std::result::Result<(), Refusal> {
         let mut prefix = PathBuf::new();
         let comps: Vec<Component> = rel.components().collect();
         for c in &comps[..comps.len().saturating_sub(1)] {
             prefix.push(c);
             match self.nodes.get(&prefix) {
                 Some(Node::Link(_)) => {
-                    return Err(format!(
-                        "its path goes through the symlink `{}`; entries may not traverse links",
-                        prefix.display()
-                    ))
+                    return Err(Refusal::ThroughLink(prefix))
                 }
                 Some(Node::File) => {
-                    return Err(format!("its parent `{}` is a file", prefix.display()))
+                    return Err(Refusal::ParentIsFile(prefix))
                 }
                 Some(Node::Dir) => {}
                 None => {
@@ -64,32 +108,29 @@ impl TreeModel {
             // Entries below it made it a folder: this entry would put them through a link
             // (or a file), in whichever order the source listed them.
             (Some(Node::Dir), _) => {
-                Err("the path appears twice: other entries sit below it as a folder".into())
+                Err(Refusal::TwiceAsFolder)
             }
-            (Some(_), _) => Err("the path appears twice".into()),
+            (Some(_), _) => Err(Refusal::Twice),
         }
     }
 
     /// Add a file or folder entry; the reason when it is refused.
-    pub fn add_file(&mut self, rel: &Path) -> std::result::Result<(), String> {
+    pub fn add_file(&mut self, rel: &Path) -> std::result::Result<(), Refusal> {
         self.add(rel, Node::File)
     }
 
     /// See [`TreeModel::add_file`].
-    pub fn add_dir(&mut self, rel: &Path) -> std::result::Result<(), String> {
+    pub fn add_dir(&mut self, rel: &Path) -> std::result::Result<(), Refusal> {
         self.add(rel, Node::Dir)
     }
 
     /// Add a symlink; its target is resolved later, by [`TreeModel::check_links`].
-    pub fn add_link(&mut self, rel: &Path, target: &Path) -> std::result::Result<(), String> {
+    pub fn add_link(&mut self, rel: &Path, target: &Path) -> std::result::Result<(), Refusal> {
         if target.as_os_str().is_empty() {
-            return Err("symlink with an empty target".into());
+            return Err(Refusal::EmptyTarget);
         }
         if target.is_absolute() {
-            return Err(format!(
-                "symlink to the absolute path `{}`; links must stay inside the tree",
-                target.display()
-            ));
+            return Err(Refusal::AbsoluteTarget(target.to_path_buf()));
         }
         self.add(rel, Node::Link(target.to_path_buf()))
     }
@@ -97,9 +138,9 @@ impl TreeModel {
     /// Where the link at `link` leads, followed through every link of the tree the way the
     /// kernel follows them, as a path relative to the root. Refused when it leaves the root,
     /// is absolute, loops, or lands in a `.git` folder (the vendor tree's own repository).
-    pub fn resolve(&self, link: &Path) -> std::result::Result<PathBuf, String> {
+    pub fn resolve(&self, link: &Path) -> std::result::Result<PathBuf, Refusal> {
         let Some(Node::Link(first)) = self.nodes.get(link) else {
-            return Err("not a symlink".into());
+            return Err(Refusal::NotALink);
         };
         let mut stack: Vec<OsString> = link
             .parent()
@@ -120,35 +161,25 @@ impl TreeModel {
             }
             if c == ".." {
                 if stack.pop().is_none() {
-                    return Err(format!(
-                        "symlink to `{}` resolves outside the tree",
-                        first.display()
-                    ));
+                    return Err(Refusal::Outside(first.clone()));
                 }
                 continue;
             }
             if c == "/" {
-                return Err(format!(
-                    "symlink to `{}` resolves through an absolute path",
-                    first.display()
-                ));
+                return Err(Refusal::ThroughAbsolute(first.clone()));
             }
             stack.push(c);
             let here: PathBuf = stack.iter().collect();
             if let Some(Node::Link(next)) = self.nodes.get(&here) {
                 hops += 1;
                 if hops > MAX_LINK_HOPS {
-                    return Err(format!(
-                        "symlink to `{}` does not resolve (a loop of links)",
-                        first.display()
-                    ));
+                    return Err(Refusal::Loop(first.clone()));
                 }
                 if next.is_absolute() {
-                    return Err(format!(
-                        "symlink to `{}` resolves through `{}`, a link to an absolute path",
-                        first.display(),
-                        here.display()
-                    ));
+                    return Err(Refusal::ThroughAbsoluteLink {
+                        target: first.clone(),
+                        via: here,
+                    });
                 }
                 stack.pop();
                 push_front(&mut pending, next);
@@ -156,16 +187,13 @@ impl TreeModel {
         }
         let out: PathBuf = stack.iter().collect();
         if stack.iter().any(|c| is_git(c)) {
-            return Err(format!(
-                "symlink to `{}` resolves into a .git folder",
-                first.display()
-            ));
+            return Err(Refusal::IntoGit(first.clone()));
         }
         Ok(out)
     }
 
     /// Resolve every link; the first refused one (in path order) with its reason.
-    pub fn check_links(&self) -> std::result::Result<(), (PathBuf, String)> {
+    pub fn check_links(&self) -> std::result::Result<(), (PathBuf, Refusal)> {
         for (path, node) in &self.nodes {
             if let Node::Link(_) = node {
                 self.resolve(path).map_err(|why| (path.clone(), why))?;

@@ -1,0 +1,9 @@
+//! Files and trees: the checked file operations every layer uses (`fsx`), the digests of
+//! files and folders (`hashing`), the ELF reader (`elf`), and the extraction of untrusted
+//! trees (`archive`, checked against `tree`'s model before anything is written).
+
+pub mod archive;
+pub mod elf;
+pub mod fsx;
+pub mod hashing;
+pub mod tree;
