@@ -298,7 +298,16 @@ fn render(layer: Layer, out: &InstallOutcome) {
         );
     }
     outln!("  entry {}", out.entry.display());
-    if let Some(s) = &out.store {
+    if let Some(s) = out.store.as_ref().filter(|s| s.own_files > 0) {
+        // The known-good layers hold files of their own (issue #36): say how they were made.
+        outln!(
+            "  own files: {} ({} bytes), {} reflinked, {} copied; no inode shared with another entry",
+            s.own_files,
+            s.bytes_written,
+            s.own_reflinked,
+            s.own_files - s.own_reflinked
+        );
+    } else if let Some(s) = &out.store {
         outln!(
             "  objects: {} written ({} bytes), {} reused, {} replaced as damaged",
             s.objects_written,

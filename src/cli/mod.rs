@@ -20,6 +20,7 @@ mod patch;
 mod pull;
 mod push;
 mod rebase;
+mod repair;
 mod report;
 mod reporter;
 mod rollback;
@@ -220,6 +221,15 @@ build/mrope-cpu/patched/manifest.json"
     /// Remove store entries that no layer, the rollback stack or a journal references.
     #[command(after_help = "Example:\n  pinforge gc --root /srv/llama/rollback")]
     Gc(gc::GcArgs),
+    /// Re-hash every entry the layers and the rollback stack reference, and re-materialize a
+    /// damaged one from a verified source (another entry's or object's file with the recorded
+    /// digest, or a `--from` build's output), swapped in whole.
+    /// Exit 0 when everything is intact afterwards, 1 when a damaged file has no verified
+    /// source (then nothing is written).
+    #[command(
+        after_help = "Examples:\n  pinforge repair --dry-run\n  pinforge repair --from build/mrope-cpu/patched/manifest.json"
+    )]
+    Repair(repair::RepairArgs),
     /// The recipe's patch bundle against a newer upstream: per patch a verdict (merged,
     /// superseded, carries, carries-review, conflicts, reverted) with its evidence, strongest
     /// first.
@@ -430,6 +440,7 @@ fn run(cli: Cli) -> Result<ExitStatus> {
         Command::Rollback(a) => rollback::run(&ctx, a),
         Command::Status(a) => status::run(&ctx, a),
         Command::Gc(a) => gc::run(&ctx, a),
+        Command::Repair(a) => repair::run(&ctx, a),
         Command::History(a) => history::run(&ctx, a),
         Command::Audit(a) => audit::run(&ctx, a),
         Command::Rebase(a) => rebase::run(&ctx, a),

@@ -56,6 +56,7 @@ pub const DOCUMENTS: &[Document] = &[
     doc::<pinforge_deploy::install::Status>(id::STATUS),
     doc::<pinforge_deploy::install::History>(id::HISTORY),
     doc::<pinforge_deploy::install::GcOutcome>(id::GC),
+    doc::<pinforge_deploy::install::RepairOutcome>(id::REPAIR),
     doc::<pinforge_deploy::smoke::SmokeReport>(id::SMOKE),
     doc::<super::patch::LintReport<'static>>(id::PATCH_LINT),
     doc::<pinforge_source::attribution::Report>(id::PATCH_CHECK_ATTRIBUTION),

@@ -62,10 +62,11 @@ fn cmd_status(root: &std::path::Path, json: bool, verify: bool) -> Result<ExitCo
     for (name, slot) in ordered {
         match slot {
             Some(s) => outln!(
-                "  {name:<9} {}  {}/{}  verification: {} ({})",
+                "  {name:<9} {}  {}/{}  {}  verification: {} ({})",
                 s.digest.short(16),
                 Shown(&s.recipe),
                 Shown(&s.variant),
+                s.sharing.as_str(),
                 s.verification,
                 match (&s.verified_at, st.verified_now) {
                     (Some(t), true) => format!("re-hashed now, {}", Shown(t)),

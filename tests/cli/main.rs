@@ -33,6 +33,7 @@ mod flip;
 mod flip_txn;
 mod history;
 mod inputs;
+mod layers;
 mod noop;
 mod output;
 mod patch_apply;
@@ -110,6 +111,38 @@ fn every_test_file_is_a_module_of_its_test_binary() {
         .map(|p| p.display().to_string())
         .collect();
     assert!(others.is_empty(), "a test binary of no tier: {others:?}");
+}
+
+// insta names a snapshot `<binary>__<module>__<name>.snap` and looks for it beside the binary's
+// sources only: one left in another binary's folder (as the tier split once left the slow
+// tier's ablation table in tests/cli) is never read, and the test fails as a new snapshot in
+// CI. Every stored snapshot must name its folder's binary and one of its modules.
+#[test]
+fn every_snapshot_belongs_to_a_module_of_the_binary_beside_it() {
+    for binary in ["cli", "llama"] {
+        let dir = repo_root().join("tests").join(binary);
+        let Ok(entries) = std::fs::read_dir(dir.join("snapshots")) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            assert!(
+                !name.ends_with(".snap.new") && !name.ends_with(".pending-snap"),
+                "tests/{binary}/snapshots/{name}: an unreviewed snapshot (cargo insta review)"
+            );
+            let rest = name
+                .strip_prefix(&format!("{binary}__"))
+                .unwrap_or_else(|| panic!("tests/{binary}/snapshots/{name}: not {binary}__*"));
+            // `cli__NAME.snap` is asserted in main.rs itself; `cli__MODULE__NAME.snap` in a module.
+            let Some((module, _)) = rest.split_once("__") else {
+                continue;
+            };
+            assert!(
+                dir.join(format!("{module}.rs")).is_file() || dir.join(module).join("mod.rs").is_file(),
+                "tests/{binary}/snapshots/{name}: tests/{binary} has no module `{module}`"
+            );
+        }
+    }
 }
 
 // The environment pinforge sees is what the harness sets and nothing else: cargo's own run-time
@@ -670,14 +703,30 @@ fn install_layers_rollback_status_and_gc() {
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     assert!(stderr(&o).contains("no earlier live build"));
 
-    // gc keeps every referenced entry; once control is replaced by the live entry, the
-    // unpatched entry is no longer referenced and goes.
+    // gc keeps every referenced entry. Control holds its own copy of `unpatched`
+    // (`store/<digest>.own`, issue #36), so the linked `unpatched` entry the popped live
+    // generation used is referenced by nothing and goes, and control's copy stays.
+    let unpatched = PathBuf::from(
+        i.status()["layers"]["control"]["entry"]
+            .as_str()
+            .expect("control entry"),
+    );
+    let own_name = format!(
+        "store/{}",
+        unpatched.file_name().expect("name").to_string_lossy()
+    );
+    assert!(own_name.ends_with(".own"), "{own_name}");
     let o = i.run(&["gc"]);
     assert_eq!(code(&o), 0);
-    assert!(stdout(&o).contains("removed 0 entr(ies)"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("removed 1 entr(ies)"), "{}", stdout(&o));
+    assert!(!stdout(&o).contains(".own"), "{}", stdout(&o));
+    assert!(i.root.join(&own_name).is_dir(), "control's own entry stays");
+    assert!(i.verify_ok());
+    // Once control is replaced by `patched`, control's own `unpatched` copy goes.
     assert_eq!(code(&i.install(&i.patched, "control")), 0);
     let o = i.run(&["gc"]);
     assert!(stdout(&o).contains("removed 1 entr(ies)"), "{}", stdout(&o));
+    assert!(stdout(&o).contains(&own_name), "{}", stdout(&o));
     assert!(i.verify_ok());
     assert_eq!(i.status()["layers"]["control"]["variant"], "patched");
 }

@@ -26,6 +26,8 @@ macro_rules! snap {
             (r"\(\d+/\d+\)", "(n/n)"),
             (r"\b\d+%", "[P]%"),
             (r"\b\d+ tok/s", "[N] tok/s"),
+            // Reflinks or copies, as the test's file system allows.
+            (r"\b\d+ reflinked, \d+ copied", "[N] reflinked, [N] copied"),
         ]}, {
             insta::assert_snapshot!($name, shown(&$output));
         });

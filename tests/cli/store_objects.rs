@@ -155,13 +155,22 @@ fn issue_22_entries_share_objects_and_one_changed_file_is_the_only_write() {
     }
     // The text output says what the object store did.
     let c = build3(&fx, "c", 3);
-    let o = fx.ok(fx.run(&["install", c.to_str().expect("utf8"), "--layer", "control"]));
+    let o = fx.ok(fx.run(&["install", c.to_str().expect("utf8"), "--layer", "live"]));
     assert!(
         stdout(&o).contains("objects: 1 written (5000 bytes), 2 reused, 0 replaced as damaged"),
         "{}",
         stdout(&o)
     );
+    // The control layer takes no object (issue #36): files of its own, and it says so.
+    let o = fx.ok(fx.run(&["install", a.to_str().expect("utf8"), "--layer", "control"]));
+    assert!(
+        stdout(&o).contains("own files: 3 (9300 bytes)"),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(objects(&fx).len(), 5, "control wrote no object: {:?}", objects(&fx));
     fx.ok(fx.run(&["verify", "--installed"]));
+    fx.ok(fx.run(&["verify", "--installed", "control"]));
 }
 
 #[test]
@@ -200,7 +209,8 @@ fn issue_22_a_damaged_object_is_a_damaged_entry_and_reinstall_repairs_it() {
     let fx = Fx::new();
     let a = build3(&fx, "a", 1);
     let b = build3(&fx, "b", 2);
-    install_json(&fx, &a, "control");
+    install_json(&fx, &a, "live");
+    let old_live = fx.entry("live");
     install_json(&fx, &b, "live");
     let base = fx.entry("live").join("lib/libbase.so");
     let obj = fx.root.join("objects").join(format!(
@@ -208,28 +218,20 @@ fn issue_22_a_damaged_object_is_a_damaged_entry_and_reinstall_repairs_it() {
         crate::trust_install::sha_hex(&art("lib/libbase.so", 4000, 0o755).bytes)
     ));
     assert_eq!(ino(&base), ino(&obj), "the entry file is the object");
-    // Same size, same mode, other bytes: only the re-hash sees it, in both entries.
+    assert_eq!(ino(&old_live.join("lib/libbase.so")), ino(&obj), "and the stack's");
+    // Same size, same mode, other bytes: only the re-hash sees it, in both live entries.
     garble_in_place(&obj);
-    for layer in ["live", "control"] {
-        let o = fx.run(&["verify", "--installed", layer]);
-        assert_eq!(code(&o), 1, "{layer}: {}", stdout(&o));
-        assert!(stdout(&o).contains("libbase.so"), "{layer}: {}", stdout(&o));
-    }
+    let o = fx.run(&["verify", "--installed", "live"]);
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    assert!(stdout(&o).contains("libbase.so"), "{}", stdout(&o));
+    let o = fx.run(&["rollback"]);
+    assert_eq!(code(&o), 1, "the stack's entry is damaged too: {}", stderr(&o));
     // Reinstalling the live build repairs it: a fresh object under the same name.
     let j = install_json(&fx, &b, "live");
     assert_eq!(j["repaired"], true, "{j}");
     assert!(j["store"]["objects_replaced"].as_u64() >= Some(1), "{j}");
     fx.ok(fx.run(&["verify", "--installed", "live"]));
-    assert_ne!(ino(&obj), ino(&fx.entry("control").join("lib/libbase.so")));
-    // The control entry still holds the damaged inode until it is reinstalled too.
-    assert_eq!(code(&fx.run(&["verify", "--installed", "control"])), 1);
-    let j = install_json(&fx, &a, "control");
-    assert_eq!(j["repaired"], true, "{j}");
-    assert_eq!(
-        j["store"]["objects_reused"], 3,
-        "the fresh object is reused: {j}"
-    );
-    fx.ok(fx.run(&["verify", "--installed", "control"]));
+    assert_ne!(ino(&obj), ino(&old_live.join("lib/libbase.so")));
     // A wrong mode on an object (seen without reading it) is replaced on the next staging.
     std::fs::set_permissions(&obj, std::fs::Permissions::from_mode(0o444)).expect("chmod");
     assert_eq!(code(&fx.run(&["verify", "--installed"])), 1);
@@ -244,21 +246,39 @@ fn issue_22_gc_removes_the_objects_no_entry_uses() {
     let fx = Fx::new();
     let a = build3(&fx, "a", 1);
     let b = build3(&fx, "b", 2);
-    install_json(&fx, &a, "control");
-    let gone = fx.digest("control");
-    let records = record_bytes(&fx.entry("control"));
-    install_json(&fx, &b, "control");
+    // Generations of one layer share objects; a rollback to generation 1 leaves b's entry
+    // and b's libllama object to nothing once the later generations are collected.
+    install_json(&fx, &a, "live");
+    install_json(&fx, &b, "live");
+    let gone = fx.digest("live");
+    let records = record_bytes(&fx.entry("live"));
+    fx.ok(fx.run(&["rollback", "--to-generation", "1"]));
     assert_eq!(objects(&fx).len(), 4);
     let dry = json(&fx.ok(fx.run(&["gc", "--dry-run", "--json"])));
     crate::schemas::validate(&dry);
     assert_eq!(dry["removed_entries"], serde_json::json!([gone]), "{dry}");
-    assert_eq!(dry["removed_objects"], 1, "a's libllama only: {dry}");
+    assert_eq!(dry["removed_objects"], 1, "b's libllama only: {dry}");
     assert_eq!(dry["bytes_freed"], 5000 + records, "{dry}");
     assert_eq!(objects(&fx).len(), 4, "a dry run removes nothing");
     let real = json(&fx.ok(fx.run(&["gc", "--json"])));
     assert_eq!(real["removed_objects"], dry["removed_objects"]);
     assert_eq!(real["bytes_freed"], dry["bytes_freed"]);
     assert_eq!(objects(&fx).len(), 3);
+    fx.ok(fx.run(&["verify", "--installed", "live"]));
+    // An own (control) entry that nothing references any more is freed whole: its files are
+    // its own.
+    install_json(&fx, &a, "control");
+    let own = fx.entry("control");
+    let own_records = record_bytes(&own);
+    install_json(&fx, &b, "control");
+    let g = json(&fx.ok(fx.run(&["gc", "--json"])));
+    assert_eq!(
+        g["removed_entries"],
+        serde_json::json!([own.file_name().expect("name").to_string_lossy()]),
+        "{g}"
+    );
+    assert_eq!(g["bytes_freed"], 4000 + 5000 + 300 + own_records, "{g}");
+    assert_eq!(g["removed_objects"], 0, "{g}");
     fx.ok(fx.run(&["verify", "--installed", "control"]));
     // Nothing more to collect; a stray name in objects/ is left alone.
     std::fs::write(fx.root.join("objects").join("notes.txt"), "mine").expect("write");
@@ -272,7 +292,7 @@ fn issue_22_gc_removes_the_objects_no_entry_uses() {
     std::os::unix::fs::symlink(&elsewhere, fx.root.join("objects")).expect("link");
     let o = fx.run(&["gc"]);
     assert_eq!(code(&o), 2, "{}", stderr(&o));
-    let o = fx.run(&["install", a.to_str().expect("utf8"), "--layer", "live"]);
+    let o = fx.run(&["install", b.to_str().expect("utf8"), "--layer", "live"]);
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     assert!(stderr(&o).contains("objects"), "{}", stderr(&o));
     assert_eq!(std::fs::read_dir(&elsewhere).expect("ls").count(), 0);
@@ -358,9 +378,8 @@ fn issue_22_a_store_without_objects_still_reads_verifies_and_collects() {
     let fx = Fx::new();
     let a = build3(&fx, "a", 1);
     let b = build3(&fx, "b", 2);
-    install_json(&fx, &a, "control");
-    let old = fx.entry("control");
-    let records = record_bytes(&old);
+    install_json(&fx, &a, "live");
+    let old = fx.entry("live");
     std::fs::remove_dir_all(fx.root.join("objects")).expect("rm");
     assert_eq!(
         std::fs::symlink_metadata(old.join("lib/libbase.so"))
@@ -369,23 +388,25 @@ fn issue_22_a_store_without_objects_still_reads_verifies_and_collects() {
         1,
         "an entry with its own copies, as before #22"
     );
-    fx.ok(fx.run(&["verify", "--installed", "control"]));
+    fx.ok(fx.run(&["verify", "--installed", "live"]));
     fx.ok(fx.run(&["status"]));
-    let j = install_json(&fx, &b, "control");
+    let j = install_json(&fx, &b, "live");
     assert_eq!(j["store"]["objects_written"], 3, "{j}");
+    // Back to generation 1: b is referenced by no kept generation, and gc frees its records
+    // and the one object only b used (a's record names the other two, which a, holding
+    // copies, does not even link).
+    let records_b = record_bytes(&fx.entry("live"));
+    fx.ok(fx.run(&["rollback", "--to-generation", "1"]));
+    fx.ok(fx.run(&["verify", "--installed", "live"]));
     let g = json(&fx.ok(fx.run(&["gc", "--json"])));
     assert_eq!(
         g["removed_entries"].as_array().map(Vec::len),
         Some(1),
         "{g}"
     );
-    assert_eq!(
-        g["bytes_freed"],
-        4000 + 5000 + 300 + records,
-        "its own copies are freed: {g}"
-    );
-    assert_eq!(g["removed_objects"], 0, "{g}");
-    fx.ok(fx.run(&["verify", "--installed", "control"]));
+    assert_eq!(g["bytes_freed"], 5000 + records_b, "{g}");
+    assert_eq!(g["removed_objects"], 1, "{g}");
+    fx.ok(fx.run(&["verify", "--installed", "live"]));
 }
 
 /// A repair replaces an object's name only with the bytes the name says: a build output that

@@ -171,8 +171,17 @@ impl Fx {
             .to_string()
     }
 
+    /// The store entry a layer shows, through the link chain consumers follow (control and
+    /// original entries are `store/<digest>.own`).
     pub(crate) fn entry(&self, layer: &str) -> PathBuf {
-        self.root.join("store").join(self.digest(layer))
+        let e = std::fs::canonicalize(self.root.join(layer)).expect("the layer's entry");
+        assert!(
+            e.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(&self.digest(layer))),
+            "{layer} shows {}",
+            e.display()
+        );
+        e
     }
 }
 
@@ -662,7 +671,8 @@ fn cp_a(from: &Path, to: &Path) {
 fn issue_7_class_3_gc_dry_run_reports_entries_and_bytes_and_removes_nothing() {
     let fx = Fx::new();
     fx.ok(fx.install(&fx.build("a"), "control"));
-    let gone = fx.digest("control");
+    let gone = fx.entry("control").file_name().expect("name").to_string_lossy().into_owned();
+    assert!(gone.ends_with(".own"), "control holds files of its own: {gone}");
     fx.ok(fx.install(&fx.build("b"), "control"));
     let before = snapshot(&fx.root, &[]);
     let dry = crate::json(&fx.ok(fx.run(&["gc", "--dry-run", "--json"])));
@@ -1110,13 +1120,13 @@ fn issue_7_corruption_campaign_over_the_install_root() {
     fx.ok(fx.install(&builds[3], "live"));
     fx.ok(fx.run(&["rollback", "--to", "control"]));
     let st = fx.status();
+    // Entry folder names (control and original hold `<digest>.own`, issue #36).
     let mut referenced: Vec<String> = ["live", "control", "original"]
         .iter()
         .map(|l| {
-            st["layers"][l]["digest"]
-                .as_str()
-                .expect("digest")
-                .to_string()
+            let own = if l == &"live" { "" } else { ".own" };
+            let d = st["layers"][l]["digest"].as_str().expect("digest");
+            format!("{d}{own}")
         })
         .collect();
     for h in st["live_history"].as_array().expect("history") {
@@ -1234,15 +1244,18 @@ fn issue_7_corruption_campaign_over_the_install_root() {
                 None => failures.push(format!("{what}: final status hung")),
                 Some(o) if code(&o) == 0 => {
                     let st = crate::json(&o);
-                    let layers = ["live", "control", "original"]
-                        .iter()
-                        .filter_map(|l| st["layers"][l]["digest"].as_str());
+                    // Entry folder names: `<digest>`, `<digest>.own` for control and original.
+                    let layers = ["live", "control", "original"].iter().filter_map(|l| {
+                        let s = &st["layers"][l];
+                        let own = if s["sharing"] == "own" { ".own" } else { "" };
+                        s["digest"].as_str().map(|d| format!("{d}{own}"))
+                    });
                     let history = st["live_history"]
                         .as_array()
                         .into_iter()
                         .flatten()
-                        .filter_map(|h| h["digest"].as_str());
-                    now_referenced.extend(layers.chain(history).map(str::to_string));
+                        .filter_map(|h| h["digest"].as_str().map(str::to_string));
+                    now_referenced.extend(layers.chain(history));
                 }
                 Some(_) => {}
             }

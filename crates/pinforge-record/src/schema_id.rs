@@ -29,6 +29,8 @@ pub const STATUS: &str = "pinforge.status/v1";
 pub const HISTORY: &str = "pinforge.history/v1";
 /// `gc --json`.
 pub const GC: &str = "pinforge.gc/v1";
+/// `repair --json`, and the report a repair writes (`repairs/<n>.json`).
+pub const REPAIR: &str = "pinforge.repair/v1";
 /// `smoke --json` (and the smoke report of a gated `install --json`).
 pub const SMOKE: &str = "pinforge.smoke/v1";
 /// `patch lint --json`.

@@ -77,23 +77,23 @@ impl Root {
                 }
             }
         }
-        if let Some(d) = journal.as_ref().and_then(|j| j.entry) {
-            keep.insert(d);
+        if let Some(k) = journal.as_ref().and_then(|j| j.entry_key()) {
+            keep.insert(k);
         }
         let mut out = GcOutcome::default_for(dry_run);
-        for d in &keep {
-            if safe::kind(&self.entry_dir(d))? == Kind::Missing {
-                out.missing_entries.push(d.to_hex());
+        for k in &keep {
+            if safe::kind(&self.entry_dir(k))? == Kind::Missing {
+                out.missing_entries.push(k.dir_name());
             }
         }
         for name in self.names("store")? {
-            let Ok(d) = name.parse::<Sha256>() else {
+            let Some(k) = EntryKey::parse(&name) else {
                 continue;
             };
-            if d.to_hex() != name || keep.contains(&d) {
+            if keep.contains(&k) {
                 continue;
             }
-            let p = self.entry_dir(&d);
+            let p = self.entry_dir(&k);
             out.bytes_freed += safe::unshared_bytes(&p);
             if !dry_run {
                 safe::remove_tree(&p)?;

@@ -65,12 +65,26 @@ pub struct Journal {
     pub staging: Option<String>,
     /// Entry being added (installs).
     pub entry: Option<Sha256>,
+    /// How that entry holds its files (`own` in the known-good layers); absent in journals
+    /// written before issue #36, whose entries all link.
+    #[serde(default, skip_serializing_if = "Sharing::is_linked")]
+    pub entry_sharing: Sharing,
     /// Whether that entry already existed (then undo must not remove it).
     pub entry_preexisted: bool,
     /// staging | commit.
     pub phase: Phase,
     /// Layer concerned.
     pub layer: Layer,
+}
+
+impl Journal {
+    /// The entry being added, as a store name.
+    pub(super) fn entry_key(&self) -> Option<EntryKey> {
+        self.entry.map(|digest| EntryKey {
+            digest,
+            sharing: self.entry_sharing,
+        })
+    }
 }
 
 pub(super) fn staging_name(txid: u64) -> String {
@@ -107,6 +121,9 @@ pub(crate) fn parse_journal(bytes: &[u8]) -> Result<Journal> {
     }
     if j.op == Op::Rollback && (j.staging.is_some() || j.entry.is_some()) {
         return bad("a rollback stages nothing".into());
+    }
+    if j.entry_sharing == Sharing::Own && (j.entry.is_none() || j.layer == Layer::Live) {
+        return bad("only a control or original install adds an own entry".into());
     }
     Ok(j)
 }

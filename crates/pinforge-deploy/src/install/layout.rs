@@ -248,8 +248,8 @@ impl Root {
         self.path.join("gens").join(gen.to_string())
     }
 
-    pub(super) fn entry_dir(&self, digest: &Sha256) -> PathBuf {
-        self.path.join("store").join(digest.to_hex())
+    pub(super) fn entry_dir(&self, key: &EntryKey) -> PathBuf {
+        self.path.join("store").join(key.dir_name())
     }
 
     pub(super) fn staging_dir(&self, txid: u64) -> PathBuf {
@@ -257,17 +257,15 @@ impl Root {
     }
 
     /// Read an entry's record, believed only when its listing hashes to the entry's name.
-    pub(crate) fn read_entry(&self, digest: &Sha256) -> Result<EntryInfo> {
-        let p = self.entry_dir(digest).join(ENTRY_RECORD);
-        if safe::kind(&self.entry_dir(digest))? != Kind::Dir {
-            return Err(damaged(
-                self.entry_dir(digest).display(),
-                "store entry is not a folder",
-            ));
+    pub(crate) fn read_entry(&self, key: &EntryKey) -> Result<EntryInfo> {
+        let dir = self.entry_dir(key);
+        let p = dir.join(ENTRY_RECORD);
+        if safe::kind(&dir)? != Kind::Dir {
+            return Err(damaged(dir.display(), "store entry is not a folder"));
         }
         let bytes = safe::read_limited(&p, RECORD_LIMIT)?;
         let info = parse_entry_record(&bytes).map_err(|e| damaged(p.display(), e))?;
-        if info.digest != *digest {
+        if info.digest != key.digest {
             return Err(damaged(p.display(), "the record describes another entry"));
         }
         Ok(info)
@@ -289,12 +287,12 @@ impl Root {
         safe::remove_tree(&dir)?;
         std::fs::create_dir(&dir).at("create directory", &dir)?;
         for (layer, slot) in &gs.layers {
-            let target = PathBuf::from("../../store").join(slot.digest.to_hex());
+            let target = entry_link(&slot.key());
             let link = dir.join(layer.as_str());
             std::os::unix::fs::symlink(&target, &link).at("create link", &link)?;
         }
         if let Some((_, slot)) = gs.current_slot() {
-            let target = PathBuf::from("../../store").join(slot.digest.to_hex());
+            let target = entry_link(&slot.key());
             let link = dir.join("current");
             std::os::unix::fs::symlink(&target, &link).at("create link", &link)?;
         }
@@ -318,7 +316,7 @@ impl Root {
 
     /// Every entry any generation references, or `None` when some generation (or the
     /// committed one) cannot be read: then what it references is unknown.
-    pub(super) fn referenced_everywhere(&self) -> Result<Option<BTreeSet<Sha256>>> {
+    pub(super) fn referenced_everywhere(&self) -> Result<Option<BTreeSet<EntryKey>>> {
         let committed = self.committed_gen()?;
         let mut keep = self.read_gen(committed)?.referenced();
         for name in self.names("gens")? {
@@ -439,4 +437,10 @@ pub(super) fn parse_gen_number(s: &str) -> Option<u64> {
 pub(super) fn parse_gen(target: &Path) -> Option<u64> {
     let s = target.to_str()?;
     parse_gen_number(s.strip_prefix("gens/")?)
+}
+
+/// The link a generation holds for an entry (relative to `gens/<n>/`): what it writes and
+/// what verification expects to read back.
+pub(super) fn entry_link(key: &EntryKey) -> PathBuf {
+    PathBuf::from("../../store").join(key.dir_name())
 }

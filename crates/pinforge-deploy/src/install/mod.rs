@@ -4,9 +4,13 @@
 //!
 //! ```text
 //! rollback/
-//!   store/<output-digest>/        immutable entry: the artifacts, links, entry.json
-//!   objects/<sha256>[.x]          file objects (`.x`: executable): every entry file is a hard
-//!                                 link to one, so entries share unchanged files (see `objects`)
+//!   store/<output-digest>/        immutable linked entry (live and its rollback stack): the
+//!                                 artifacts, links, entry.json
+//!   store/<output-digest>.own/    immutable own entry (control, original): files of its own,
+//!                                 reflinks or copies, sharing no inode (see `own`)
+//!   objects/<sha256>[.x]          file objects (`.x`: executable): every linked entry's file
+//!                                 is a hard link to one, so live generations share unchanged
+//!                                 files (see `objects`)
 //!   gens/<n>/                     generation n: live, control, original, current -> ../../store/..
 //!                                 and state.json (layers, current layer, live history)
 //!   state -> gens/<n>             THE commit point: one rename(2) of this link
@@ -34,7 +38,8 @@
 // transaction type with its steps), `journal` (the transaction record), `recovery` (finish
 // or undo after a crash), `store` (the install plan and staging), `verify` (resolution and
 // the entry check), `status` (read-only views: status, history, verify --installed), `gc`,
-// `objects` (the content-addressed file objects entries link to),
+// `objects` (the content-addressed file objects linked entries link to), `own` (the
+// known-good layers' files of their own),
 // `safe` (inspect-before-open file access). This file holds the layers, the public surface
 // (every public type is re-exported here) and the two operations, install and rollback,
 // each a sequence of transaction steps.
@@ -42,8 +47,11 @@ mod gc;
 mod journal;
 mod layout;
 mod objects;
+mod own;
 mod record;
 mod recovery;
+mod repair;
+mod repair_stage;
 mod safe;
 mod signed;
 mod status;
@@ -52,15 +60,17 @@ mod txn;
 mod verify;
 
 pub use gc::GcOutcome;
+pub use repair::{RepairOutcome, RepairStep, RepairedEntry};
 use journal::staging_name;
 pub(crate) use journal::{Journal, Op, Phase};
 pub use layout::Root;
-use layout::{damaged, parse_gen_number};
+use layout::{damaged, entry_link, parse_gen_number};
 pub(crate) use objects::StoreUse;
 use objects::{link_fallback, looks_intact, object_name};
+use pinforge_base::txn::Step as _;
 pub use record::{
     identity, parse_entry_record, parse_receipt, parse_receipt_name, parse_state, EntryInfo,
-    FileRec, GenSlot, GenState, Receipt, Verification,
+    EntryKey, FileRec, GenSlot, GenState, Receipt, Sharing, Verification,
 };
 use record::{
     validate_listing, ENTRY_MANIFEST, ENTRY_RECORD, EXEC_MODE, FILE_MODE, RECORD_LIMIT, TMP_PREFIX,
@@ -70,7 +80,7 @@ pub use store::StageMode;
 use store::{Existing, Plan};
 use txn::{Change, Txn};
 pub use txn::{InstallStep, RollbackStep};
-use verify::{check_entry, check_result, mismatch_error, Resolved};
+use verify::{check_entry, check_key, check_result, mismatch_error, Resolved};
 
 use pinforge_base::digest::Sha256;
 use pinforge_base::error::{Error, IoContext, Result};
@@ -154,11 +164,15 @@ impl Root {
         self.init_if_fresh()?;
         let recovered = self.recover()?;
         let change = self.install_change(&plan.info, layer)?;
-        let entry = self.existing_entry(&plan.info.digest)?;
+        let key = EntryKey {
+            digest: plan.info.digest,
+            sharing: Sharing::for_layer(layer),
+        };
+        let entry = self.existing_entry(&key)?;
         if entry.ok && change.unchanged() {
             return self.install_unchanged(&change, entry, recovered, t_total);
         }
-        let journal = change.journal(true, Some(plan.info.digest), entry.kind != Kind::Missing);
+        let journal = change.journal(true, Some(key), entry.kind != Kind::Missing);
         let mut txn = Txn::<InstallStep>::begin(self, journal)?;
         let mut timings = BTreeMap::new();
         // Everything between the journal and the new generation either completes or is undone
@@ -198,6 +212,7 @@ impl Root {
             digest: info.digest,
             recipe: info.recipe.clone(),
             variant: info.variant.clone(),
+            sharing: Sharing::for_layer(layer),
         };
         let mut after = before.clone();
         after.gen = from_gen + 1;
@@ -260,7 +275,7 @@ impl Root {
             .ok_or_else(|| Error::Internal("rollback target vanished".into()))?;
         // The restored entry must still be what was recorded when it was installed.
         let what = format!("the {layer} entry is damaged; not switching to it");
-        self.require_intact(&target.digest, &what)?;
+        self.require_intact(&target.key(), &what)?;
         let mut timings = BTreeMap::new();
         let unchanged = change.unchanged();
         let (v, reverted, txn) = if unchanged {
@@ -351,7 +366,7 @@ impl Root {
         })?;
         for (l, slot) in &after.layers {
             let what = format!("generation {n}'s {l} entry is damaged; not restoring it");
-            self.require_intact(&slot.digest, &what)?;
+            self.require_intact(&slot.key(), &what)?;
         }
         Ok(layer)
     }

@@ -1,5 +1,7 @@
-//! The content-addressed object store (`objects/`): every file of every entry is a hard link
-//! to `objects/<sha256>` (sealed 0444) or `objects/<sha256>.x` (sealed 0555). Hard links share
+//! The content-addressed object store (`objects/`): every file of every linked entry (live
+//! and its rollback stack) is a hard link to `objects/<sha256>` (sealed 0444) or
+//! `objects/<sha256>.x` (sealed 0555); own entries (control, original) hold no object's
+//! inode (see `own`). Hard links share
 //! their inode's mode, so the mode is part of an object's name: the same bytes as a library
 //! and as an executable are two objects.
 //!
@@ -55,6 +57,18 @@ pub struct StoreUse {
     /// link count is at its limit, or the entry is on another file system): these cost their
     /// full size in the store.
     pub copied_not_linked: Vec<String>,
+    /// Files of an own entry (control, original: issue #36), each made from the build
+    /// output and linked to nothing; their bytes are counted in `bytes_written`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub own_files: usize,
+    /// Of those, the reflinks (copy-on-write clones: new inodes that share blocks until one
+    /// is written); the rest are byte copies (a file system without reflinks, such as ext4).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub own_reflinked: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl Root {
@@ -80,7 +94,7 @@ impl Root {
     /// only; with `dry_run`, only count them. Returns (names removed, bytes of those objects).
     pub(super) fn gc_objects(
         &self,
-        keep: &BTreeSet<Sha256>,
+        keep: &BTreeSet<EntryKey>,
         dry_run: bool,
     ) -> Result<(Vec<String>, u64)> {
         let dir = self.path.join(OBJECTS);
@@ -90,10 +104,11 @@ impl Root {
             _ => return Err(damaged(dir.display(), "`objects` is not a folder")),
         }
         let mut used = BTreeSet::new();
-        for d in keep {
+        // Own entries hold no object's inode: only linked ones keep objects.
+        for k in keep.iter().filter(|k| k.sharing.is_linked()) {
             // An entry whose record does not read names nothing: dropping an object's name
             // never changes an entry, so this can cost a rewrite, never an entry's data.
-            if let Ok(info) = self.read_entry(d) {
+            if let Ok(info) = self.read_entry(k) {
                 used.extend(info.files.values().map(object_name));
             }
         }

@@ -118,6 +118,111 @@ pub struct GenSlot {
     pub recipe: String,
     /// Variant name.
     pub variant: String,
+    /// How the entry holds its files: `own` for the known-good layers (absent: `linked`, and
+    /// every slot a root written before issue #36 holds).
+    #[serde(default, skip_serializing_if = "Sharing::is_linked")]
+    pub sharing: Sharing,
+}
+
+impl GenSlot {
+    /// The store entry this slot names.
+    pub fn key(&self) -> EntryKey {
+        EntryKey {
+            digest: self.digest,
+            sharing: self.sharing,
+        }
+    }
+}
+
+/// How a store entry holds its files (issue #36). Hard links let entries share unchanged
+/// files, and so also share damage: a write through one link is a write to every entry that
+/// holds the inode. The layers an operator falls back to therefore never share.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Sharing {
+    /// Every file a hard link to its object in `objects/`: live and its rollback stack, whose
+    /// generations share unchanged files (`store/<digest>`).
+    #[default]
+    Linked,
+    /// Files of its own, copies or reflinks (which share blocks copy-on-write, never an
+    /// inode): the control and original layers (`store/<digest>.own`).
+    Own,
+}
+
+impl Sharing {
+    /// The sharing an install into `layer` gives its entry.
+    pub fn for_layer(layer: Layer) -> Sharing {
+        match layer {
+            Layer::Live => Sharing::Linked,
+            Layer::Control | Layer::Original => Sharing::Own,
+        }
+    }
+
+    /// `linked` (the default, not written into state.json).
+    pub fn is_linked(&self) -> bool {
+        *self == Sharing::Linked
+    }
+
+    /// The name used in messages and JSON.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Sharing::Linked => "linked",
+            Sharing::Own => "own",
+        }
+    }
+}
+
+/// A store entry's name: its digest and how it holds its files. The same build installed
+/// into live and into control is two entries, so damage to one is never damage to the other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EntryKey {
+    /// The entry's identity (its content, modes and links).
+    pub digest: Sha256,
+    /// Linked to the objects or its own files.
+    pub sharing: Sharing,
+}
+
+/// The suffix of an [`Sharing::Own`] entry's folder name.
+const OWN_SUFFIX: &str = ".own";
+
+impl EntryKey {
+    /// The folder name below `store/`: the digest, plus `.own` for an own entry.
+    pub fn dir_name(&self) -> String {
+        match self.sharing {
+            Sharing::Linked => self.digest.to_hex(),
+            Sharing::Own => format!("{}{OWN_SUFFIX}", self.digest.to_hex()),
+        }
+    }
+
+    /// A folder name as [`EntryKey::dir_name`] writes it; anything else in `store/` is not
+    /// an entry (a staging folder, a stray).
+    pub fn parse(name: &str) -> Option<EntryKey> {
+        let (hex, sharing) = match name.strip_suffix(OWN_SUFFIX) {
+            Some(h) => (h, Sharing::Own),
+            None => (name, Sharing::Linked),
+        };
+        let digest: Sha256 = hex.parse().ok()?;
+        (digest.to_hex() == hex).then_some(EntryKey { digest, sharing })
+    }
+}
+
+impl fmt::Display for EntryKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "store/{}", self.dir_name())
+    }
 }
 
 /// A generation: the whole visible state.
@@ -140,11 +245,11 @@ impl GenState {
     }
 
     /// Every entry this generation needs: layers and the rollback stack.
-    pub(super) fn referenced(&self) -> BTreeSet<Sha256> {
+    pub(super) fn referenced(&self) -> BTreeSet<EntryKey> {
         self.layers
             .values()
             .chain(&self.live_history)
-            .map(|s| s.digest)
+            .map(GenSlot::key)
             .collect()
     }
 }
@@ -158,6 +263,14 @@ pub fn parse_state(bytes: &[u8], gen: u64) -> Result<GenState> {
         return Err(Error::input(
             "state.json",
             format!("says generation {}, but it is in gens/{gen}", gs.gen),
+        ));
+    }
+    // Only the known-good layers are given entries of their own; live and its stack link.
+    let mut live = gs.layers.get(&Layer::Live).into_iter().chain(&gs.live_history);
+    if live.any(|s| s.sharing != Sharing::Linked) {
+        return Err(Error::input(
+            "state.json",
+            "a live entry is marked `own`: live and its rollback stack link to the objects",
         ));
     }
     if let Some(c) = gs.current {

@@ -51,12 +51,12 @@ impl Root {
             if j.op == Op::Install {
                 safe::remove_tree(&self.staging_dir(j.txid))?;
             }
-            if let (Some(d), false) = (&j.entry, j.entry_preexisted) {
+            if let (Some(k), false) = (j.entry_key(), j.entry_preexisted) {
                 // Only an entry no readable generation references may go; when any
                 // generation cannot be read, nothing is removed.
                 if let Some(keep) = self.referenced_everywhere()? {
-                    if !keep.contains(d) {
-                        safe::remove_tree(&self.entry_dir(d))?;
+                    if !keep.contains(&k) {
+                        safe::remove_tree(&self.entry_dir(&k))?;
                     }
                 }
             }

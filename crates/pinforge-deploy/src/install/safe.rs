@@ -8,6 +8,7 @@
 use pinforge_base::error::{Error, IoContext, Result};
 use pinforge_base::tree::TreeModel;
 use std::collections::BTreeMap;
+use std::fmt;
 use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
@@ -146,7 +147,7 @@ pub(crate) fn check_tree<'a>(
     links: &BTreeMap<String, String>,
 ) -> Result<()> {
     let mut model = TreeModel::default();
-    let refuse = |name: &str, why: String| {
+    let refuse = |name: &str, why: pinforge_base::tree::Refusal| {
         Error::input(
             format!("`{}`", name.escape_debug()),
             format!("{why}; refused"),
@@ -169,7 +170,7 @@ pub(crate) fn check_tree<'a>(
     })
 }
 
-fn link_refused(name: &str, target: &str, why: &str) -> Error {
+fn link_refused(name: &str, target: &str, why: &dyn fmt::Display) -> Error {
     Error::input(
         format!(
             "link `{}` -> `{}`",
@@ -188,7 +189,7 @@ fn check_target(name: &str, target: &str) -> Result<()> {
         return Err(link_refused(
             name,
             target,
-            "empty target or control character",
+            &"empty target or control character",
         ));
     }
     Ok(())

@@ -22,7 +22,7 @@ impl Root {
         let name = layer.map(|l| l.as_str()).unwrap_or("current");
         let subject = format!("{}/{name}", self.path.display());
         let digest = match self.resolve(name)? {
-            Resolved::At { digest, .. } => digest,
+            Resolved::At { key, .. } => key.digest,
             Resolved::Empty => {
                 return Err(Error::input(subject, "nothing is installed there")
                     .with_hint("`pinforge install ... --sign KEY` first"))

@@ -71,6 +71,11 @@ pub struct StatusSlot {
     pub recipe: String,
     /// Variant.
     pub variant: String,
+    /// `linked` (live: files shared with the rollback stack through the objects) or `own`
+    /// (control, original: files of its own, sharing no inode).
+    pub sharing: Sharing,
+    /// The store entry's folder (`store/<digest>` or `store/<digest>.own`).
+    pub entry: PathBuf,
     /// `ok`, `mismatch` or `unverified`: re-hashed now with `--verify`, otherwise the last
     /// verification recorded in a receipt.
     pub verification: VerificationState,
@@ -115,22 +120,22 @@ impl Root {
         let gen = self.committed_gen()?;
         let gs = self.read_gen(gen)?;
         let transaction = self.read_journal()?;
-        let mut seen: BTreeMap<Sha256, (VerificationState, Option<String>)> = BTreeMap::new();
+        let mut seen: BTreeMap<EntryKey, (VerificationState, Option<String>)> = BTreeMap::new();
         if verify {
             let now = pinforge_base::time::now_rfc3339();
             for s in gs.layers.values() {
-                let dir = self.entry_dir(&s.digest);
-                let v = check_entry(&dir, &s.digest, &dir)?;
-                seen.insert(s.digest, (VerificationState::of(v.ok), Some(now.clone())));
+                let dir = self.entry_dir(&s.key());
+                let v = check_key(&dir, &s.key(), &dir)?;
+                seen.insert(s.key(), (VerificationState::of(v.ok), Some(now.clone())));
             }
         } else {
-            for (d, (ok, time)) in self.last_verifications()? {
-                seen.insert(d, (VerificationState::of(ok), Some(time)));
+            for (key, (ok, time)) in self.last_verifications()? {
+                seen.insert(key, (VerificationState::of(ok), Some(time)));
             }
         }
         let show = |layer: Layer, s: &GenSlot| {
             let (verification, verified_at) = seen
-                .get(&s.digest)
+                .get(&s.key())
                 .cloned()
                 .unwrap_or((VerificationState::Unverified, None));
             StatusSlot {
@@ -138,6 +143,8 @@ impl Root {
                 digest: s.digest,
                 recipe: s.recipe.clone(),
                 variant: s.variant.clone(),
+                sharing: s.sharing,
+                entry: self.entry_dir(&s.key()),
                 verification,
                 verified_at,
             }
@@ -187,7 +194,7 @@ impl Root {
                 .iter()
                 .flat_map(|gs| gs.layers.iter())
                 .filter_map(|(l, s)| {
-                    self.read_entry(&s.digest)
+                    self.read_entry(&s.key())
                         .ok()
                         .map(|e| (*l, e.input_digest))
                 })
@@ -210,7 +217,7 @@ impl Root {
 
     /// The last verification each entry got, from well-formed receipts in sequence order
     /// (unreadable or stray receipts are skipped: they are a record, not the state).
-    fn last_verifications(&self) -> Result<BTreeMap<Sha256, (bool, String)>> {
+    fn last_verifications(&self) -> Result<BTreeMap<EntryKey, (bool, String)>> {
         let mut receipts: Vec<(u64, String)> = self
             .names("receipts")?
             .into_iter()
@@ -232,7 +239,7 @@ impl Root {
             if let Some(to) = &r.to {
                 if r.verification.files > 0 || r.verification.ok {
                     out.insert(
-                        to.digest,
+                        to.key(),
                         (r.verification.ok && !r.reverted, r.time.clone()),
                     );
                 }
@@ -255,9 +262,9 @@ impl Root {
         match self.resolve(name)? {
             Resolved::Empty => Err(nothing()),
             Resolved::Broken(why) => Err(damaged(self.path.join(name).display(), why)),
-            Resolved::At { digest, .. } => {
-                let dir = self.entry_dir(&digest);
-                let v = check_entry(&dir, &digest, &self.path.join(name))?;
+            Resolved::At { key, .. } => {
+                let dir = self.entry_dir(&key);
+                let v = check_key(&dir, &key, &self.path.join(name))?;
                 if !v.ok {
                     return Err(mismatch_error(
                         &dir,

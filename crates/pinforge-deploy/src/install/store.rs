@@ -21,9 +21,9 @@ pub enum StageMode {
 /// file reached through real folders only) and the entry it makes.
 pub(super) struct Plan {
     pub(super) manifest_path: PathBuf,
-    manifest_bytes: Vec<u8>,
+    pub(super) manifest_bytes: Vec<u8>,
     pub(super) info: EntryInfo,
-    sources: BTreeMap<String, (PathBuf, std::fs::Metadata)>,
+    pub(super) sources: BTreeMap<String, (PathBuf, std::fs::Metadata)>,
 }
 
 /// The files of a plan: the entry's listing, and where each one is read from (with the
@@ -213,6 +213,7 @@ pub(super) struct Placed {
 
 /// The store entry an install would fill, as found before the transaction.
 pub(super) struct Existing {
+    pub(super) key: EntryKey,
     pub(super) dir: PathBuf,
     pub(super) kind: Kind,
     /// It is a folder that still is what its name says.
@@ -223,16 +224,21 @@ impl Root {
     /// The store entry `digest` as it is now. An existing entry is reused only when it still
     /// is what its name says; a damaged one (special files included) is replaced from the
     /// build, never left in place.
-    pub(super) fn existing_entry(&self, digest: &Sha256) -> Result<Existing> {
-        let dir = self.entry_dir(digest);
+    pub(super) fn existing_entry(&self, key: &EntryKey) -> Result<Existing> {
+        let dir = self.entry_dir(key);
         let kind = safe::kind(&dir)?;
         let ok = kind == Kind::Dir
-            && match check_entry(&dir, digest, &dir) {
+            && match check_key(&dir, key, &dir) {
                 Ok(v) => v.ok,
                 Err(e) if e.exit_code() == pinforge_base::error::ExitCode::Input => false,
                 Err(e) => return Err(e),
             };
-        Ok(Existing { dir, kind, ok })
+        Ok(Existing {
+            key: *key,
+            dir,
+            kind,
+            ok,
+        })
     }
 
     /// Put the entry into the store (steps staged and staged-verified of `txn`): reuse an
@@ -259,6 +265,7 @@ impl Root {
             mode,
             reuse: true,
             txid: txn.txid(),
+            sharing: entry.key.sharing,
         };
         let t = Instant::now();
         let (mut m, mut store) = stage(plan, &staging, &opts)?;
@@ -344,6 +351,8 @@ pub(super) struct StageOpts<'a> {
     pub(super) mode: Option<StageMode>,
     pub(super) reuse: bool,
     pub(super) txid: u64,
+    /// `Own`: every file made here from the build output (a reflink or a copy), no object.
+    pub(super) sharing: Sharing,
 }
 
 /// Place the entry's files in `staging` (a folder created fresh), each a hard link to its
@@ -373,7 +382,10 @@ pub(super) fn stage(
             .ok_or_else(|| Error::Internal(format!("no source for {name}")))?;
         let to = staging.join(name);
         fsx::create_dir_all(&fsx::parent_of(&to))?;
-        ctx.stage_file(name, rec, from, meta, &to)?;
+        match opts.sharing {
+            Sharing::Linked => ctx.stage_file(name, rec, from, meta, &to)?,
+            Sharing::Own => ctx.stage_own_file(rec, from, meta, &to)?,
+        }
         fsx::open_regular(&to, "staged file", false)?
             .sync_all()
             .at("fsync", &to)?;
@@ -450,6 +462,31 @@ impl StageCtx<'_> {
         }
     }
 
+    /// One file of an own entry: made from the build output (a reflink, else a copy),
+    /// never linked to an object or to the output, so it shares no inode.
+    fn stage_own_file(
+        &mut self,
+        rec: &FileRec,
+        from: &Path,
+        meta: &std::fs::Metadata,
+        to: &Path,
+    ) -> Result<()> {
+        let src = open_unchanged(from, meta)?;
+        self.used = StageMode::Copy;
+        let made = own::reflink_or_copy(
+            src,
+            from,
+            to,
+            rec.mode(),
+            self.fail_after,
+            &mut self.written,
+        )?;
+        self.store.own_files += 1;
+        self.store.own_reflinked += usize::from(made == own::Made::Reflink);
+        self.store.bytes_written += rec.size;
+        Ok(())
+    }
+
     /// Write `obj` from the build output `from`: a temp file in `objects/` (a hard link to
     /// the output when its mode is the sealed one, else a sealed copy), fsynced, then renamed
     /// over the object's name (a damaged object's inode stays with the entries that hold it).
@@ -464,14 +501,8 @@ impl StageCtx<'_> {
         replacing: bool,
     ) -> Result<()> {
         use std::os::unix::fs::PermissionsExt;
-        let src = fsx::open_regular(from, "build output", false)?;
+        let src = open_unchanged(from, meta)?;
         let now = src.metadata().at("stat", from)?;
-        if !safe::same_file(meta, &now) {
-            return Err(Error::input(
-                from.display(),
-                "build output changed while it was being installed",
-            ));
-        }
         let tmp = self
             .opts
             .objects
@@ -515,6 +546,19 @@ impl StageCtx<'_> {
         self.store.bytes_written += rec.size;
         Ok(())
     }
+}
+
+/// Open the build output `from`, refused when it is no longer the file checked as `meta`.
+fn open_unchanged(from: &Path, meta: &std::fs::Metadata) -> Result<std::fs::File> {
+    let src = fsx::open_regular(from, "build output", false)?;
+    let now = src.metadata().at("stat", from)?;
+    if !safe::same_file(meta, &now) {
+        return Err(Error::input(
+            from.display(),
+            "build output changed while it was being installed",
+        ));
+    }
+    Ok(src)
 }
 
 /// Copy an opened build output into a file created here, then give that file (ours) its

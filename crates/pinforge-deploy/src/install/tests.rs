@@ -169,6 +169,7 @@ fn mutated(seed: Vec<u8>) -> impl Strategy<Value = Vec<u8>> {
 
 fn sample_receipt() -> Vec<u8> {
     let slot = GenSlot {
+        sharing: Sharing::Linked,
         digest: Sha256::of_bytes(b"e"),
         recipe: "r".into(),
         variant: "v".into(),
@@ -202,6 +203,7 @@ fn sample_receipt() -> Vec<u8> {
 
 fn sample_state() -> Vec<u8> {
     let slot = GenSlot {
+        sharing: Sharing::Linked,
         digest: Sha256::of_bytes(b"e"),
         recipe: "r".into(),
         variant: "v".into(),

@@ -6,13 +6,12 @@
 use super::*;
 use std::marker::PhantomData;
 
-/// The steps of one operation, in order. A step's index (from 1) is its crash point: the
-/// test hooks SIGKILL the process right after step `N` of `op` when the crash hook (see `base::hooks`) is set to
-/// `op:N`. The protocol steps every transaction shares are named here, so [`Txn`] can run
-/// them for either operation.
-pub(crate) trait Step: Copy + fmt::Debug + PartialEq + 'static {
-    /// The operation these are the steps of.
-    const OP: Op;
+/// The protocol steps every install-root transaction shares, named so that [`Txn`] can run
+/// them for either operation. The steps themselves are [`pinforge_base::txn::Step`]s: a
+/// step's index (from 1) is its crash point `op:N`, where the test hooks SIGKILL the process.
+pub(crate) trait Step: pinforge_base::txn::Step {
+    /// The operation these are the steps of (the journal's `op`).
+    const KIND: Op;
     /// The journal is written (phase staging).
     const JOURNALED: Self;
     /// The new generation is written and fsynced.
@@ -27,60 +26,41 @@ pub(crate) trait Step: Copy + fmt::Debug + PartialEq + 'static {
     const RECEIPTED: Self;
     /// The journal is removed: the transaction is over.
     const CLOSED: Self;
-    /// The step's crash-point number: its place in the operation's order, from 1.
-    fn index(self) -> u32;
 }
 
-/// The steps of an install, in order; each is the crash point `install:<index>`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InstallStep {
-    /// See [`Step::JOURNALED`].
-    Journaled = 1,
-    /// The build's files are staged (or an intact entry is reused).
-    Staged = 2,
-    /// The staged files match the manifest.
-    StagedVerified = 3,
-    /// The entry is in the store.
-    Placed = 4,
-    /// See [`Step::GEN_WRITTEN`].
-    GenWritten = 5,
-    /// See [`Step::COMMIT_JOURNALED`].
-    CommitJournaled = 6,
-    /// See [`Step::COMMITTED`].
-    Committed = 7,
-    /// See [`Step::CHECKED`].
-    Checked = 8,
-    /// See [`Step::RECEIPTED`].
-    Receipted = 9,
-    /// See [`Step::CLOSED`].
-    Closed = 10,
-}
-
-impl InstallStep {
-    /// Every step, in the order an install runs them.
-    pub const ALL: [InstallStep; 10] = [
-        InstallStep::Journaled,
-        InstallStep::Staged,
-        InstallStep::StagedVerified,
-        InstallStep::Placed,
-        InstallStep::GenWritten,
-        InstallStep::CommitJournaled,
-        InstallStep::Committed,
-        InstallStep::Checked,
-        InstallStep::Receipted,
-        InstallStep::Closed,
-    ];
-    /// The number of steps (and of crash points) of an install.
-    pub const COUNT: u32 = InstallStep::ALL.len() as u32;
-
-    /// The steps in order.
-    pub fn iter() -> impl Iterator<Item = InstallStep> {
-        InstallStep::ALL.into_iter()
+pinforge_base::steps! {
+    /// The steps of an install, in order; each is the crash point `install:<index>`.
+    pub enum InstallStep for "install" {
+        /// See [`Step::JOURNALED`].
+        Journaled = 1,
+        /// The build's files are staged (or an intact entry is reused).
+        Staged = 2,
+        /// The staged files match the manifest.
+        StagedVerified = 3,
+        /// The entry is in the store.
+        Placed = 4,
+        /// See [`Step::GEN_WRITTEN`].
+        GenWritten = 5,
+        /// See [`Step::COMMIT_JOURNALED`].
+        CommitJournaled = 6,
+        /// See [`Step::COMMITTED`].
+        Committed = 7,
+        /// See [`Step::CHECKED`].
+        Checked = 8,
+        /// See [`Step::RECEIPTED`].
+        Receipted = 9,
+        /// See [`Step::CLOSED`].
+        Closed = 10,
     }
 }
 
+impl InstallStep {
+    /// The number of steps (and of crash points) of an install.
+    pub const COUNT: u32 = <InstallStep as pinforge_base::txn::Step>::ALL.len() as u32;
+}
+
 impl Step for InstallStep {
-    const OP: Op = Op::Install;
+    const KIND: Op = Op::Install;
     const JOURNALED: Self = InstallStep::Journaled;
     const GEN_WRITTEN: Self = InstallStep::GenWritten;
     const COMMIT_JOURNALED: Self = InstallStep::CommitJournaled;
@@ -88,53 +68,36 @@ impl Step for InstallStep {
     const CHECKED: Self = InstallStep::Checked;
     const RECEIPTED: Self = InstallStep::Receipted;
     const CLOSED: Self = InstallStep::Closed;
-    fn index(self) -> u32 {
-        self as u32
-    }
 }
 
-/// The steps of a rollback, in order; each is the crash point `rollback:<index>`. A rollback
-/// that changes nothing runs no transaction, so it has none of them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RollbackStep {
-    /// See [`Step::JOURNALED`].
-    Journaled = 1,
-    /// See [`Step::GEN_WRITTEN`].
-    GenWritten = 2,
-    /// See [`Step::COMMIT_JOURNALED`].
-    CommitJournaled = 3,
-    /// See [`Step::COMMITTED`].
-    Committed = 4,
-    /// See [`Step::CHECKED`].
-    Checked = 5,
-    /// See [`Step::RECEIPTED`].
-    Receipted = 6,
-    /// See [`Step::CLOSED`].
-    Closed = 7,
+pinforge_base::steps! {
+    /// The steps of a rollback, in order; each is the crash point `rollback:<index>`. A
+    /// rollback that changes nothing runs no transaction, so it has none of them.
+    pub enum RollbackStep for "rollback" {
+        /// See [`Step::JOURNALED`].
+        Journaled = 1,
+        /// See [`Step::GEN_WRITTEN`].
+        GenWritten = 2,
+        /// See [`Step::COMMIT_JOURNALED`].
+        CommitJournaled = 3,
+        /// See [`Step::COMMITTED`].
+        Committed = 4,
+        /// See [`Step::CHECKED`].
+        Checked = 5,
+        /// See [`Step::RECEIPTED`].
+        Receipted = 6,
+        /// See [`Step::CLOSED`].
+        Closed = 7,
+    }
 }
 
 impl RollbackStep {
-    /// Every step, in the order a rollback runs them.
-    pub const ALL: [RollbackStep; 7] = [
-        RollbackStep::Journaled,
-        RollbackStep::GenWritten,
-        RollbackStep::CommitJournaled,
-        RollbackStep::Committed,
-        RollbackStep::Checked,
-        RollbackStep::Receipted,
-        RollbackStep::Closed,
-    ];
     /// The number of steps (and of crash points) of a rollback.
-    pub const COUNT: u32 = RollbackStep::ALL.len() as u32;
-
-    /// The steps in order.
-    pub fn iter() -> impl Iterator<Item = RollbackStep> {
-        RollbackStep::ALL.into_iter()
-    }
+    pub const COUNT: u32 = <RollbackStep as pinforge_base::txn::Step>::ALL.len() as u32;
 }
 
 impl Step for RollbackStep {
-    const OP: Op = Op::Rollback;
+    const KIND: Op = Op::Rollback;
     const JOURNALED: Self = RollbackStep::Journaled;
     const GEN_WRITTEN: Self = RollbackStep::GenWritten;
     const COMMIT_JOURNALED: Self = RollbackStep::CommitJournaled;
@@ -142,9 +105,6 @@ impl Step for RollbackStep {
     const CHECKED: Self = RollbackStep::Checked;
     const RECEIPTED: Self = RollbackStep::Receipted;
     const CLOSED: Self = RollbackStep::Closed;
-    fn index(self) -> u32 {
-        self as u32
-    }
 }
 
 /// What one transaction changes: the committed generation before it and the one it makes,
@@ -171,7 +131,7 @@ impl Change {
     pub(super) fn journal(
         &self,
         staging: bool,
-        entry: Option<Sha256>,
+        entry: Option<EntryKey>,
         entry_preexisted: bool,
     ) -> Journal {
         Journal {
@@ -180,7 +140,8 @@ impl Change {
             from_gen: self.before.gen,
             to_gen: self.after.gen,
             staging: staging.then(|| format!("store/{}", staging_name(self.seq))),
-            entry,
+            entry: entry.map(|k| k.digest),
+            entry_sharing: entry.map(|k| k.sharing).unwrap_or_default(),
             entry_preexisted,
             phase: Phase::Staging,
             layer: self.layer,
@@ -262,12 +223,12 @@ impl<'r, S: Step> Txn<'r, S> {
         if step.index() != self.reached + 1 {
             return Err(Error::Internal(format!(
                 "{} step {step:?} reached out of order (after step {})",
-                S::OP,
+                S::KIND,
                 self.reached
             )));
         }
         self.reached = step.index();
-        pinforge_base::hooks::crash_point(S::OP.as_str(), step.index());
+        step.reached();
         Ok(())
     }
 
@@ -382,18 +343,28 @@ impl Root {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pinforge_base::txn::Step as _;
 
     #[test]
     fn step_indices_are_their_place_in_order_from_one() {
-        // The crash tests name steps by these numbers (the crash hook's `op:N`).
-        for (i, s) in InstallStep::iter().enumerate() {
+        // The crash tests name steps by these numbers (the crash hook's `op:N`), and the
+        // journal's op and the crash point's prefix are one name.
+        for (i, s) in InstallStep::ALL.iter().copied().enumerate() {
             assert_eq!(s.index(), i as u32 + 1, "{s:?}");
         }
-        for (i, s) in RollbackStep::iter().enumerate() {
+        for (i, s) in RollbackStep::ALL.iter().copied().enumerate() {
             assert_eq!(s.index(), i as u32 + 1, "{s:?}");
         }
         assert_eq!(InstallStep::Closed.index(), InstallStep::COUNT);
         assert_eq!(RollbackStep::Closed.index(), RollbackStep::COUNT);
+        assert_eq!(
+            <InstallStep as pinforge_base::txn::Step>::OP,
+            InstallStep::KIND.as_str()
+        );
+        assert_eq!(
+            <RollbackStep as pinforge_base::txn::Step>::OP,
+            RollbackStep::KIND.as_str()
+        );
     }
 
     #[test]
@@ -412,6 +383,7 @@ mod tests {
                 to_gen: 1,
                 staging: None,
                 entry: None,
+                entry_sharing: Sharing::Linked,
                 entry_preexisted: true,
                 phase: Phase::Staging,
                 layer: Layer::Live,

@@ -7,7 +7,7 @@ use super::*;
 /// Where `current` (or a layer's stable link) leads right now, resolved once.
 pub(super) enum Resolved {
     /// The generation read and the entry its link names.
-    At { gen: u64, digest: Sha256 },
+    At { gen: u64, key: EntryKey },
     /// The chain of links is not the one pinforge writes.
     Broken(String),
     /// Nothing is installed there.
@@ -49,11 +49,11 @@ impl Root {
             }
         }
         let link = self.gen_dir(gen).join(name);
-        let want = PathBuf::from("../../store").join(slot.digest.to_hex());
+        let want = entry_link(&slot.key());
         match std::fs::read_link(&link) {
             Ok(t) if t == want => Ok(Resolved::At {
                 gen,
-                digest: slot.digest,
+                key: slot.key(),
             }),
             Ok(t) => Ok(Resolved::Broken(format!(
                 "{} points at {}, but generation {gen} records {}",
@@ -93,8 +93,8 @@ impl Root {
             Resolved::At { gen, .. } if expect_gen.is_some_and(|g| g != gen) => Ok(Some(broken(
                 format!("`state` shows generation {gen}, not the one just committed"),
             ))),
-            Resolved::At { digest, .. } => {
-                check_entry(&self.entry_dir(&digest), &digest, &through).map(Some)
+            Resolved::At { key, .. } => {
+                check_key(&self.entry_dir(&key), &key, &through).map(Some)
             }
         }
     }
@@ -336,9 +336,9 @@ pub(super) fn check_result(
 
 impl Root {
     /// Refuse (a check failure naming `what`) unless store entry `digest` is intact.
-    pub(super) fn require_intact(&self, digest: &Sha256, what: &str) -> Result<()> {
-        let dir = self.entry_dir(digest);
-        let v = check_entry(&dir, digest, &dir)?;
+    pub(super) fn require_intact(&self, key: &EntryKey, what: &str) -> Result<()> {
+        let dir = self.entry_dir(key);
+        let v = check_key(&dir, key, &dir)?;
         if !v.ok {
             return Err(mismatch_error(&dir, what, &v));
         }
@@ -377,6 +377,25 @@ impl Findings<'_> {
             mismatches: self.mismatches,
         }
     }
+}
+
+/// [`check_entry`] for the store entry `key`, and for an own entry its independence too: a
+/// file with a second name (link count above 1) shares its inode, so a write through the
+/// other name would damage this known-good entry; that is a mismatch before it happens.
+pub(super) fn check_key(dir: &Path, key: &EntryKey, shown: &Path) -> Result<Verification> {
+    let mut v = check_entry(dir, &key.digest, shown)?;
+    if key.sharing == Sharing::Own && safe::kind(dir)? == Kind::Dir {
+        for rel in own::shared_files(dir)? {
+            v.mismatches.push(pinforge_record::manifest::Mismatch {
+                path: shown.join(&rel).display().to_string(),
+                expected: "a file of its own (link count 1)".into(),
+                actual: "a file with another name: it shares its inode".into(),
+                role: "installed".into(),
+            });
+        }
+        v.ok = v.mismatches.is_empty();
+    }
+    Ok(v)
 }
 
 /// Inspect the entry folder `dir` against the identity `digest`: recompute every file's

@@ -109,11 +109,13 @@ fn resolve_arm(src: &ArmSource) -> Result<ResolvedArm> {
         ArmSource::Installed { root, layer } => {
             let r = Root::open_existing(root)?;
             let target = smoke::target_from_installed(&r, Some(*layer))?;
+            // `<digest>` or, for control and original, `<digest>.own` (issue #36).
             let digest: Sha256 = target
                 .root
                 .file_name()
                 .and_then(|n| n.to_str())
-                .and_then(|n| n.parse().ok())
+                .and_then(pinforge_deploy::install::EntryKey::parse)
+                .map(|k| k.digest)
                 .ok_or_else(|| {
                     Error::Internal(format!(
                         "invariant: store entry {} is named by its digest",
