@@ -410,6 +410,13 @@ fn run(cli: Cli) -> Result<ExitStatus> {
         },
         signer,
     };
+    // A wait on a lock another command holds is said on stderr (after a second), except
+    // under `-q`; stdout stays the command's own output.
+    if !cli.quiet {
+        pinforge_base::text::notice::set_sink(Some(Box::new(|line: &str| {
+            eprintln!("note: {line}");
+        })));
+    }
     if matches!(
         cli.command,
         Command::Build(_)

@@ -32,7 +32,11 @@ pub(super) fn run(ctx: &super::Ctx, a: RepairArgs) -> Result<ExitCode> {
         print_json(pinforge_record::schema_id::REPAIR, &out)?;
         return Ok(ExitCode::Ok);
     }
-    let verb = if a.dry_run { "would repair" } else { "repaired" };
+    let verb = if a.dry_run {
+        "would repair"
+    } else {
+        "repaired"
+    };
     for e in &out.repaired {
         outln!(
             "{verb} {} ({}; {}): {} mismatch(es), record from {}",

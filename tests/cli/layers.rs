@@ -142,15 +142,24 @@ fn issue_36_repair_restores_a_damaged_live_entry_from_a_verified_copy() {
     let r = &plan["repaired"];
     assert_eq!(r.as_array().map(Vec::len), Some(1), "{plan}");
     assert_eq!(r[0]["referenced_by"], serde_json::json!(["live"]), "{plan}");
-    let src = r[0]["sources"]["include/llama.h"].as_str().expect("a source");
+    let src = r[0]["sources"]["include/llama.h"]
+        .as_str()
+        .expect("a source");
     assert!(
         src.contains(".own/include/llama.h"),
         "the control entry's own copy: {src}"
     );
     let sharers = r[0]["shared_with"]["include/llama.h"].to_string();
-    assert!(sharers.contains("objects/"), "the object is the same inode: {plan}");
+    assert!(
+        sharers.contains("objects/"),
+        "the object is the same inode: {plan}"
+    );
     assert_eq!(plan["report"], Value::Null, "{plan}");
-    assert_eq!(code(&fx.run(&["verify", "--installed"])), 1, "a dry run writes nothing");
+    assert_eq!(
+        code(&fx.run(&["verify", "--installed"])),
+        1,
+        "a dry run writes nothing"
+    );
 
     let o = fx.ok(fx.run(&["repair"]));
     assert!(stdout(&o).contains("include/llama.h <- "), "{}", stdout(&o));
@@ -158,14 +167,16 @@ fn issue_36_repair_restores_a_damaged_live_entry_from_a_verified_copy() {
     fx.ok(fx.run(&["verify", "--installed"]));
     let (rc, st) = status_verify(&fx);
     assert_eq!(rc, 0, "{st}");
-    let report: Value = serde_json::from_slice(
-        &std::fs::read(fx.root.join("repairs/1.json")).expect("the report"),
-    )
-    .expect("json");
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(fx.root.join("repairs/1.json")).expect("the report"))
+            .expect("json");
     assert_eq!(report["schema"], "pinforge.repair/v1", "{report}");
     crate::schemas::validate(&report);
     assert!(
-        report["report"].as_str().expect("report").ends_with("repairs/1.json"),
+        report["report"]
+            .as_str()
+            .expect("report")
+            .ends_with("repairs/1.json"),
         "{report}"
     );
     assert_eq!(report["repaired"][0]["entry"], r[0]["entry"], "{report}");
@@ -192,8 +203,15 @@ fn issue_36_a_file_no_copy_holds_needs_the_build_and_without_it_nothing_is_writt
     assert_eq!(code(&o), 1, "{}{}", stdout(&o), stderr(&o));
     assert!(stderr(&o).contains("no verified source"), "{}", stderr(&o));
     assert!(stderr(&o).contains("lib/libllama.so"), "{}", stderr(&o));
-    assert!(stderr(&o).contains("--from"), "the hint names the way out: {}", stderr(&o));
-    assert_eq!(std::fs::read(live.join("lib/libllama.so")).expect("read"), before);
+    assert!(
+        stderr(&o).contains("--from"),
+        "the hint names the way out: {}",
+        stderr(&o)
+    );
+    assert_eq!(
+        std::fs::read(live.join("lib/libllama.so")).expect("read"),
+        before
+    );
     assert!(!fx.root.join("repairs").exists());
     // A build output that does not hash to the record is no source either.
     let out = patched.parent().expect("dir").join("out/lib/libllama.so");
@@ -220,7 +238,11 @@ fn issue_36_rollback_refuses_a_damaged_target_and_the_rollback_stack_is_repaired
     let o = fx.run(&["rollback", "--to", "control"]);
     assert_eq!(code(&o), 1, "{}", stderr(&o));
     assert!(stderr(&o).contains("damaged"), "{}", stderr(&o));
-    assert_eq!(fx.status()["current"]["layer"], "live", "current did not move");
+    assert_eq!(
+        fx.status()["current"]["layer"],
+        "live",
+        "current did not move"
+    );
     fx.ok(fx.run(&["verify", "--installed"]));
     // Control is repaired from live's (linked) copy of the same bytes.
     fx.ok(fx.run(&["repair"]));
@@ -315,7 +337,11 @@ fn issue_36_hostile_repair_inputs_are_refused_with_exit_2_and_write_nothing() {
     let empty = fx.path().join("empty-root");
     let o = fx.run_in(&empty, &["repair"]);
     assert_eq!(code(&o), 2, "{}", stderr(&o));
-    assert!(stderr(&o).contains("no install root here"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no install root here"),
+        "{}",
+        stderr(&o)
+    );
     assert!(stderr(&o).contains("empty-root"), "{}", stderr(&o));
     assert!(!empty.exists(), "a refused repair creates no root");
 }

@@ -34,6 +34,7 @@ mod flip_txn;
 mod history;
 mod inputs;
 mod layers;
+mod lock_wait;
 mod noop;
 mod output;
 mod patch_apply;
@@ -138,7 +139,8 @@ fn every_snapshot_belongs_to_a_module_of_the_binary_beside_it() {
                 continue;
             };
             assert!(
-                dir.join(format!("{module}.rs")).is_file() || dir.join(module).join("mod.rs").is_file(),
+                dir.join(format!("{module}.rs")).is_file()
+                    || dir.join(module).join("mod.rs").is_file(),
                 "tests/{binary}/snapshots/{name}: tests/{binary} has no module `{module}`"
             );
         }

@@ -168,7 +168,12 @@ fn issue_22_entries_share_objects_and_one_changed_file_is_the_only_write() {
         "{}",
         stdout(&o)
     );
-    assert_eq!(objects(&fx).len(), 5, "control wrote no object: {:?}", objects(&fx));
+    assert_eq!(
+        objects(&fx).len(),
+        5,
+        "control wrote no object: {:?}",
+        objects(&fx)
+    );
     fx.ok(fx.run(&["verify", "--installed"]));
     fx.ok(fx.run(&["verify", "--installed", "control"]));
 }
@@ -218,14 +223,23 @@ fn issue_22_a_damaged_object_is_a_damaged_entry_and_reinstall_repairs_it() {
         crate::trust_install::sha_hex(&art("lib/libbase.so", 4000, 0o755).bytes)
     ));
     assert_eq!(ino(&base), ino(&obj), "the entry file is the object");
-    assert_eq!(ino(&old_live.join("lib/libbase.so")), ino(&obj), "and the stack's");
+    assert_eq!(
+        ino(&old_live.join("lib/libbase.so")),
+        ino(&obj),
+        "and the stack's"
+    );
     // Same size, same mode, other bytes: only the re-hash sees it, in both live entries.
     garble_in_place(&obj);
     let o = fx.run(&["verify", "--installed", "live"]);
     assert_eq!(code(&o), 1, "{}", stdout(&o));
     assert!(stdout(&o).contains("libbase.so"), "{}", stdout(&o));
     let o = fx.run(&["rollback"]);
-    assert_eq!(code(&o), 1, "the stack's entry is damaged too: {}", stderr(&o));
+    assert_eq!(
+        code(&o),
+        1,
+        "the stack's entry is damaged too: {}",
+        stderr(&o)
+    );
     // Reinstalling the live build repairs it: a fresh object under the same name.
     let j = install_json(&fx, &b, "live");
     assert_eq!(j["repaired"], true, "{j}");

@@ -671,8 +671,16 @@ fn cp_a(from: &Path, to: &Path) {
 fn issue_7_class_3_gc_dry_run_reports_entries_and_bytes_and_removes_nothing() {
     let fx = Fx::new();
     fx.ok(fx.install(&fx.build("a"), "control"));
-    let gone = fx.entry("control").file_name().expect("name").to_string_lossy().into_owned();
-    assert!(gone.ends_with(".own"), "control holds files of its own: {gone}");
+    let gone = fx
+        .entry("control")
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        gone.ends_with(".own"),
+        "control holds files of its own: {gone}"
+    );
     fx.ok(fx.install(&fx.build("b"), "control"));
     let before = snapshot(&fx.root, &[]);
     let dry = crate::json(&fx.ok(fx.run(&["gc", "--dry-run", "--json"])));

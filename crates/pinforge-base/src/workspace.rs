@@ -76,6 +76,6 @@ impl Workspace {
 
     /// Serialize commands that write to this workspace.
     pub fn lock(&self) -> Result<fsx::DirLock> {
-        fsx::DirLock::acquire(&self.root)
+        fsx::DirLock::acquire_as(&self.root, "the workspace lock")
     }
 }

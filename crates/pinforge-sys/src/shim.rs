@@ -123,16 +123,15 @@ impl Shim {
     /// in a process of its own, so that whatever the engine does is observed from outside.
     pub fn open(path: &Path) -> Result<Shim, OpenError> {
         // SAFETY: see `# Safety` above: a shim of ours, loaded in an isolated process.
-        let lib = unsafe { libloading::Library::new(path) }
-            .map_err(|source| OpenError::Load {
+        let lib = unsafe { libloading::Library::new(path) }.map_err(|source| OpenError::Load {
             path: path.to_path_buf(),
             source,
         })?;
         macro_rules! sym {
             ($name:literal, $ty:ty) => {{
                 // SAFETY: the type is the shim's declared C signature (ABI checked below).
-                let s: libloading::Symbol<$ty> = unsafe { lib.get($name) }
-                    .map_err(|source| OpenError::Symbol {
+                let s: libloading::Symbol<$ty> =
+                    unsafe { lib.get($name) }.map_err(|source| OpenError::Symbol {
                         name: std::str::from_utf8($name).unwrap_or("pf_?"),
                         source,
                     })?;

@@ -68,7 +68,9 @@ pub fn safe_rel(path: &Path) -> Option<PathBuf> {
 /// Check every link of the model and create them under `dest`: the last step of writing a
 /// tree.
 pub fn finish(model: &TreeModel, dest: &Path, refuse: impl Fn(&Path, &str) -> Error) -> Result<()> {
-    model.check_links().map_err(|(p, why)| refuse(&p, &why.to_string()))?;
+    model
+        .check_links()
+        .map_err(|(p, why)| refuse(&p, &why.to_string()))?;
     for (rel, target) in model.links() {
         let at = dest.join(rel);
         fsx::create_dir_all(&fsx::parent_of(&at))?;
@@ -256,11 +258,15 @@ fn write_entry(
     let target = dest.join(inner);
     match kind {
         tar::EntryType::Directory => {
-            model.add_dir(inner).map_err(|why| bad(raw, &why.to_string()))?;
+            model
+                .add_dir(inner)
+                .map_err(|why| bad(raw, &why.to_string()))?;
             fsx::create_dir_all(&target)?;
         }
         tar::EntryType::Regular | tar::EntryType::Continuous => {
-            model.add_file(inner).map_err(|why| bad(raw, &why.to_string()))?;
+            model
+                .add_file(inner)
+                .map_err(|why| bad(raw, &why.to_string()))?;
             fsx::create_dir_all(&fsx::parent_of(&target))?;
             let exec = entry.header().mode().unwrap_or(0o644) & 0o111 != 0;
             let mut f = create_file(&target, exec)?;
@@ -281,7 +287,9 @@ fn write_entry(
                 .map_err(corrupt)?
                 .ok_or_else(|| bad(raw, "symlink without target"))?
                 .into_owned();
-            model.add_link(inner, &link).map_err(|why| bad(raw, &why.to_string()))?;
+            model
+                .add_link(inner, &link)
+                .map_err(|why| bad(raw, &why.to_string()))?;
         }
         tar::EntryType::Link => return Err(bad(raw, "hard links are not allowed")),
         tar::EntryType::Char | tar::EntryType::Block => {
@@ -386,7 +394,9 @@ fn copy_walk(
         let ft = meta.file_type();
         if ft.is_symlink() {
             let target = std::fs::read_link(&from).at("read link", &from)?;
-            model.add_link(&r, &target).map_err(|w| refuse(&w.to_string()))?;
+            model
+                .add_link(&r, &target)
+                .map_err(|w| refuse(&w.to_string()))?;
         } else if ft.is_dir() {
             model.add_dir(&r).map_err(|w| refuse(&w.to_string()))?;
             fsx::create_dir_all(&to)?;

@@ -270,11 +270,15 @@ pub struct DirLock {
 }
 
 impl DirLock {
-    /// Block until the lock on `dir` is ours.
+    /// Block until the lock on `dir` is ours (after a second, a notice names the holder).
     pub fn acquire(dir: &Path) -> Result<DirLock> {
-        use fs4::fs_std::FileExt;
+        DirLock::acquire_as(dir, "the lock")
+    }
+
+    /// [`DirLock::acquire`], the notice naming the lock as `what` ("the workspace lock").
+    pub fn acquire_as(dir: &Path, what: &str) -> Result<DirLock> {
         let file = open_dir(dir, "open for locking")?;
-        file.lock_exclusive().at("lock", dir)?;
+        super::lock::lock_exclusive(&file, dir, what)?;
         Ok(DirLock { _file: file })
     }
 

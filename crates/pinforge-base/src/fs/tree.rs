@@ -87,12 +87,8 @@ impl TreeModel {
         for c in &comps[..comps.len().saturating_sub(1)] {
             prefix.push(c);
             match self.nodes.get(&prefix) {
-                Some(Node::Link(_)) => {
-                    return Err(Refusal::ThroughLink(prefix))
-                }
-                Some(Node::File) => {
-                    return Err(Refusal::ParentIsFile(prefix))
-                }
+                Some(Node::Link(_)) => return Err(Refusal::ThroughLink(prefix)),
+                Some(Node::File) => return Err(Refusal::ParentIsFile(prefix)),
                 Some(Node::Dir) => {}
                 None => {
                     self.nodes.insert(prefix.clone(), Node::Dir);
@@ -107,9 +103,7 @@ impl TreeModel {
             (Some(Node::Dir), Node::Dir) => Ok(()),
             // Entries below it made it a folder: this entry would put them through a link
             // (or a file), in whichever order the source listed them.
-            (Some(Node::Dir), _) => {
-                Err(Refusal::TwiceAsFolder)
-            }
+            (Some(Node::Dir), _) => Err(Refusal::TwiceAsFolder),
             (Some(_), _) => Err(Refusal::Twice),
         }
     }

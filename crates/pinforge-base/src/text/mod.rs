@@ -15,9 +15,11 @@
 //! name aligns a forged column as well as a newline forges a row.
 //!
 //! Its submodules hold the other text the tool reads or prints: checked names (`names`),
-//! times and dates (`time`), and progress lines (`progress`).
+//! times and dates (`time`), progress lines (`progress`) and notices to a waiting person
+//! (`notice`).
 
 pub mod names;
+pub mod notice;
 pub mod progress;
 pub mod time;
 

@@ -123,7 +123,6 @@ impl Root {
     /// The lock: a regular file, opened without following a link and without blocking on a
     /// FIFO (flock itself still waits for the holder).
     pub(super) fn lock(&self) -> Result<std::fs::File> {
-        use fs4::fs_std::FileExt;
         use std::os::unix::fs::OpenOptionsExt;
         let p = self.path.join("lock");
         let f = std::fs::OpenOptions::new()
@@ -143,7 +142,7 @@ impl Root {
         if !m.is_file() {
             return Err(damaged(p.display(), "`lock` is not a regular file"));
         }
-        f.lock_exclusive().at("lock", &p)?;
+        pinforge_base::fs::lock::lock_exclusive(&f, &p, "the install root's lock")?;
         Ok(f)
     }
 

@@ -60,7 +60,6 @@ mod txn;
 mod verify;
 
 pub use gc::GcOutcome;
-pub use repair::{RepairOutcome, RepairStep, RepairedEntry};
 use journal::staging_name;
 pub(crate) use journal::{Journal, Op, Phase};
 pub use layout::Root;
@@ -75,6 +74,7 @@ pub use record::{
 use record::{
     validate_listing, ENTRY_MANIFEST, ENTRY_RECORD, EXEC_MODE, FILE_MODE, RECORD_LIMIT, TMP_PREFIX,
 };
+pub use repair::{RepairOutcome, RepairStep, RepairedEntry};
 pub use status::{History, Status, VerificationState};
 pub use store::StageMode;
 use store::{Existing, Plan};

@@ -266,7 +266,11 @@ pub fn parse_state(bytes: &[u8], gen: u64) -> Result<GenState> {
         ));
     }
     // Only the known-good layers are given entries of their own; live and its stack link.
-    let mut live = gs.layers.get(&Layer::Live).into_iter().chain(&gs.live_history);
+    let mut live = gs
+        .layers
+        .get(&Layer::Live)
+        .into_iter()
+        .chain(&gs.live_history);
     if live.any(|s| s.sharing != Sharing::Linked) {
         return Err(Error::input(
             "state.json",

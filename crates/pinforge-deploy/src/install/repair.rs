@@ -123,7 +123,9 @@ impl Root {
         }
         for (i, s) in gs.live_history.iter().enumerate().rev() {
             let n = gs.live_history.len() - i;
-            uses.entry(s.key()).or_default().push(format!("live history {n}"));
+            uses.entry(s.key())
+                .or_default()
+                .push(format!("live history {n}"));
         }
         let mut intact = Vec::new();
         let mut plans = Vec::new();
@@ -239,11 +241,14 @@ impl Root {
         if !unsourced.is_empty() {
             return Ok(Err(format!("{key}: {}", unsourced.join(", "))));
         }
-        let manifest = [dir.join(ENTRY_MANIFEST), self.entry_dir(&twin).join(ENTRY_MANIFEST)]
-            .iter()
-            .filter_map(|p| safe::read_limited(p, RECORD_LIMIT).ok())
-            .chain(builds.iter().map(|b| b.plan.manifest_bytes.clone()))
-            .find(|bytes| manifest_agrees(bytes, &info));
+        let manifest = [
+            dir.join(ENTRY_MANIFEST),
+            self.entry_dir(&twin).join(ENTRY_MANIFEST),
+        ]
+        .iter()
+        .filter_map(|p| safe::read_limited(p, RECORD_LIMIT).ok())
+        .chain(builds.iter().map(|b| b.plan.manifest_bytes.clone()))
+        .find(|bytes| manifest_agrees(bytes, &info));
         let Some(manifest) = manifest else {
             return Ok(Err(format!("{key} (its manifest.json)")));
         };

@@ -82,7 +82,14 @@ impl Root {
                         Ok(()) => {}
                         Err(e) if link_fallback(&e) => {
                             let src = fsx::open_regular(&obj, "object", false)?;
-                            super::store::copy_file(src, &obj, &to, rec.mode(), None, &mut written)?;
+                            super::store::copy_file(
+                                src,
+                                &obj,
+                                &to,
+                                rec.mode(),
+                                None,
+                                &mut written,
+                            )?;
                         }
                         Err(e) => return Err(Error::io("link", &to, e)),
                     }
@@ -143,7 +150,6 @@ impl Root {
         let bytes = serde_json::to_vec_pretty(&doc).map_err(|e| Error::Internal(e.to_string()))?;
         fsx::write_atomic_mode(&p, &bytes, FILE_MODE)?;
         fsx::sync_dir(&dir)
-
     }
 }
 

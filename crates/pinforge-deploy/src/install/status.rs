@@ -193,11 +193,7 @@ impl Root {
             let input_digests = state
                 .iter()
                 .flat_map(|gs| gs.layers.iter())
-                .filter_map(|(l, s)| {
-                    self.read_entry(&s.key())
-                        .ok()
-                        .map(|e| (*l, e.input_digest))
-                })
+                .filter_map(|(l, s)| self.read_entry(&s.key()).ok().map(|e| (*l, e.input_digest)))
                 .collect();
             rows.push(HistoryRow {
                 seq,
@@ -238,10 +234,7 @@ impl Root {
             }
             if let Some(to) = &r.to {
                 if r.verification.files > 0 || r.verification.ok {
-                    out.insert(
-                        to.key(),
-                        (r.verification.ok && !r.reverted, r.time.clone()),
-                    );
+                    out.insert(to.key(), (r.verification.ok && !r.reverted, r.time.clone()));
                 }
             }
         }

@@ -93,9 +93,7 @@ impl Root {
             Resolved::At { gen, .. } if expect_gen.is_some_and(|g| g != gen) => Ok(Some(broken(
                 format!("`state` shows generation {gen}, not the one just committed"),
             ))),
-            Resolved::At { key, .. } => {
-                check_key(&self.entry_dir(&key), &key, &through).map(Some)
-            }
+            Resolved::At { key, .. } => check_key(&self.entry_dir(&key), &key, &through).map(Some),
         }
     }
 

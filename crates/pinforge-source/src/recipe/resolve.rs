@@ -17,8 +17,12 @@ use toml::Spanned;
 pub(super) fn recipe_name(raw: &RawRecipe, path: &Path, at: &At) -> Result<String> {
     match &raw.name {
         Some(n) => {
-            VariantName::new(n.get_ref())
-                .map_err(|m| Error::input(at(Some(n.span())), m.to_string().replace("variant", "recipe")))?;
+            VariantName::new(n.get_ref()).map_err(|m| {
+                Error::input(
+                    at(Some(n.span())),
+                    m.to_string().replace("variant", "recipe"),
+                )
+            })?;
             Ok(n.get_ref().clone())
         }
         None => {

@@ -84,7 +84,9 @@ fn export_tree(
                 let blob = repo.find_blob(entry.id()).git_at(&r.display())?;
                 if entry.filemode() == 0o120000 {
                     let link = PathBuf::from(OsStr::from_bytes(blob.content()));
-                    model.add_link(&r, &link).map_err(|w| refuse(&w.to_string()))?;
+                    model
+                        .add_link(&r, &link)
+                        .map_err(|w| refuse(&w.to_string()))?;
                 } else {
                     model.add_file(&r).map_err(|w| refuse(&w.to_string()))?;
                     let exec = entry.filemode() == 0o100755;

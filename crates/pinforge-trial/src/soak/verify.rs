@@ -9,8 +9,8 @@ use pinforge_base::error::{Error, Result};
 use pinforge_base::fsx;
 
 // An ablation record's schema id: the soak ablation's records are verified here too.
-use pinforge_record::schema_id::ABLATE as ABLATE_SCHEMA;
 use crate::validate::{self, EvidenceCheck};
+use pinforge_record::schema_id::ABLATE as ABLATE_SCHEMA;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
