@@ -238,6 +238,16 @@ fn issue_36_rollback_refuses_a_damaged_target_and_the_rollback_stack_is_repaired
     let o = fx.run(&["rollback", "--to", "control"]);
     assert_eq!(code(&o), 1, "{}", stderr(&o));
     assert!(stderr(&o).contains("damaged"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("hint: `pinforge repair --root "),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        stderr(&o).contains(" --dry-run` shows where"),
+        "{}",
+        stderr(&o)
+    );
     assert_eq!(
         fx.status()["current"]["layer"],
         "live",

@@ -338,7 +338,10 @@ impl Root {
         let dir = self.entry_dir(key);
         let v = check_key(&dir, key, &dir)?;
         if !v.ok {
-            return Err(mismatch_error(&dir, what, &v));
+            return Err(mismatch_error(&dir, what, &v).with_hint(
+                "`pinforge repair --dry-run` shows where each damaged file can come from; \
+                 `pinforge repair` re-materializes it from a verified copy",
+            ));
         }
         Ok(())
     }
