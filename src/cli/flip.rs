@@ -78,7 +78,7 @@ pub struct SoakArgs {
     /// Seed of the soak's prompt generator
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Token budget per soak row
+    /// Token budget per soak row: 1 to 128 (half the soak engine's 256-token context)
     #[arg(long, default_value_t = 24)]
     pub budget: u32,
     /// Seconds a soak row may take before it counts as hung

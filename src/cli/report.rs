@@ -16,7 +16,8 @@ pub struct ReportArgs {
     /// its folder) and build manifests, in any mix; the kind is read from each file's content
     #[arg(required = true, value_name = "PATH")]
     pub paths: Vec<PathBuf>,
-    /// The file to write (replaced atomically; a symlink there is refused)
+    /// The file to write (replaced atomically; a symlink there is refused), or `-` for
+    /// standard output
     #[arg(short, long, value_name = "FILE")]
     pub output: PathBuf,
     /// html (one self-contained page), text (for the terminal) or md (for an issue)
@@ -33,6 +34,9 @@ pub(super) fn run(a: ReportArgs) -> Result<ExitCode> {
         "md" => Format::Md,
         _ => Format::Html,
     };
+    if a.output.as_os_str() == "-" {
+        return to_stdout(&a, format);
+    }
     let w = render::write(&a.paths, &a.output, format)?;
     if a.out.json {
         print_json(pinforge_record::schema_id::REPORT, &w)?;
@@ -46,6 +50,25 @@ pub(super) fn run(a: ReportArgs) -> Result<ExitCode> {
             w.evidence_failing
         );
     }
+    Ok(if w.evidence_failing == 0 {
+        ExitCode::Ok
+    } else {
+        ExitCode::CheckFailed
+    })
+}
+
+/// `-o -`: the report itself is standard output, so no summary line follows it; `--json`
+/// would put a second document there and is refused.
+fn to_stdout(a: &ReportArgs, format: Format) -> Result<ExitCode> {
+    if a.out.json {
+        return Err(pinforge_base::error::Error::input(
+            "-o -",
+            "the report is written to standard output, where --json would print a second document",
+        )
+        .with_hint("write the report to a file (`-o report.html`) to get the --json summary"));
+    }
+    let (text, w) = render::rendered(&a.paths, &a.output, format)?;
+    outln!("{}", text.strip_suffix('\n').unwrap_or(&text));
     Ok(if w.evidence_failing == 0 {
         ExitCode::Ok
     } else {

@@ -45,7 +45,7 @@ pub struct ValidateArgs {
     /// Prompts from a JSON Lines file (`{"prompt": "..."}` per line), cycled over the rows
     #[arg(long, value_name = "FILE.jsonl")]
     pub prompts: Option<PathBuf>,
-    /// Token budget per row
+    /// Token budget per row: 1 to 128 (half the soak engine's 256-token context)
     #[arg(long, default_value_t = 24)]
     pub budget: u32,
     /// Constrain every row with this JSON schema (converted to a grammar for the engine's

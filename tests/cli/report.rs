@@ -40,6 +40,16 @@ fn report_of_two_real_builds_shows_the_diff_patches_and_evidence_in_every_format
         "{text}"
     );
     assert!(text.contains("tiny/unpatched → tiny/patched"), "{text}");
+    // Issue #35: `-o -` is standard output (the same text, no summary line after it), never
+    // a file named `-`; with --json it would be two documents there, and is refused.
+    let o = report(ws, &[u, p, "-o", "-", "--format", "text"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(stdout(&o).trim_end(), text.trim_end());
+    assert!(!ws.join("-").exists(), "no file named -");
+    let o = report(ws, &[u, p, "-o", "-", "--json"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("-o -"), "{}", stderr(&o));
+    assert!(stdout(&o).is_empty() && !ws.join("-").exists());
     insta::with_settings!({filters => vec![
         (r"/tmp/[^\s|)]*", "[PATH]"),
         (r"\b[0-9a-f]{12,64}\b", "[HEX]"),

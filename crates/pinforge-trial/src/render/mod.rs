@@ -251,17 +251,31 @@ pub fn write(paths: &[PathBuf], out: &Path, format: Format) -> Result<Written> {
         return Err(Error::input("report", "give at least one input path"));
     }
     check_output(out)?;
+    let (bytes, written) = rendered(paths, out, format)?;
+    fsx::write_atomic(out, bytes.as_bytes())?;
+    Ok(written)
+}
+
+/// The report rendered, not written: for `-o -` (standard output). `out` is what
+/// [`Written::output`] names.
+pub fn rendered(paths: &[PathBuf], out: &Path, format: Format) -> Result<(String, Written)> {
+    if paths.is_empty() {
+        return Err(Error::input("report", "give at least one input path"));
+    }
     let report = build::build(paths)?;
     let bytes = render(&report, format);
-    fsx::write_atomic(out, bytes.as_bytes())?;
-    Ok(Written {
+    Ok((bytes, summary_of(&report, out, format)))
+}
+
+fn summary_of(report: &Report, out: &Path, format: Format) -> Written {
+    Written {
         output: out.to_path_buf(),
         format,
         inputs: report.inputs.clone(),
         rows: report.timelines.iter().map(|t| t.marks.len() as u64).sum(),
         evidence_files: report.evidence.len(),
         evidence_failing: report.failing(),
-    })
+    }
 }
 
 /// The report rendered in `format`.

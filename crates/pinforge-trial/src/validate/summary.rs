@@ -193,7 +193,9 @@ pub(crate) fn derive(arms: &[ArmId], rows: &[Row]) -> Derived {
                 .map(|r| r.row),
             counts,
             signatures,
-            candidate: i == arms.len() - 1,
+            // The second arm, by its place: a summary of an interrupted run that has only the
+            // baseline's rows must not call the baseline the candidate.
+            candidate: i == 1,
         });
     }
     let failed =
@@ -203,7 +205,7 @@ pub(crate) fn derive(arms: &[ArmId], rows: &[Row]) -> Derived {
             out.common_failures.push(CommonFailure { row, outcomes });
         }
     }
-    out.verdict = verdict_of(out.arms.last());
+    out.verdict = verdict_of(out.arms.iter().find(|a| a.candidate));
     out
 }
 
@@ -232,10 +234,10 @@ fn timing_of(wall: f64, engine: f64, decode: f64, n_timed: u64) -> Timing {
     }
 }
 
-/// The verdict line, about the candidate (the last arm).
+/// The verdict line, about the candidate (the second arm).
 fn verdict_of(candidate: Option<&ArmSummary>) -> String {
     match candidate {
-        None => "no arms".into(),
+        None => "no candidate rows: the run ended before the candidate arm ran".into(),
         Some(c) => {
             let compared = c.rows - c.counts["error"];
             match (c.onset_row, c.signatures.first()) {
@@ -256,7 +258,7 @@ fn verdict_of(candidate: Option<&ArmSummary>) -> String {
 
 /// Whether the candidate passed: rows compared, no crash, no mismatch.
 pub fn candidate_passed(d: &Derived) -> bool {
-    d.arms.last().is_some_and(|c| {
+    d.arms.iter().find(|a| a.candidate).is_some_and(|c| {
         c.counts["crash"] == 0 && c.counts["mismatch"] == 0 && c.rows > c.counts["error"]
     })
 }
@@ -345,6 +347,16 @@ mod tests {
             "{}",
             d.verdict
         );
+        assert!(!candidate_passed(&d));
+    }
+
+    #[test]
+    fn a_run_with_only_the_baselines_rows_has_no_candidate_and_does_not_pass() {
+        let rows = vec![row("control", 0, Outcome::Ok, 1.0)];
+        let d = derive(&arms()[..1], &rows);
+        assert_eq!(d.arms.len(), 1);
+        assert!(!d.arms[0].candidate, "the baseline is never the candidate");
+        assert!(d.verdict.starts_with("no candidate rows"), "{}", d.verdict);
         assert!(!candidate_passed(&d));
     }
 

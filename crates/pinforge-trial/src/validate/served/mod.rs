@@ -339,7 +339,6 @@ fn finish(
     let interrupted = done.iter().any(|(_, r)| r.interrupted) || done.is_empty();
     let rows: Vec<&[rowloop::ServedRow]> = done.iter().map(|(_, r)| r.rows.as_slice()).collect();
     let tallies = tally::tallies(&rows);
-    let n = done.len();
     let mut arms = Vec::new();
     for (i, ((rec, r), t)) in done.iter().zip(tallies).enumerate() {
         let log = run.dir.join(format!("router-{}.log", rec.name));
@@ -353,7 +352,8 @@ fn finish(
             mode: rec.mode.clone(),
             server: rec.server.clone(),
             url: rec.url.clone(),
-            candidate: i + 1 == n,
+            // The second arm by its place, even when an interrupted run has only the first.
+            candidate: i == 1,
             rows: t.rows,
             counts: t.counts,
             onset_row: t.onset_row,
