@@ -16,7 +16,11 @@ pub struct ServeArgs {
     /// each arm's last complete row; `--shard` is refused in the served mode
     #[arg(long, conflicts_with = "endpoint")]
     pub serve: bool,
-    /// Send the rows to a server pinforge did not start (recorded as mode `endpoint`)
+    /// Send the rows to a server pinforge did not start (recorded as mode `endpoint`). Each
+    /// answer is read with caps: 1 MiB an SSE line, 8 MiB a body or a whole stream; past a
+    /// cap, or bytes that are not UTF-8, the row is the endpoint's `error` (never a crash),
+    /// the reason and the start of what came kept in the row. A stream that does not end
+    /// within three times --row-timeout is a `crash` whose rule names the hang
     #[arg(long, value_name = "URL")]
     pub endpoint: Option<String>,
     /// The environment variable holding the endpoint's API key (sent as a Bearer token)

@@ -41,6 +41,7 @@ mod patch_apply;
 mod rebase_resolve;
 mod report;
 mod schemas;
+mod serve_chat_bounds;
 mod serve_fake;
 mod serve_tree;
 mod shard;

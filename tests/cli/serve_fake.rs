@@ -16,12 +16,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What the fake answers to one request: raw response bytes, or nothing ever.
-enum Reply {
+/// A handler that writes its response to the connection itself.
+pub(crate) type Writer = Box<dyn FnOnce(&mut dyn Write) + Send>;
+
+pub(crate) enum Reply {
     Raw(Vec<u8>),
     Hang,
+    /// The handler writes the response itself (a huge or slow one), to the open connection.
+    Stream(Writer),
 }
 
-fn http(status: u16, extra: &str, body: &[u8]) -> Reply {
+pub(crate) fn http(status: u16, extra: &str, body: &[u8]) -> Reply {
     let mut r = format!(
         "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n",
         body.len()
@@ -31,22 +36,22 @@ fn http(status: u16, extra: &str, body: &[u8]) -> Reply {
     Reply::Raw(r)
 }
 
-fn json_reply(v: serde_json::Value) -> Reply {
+pub(crate) fn json_reply(v: serde_json::Value) -> Reply {
     http(200, "", v.to_string().as_bytes())
 }
 
-type Handler = dyn Fn(&str, &str, &[u8]) -> Reply + Send + Sync;
+pub(crate) type Handler = dyn Fn(&str, &str, &[u8]) -> Reply + Send + Sync;
 
 /// A server on 127.0.0.1 answering every request with `handler(method, path, body)`, each
 /// connection in its own thread; stopped (and its port closed) on drop.
-struct Fake {
-    url: String,
+pub(crate) struct Fake {
+    pub(crate) url: String,
     stop: Arc<AtomicBool>,
     accept: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Fake {
-    fn start(handler: Arc<Handler>) -> Fake {
+    pub(crate) fn start(handler: Arc<Handler>) -> Fake {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind");
         l.set_nonblocking(true).expect("nonblocking");
         let url = format!("http://{}", l.local_addr().expect("addr"));
@@ -115,6 +120,7 @@ fn serve_one(mut s: TcpStream, h: &Handler, stop: &AtomicBool) {
         Reply::Raw(b) => {
             let _ = s.write_all(&b);
         }
+        Reply::Stream(f) => f(&mut s),
         Reply::Hang => {
             while !stop.load(Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(20));
@@ -185,13 +191,13 @@ fn good_server() -> Fake {
 
 /// A workspace for served runs, and the files of the temp root before a run (to show that
 /// nothing was written outside the run folder).
-struct Ws {
+pub(crate) struct Ws {
     _dir: tempfile::TempDir,
     root: PathBuf,
-    ws: PathBuf,
+    pub(crate) ws: PathBuf,
 }
 
-fn ws() -> Ws {
+pub(crate) fn ws() -> Ws {
     let dir = tempfile::tempdir().expect("tmp");
     let root = dir.path().to_path_buf();
     let ws = root.join("ws");
@@ -221,7 +227,12 @@ fn files_under(p: &Path) -> Vec<PathBuf> {
 }
 
 impl Ws {
-    fn endpoint(&self, url: &str, extra: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    pub(crate) fn endpoint(
+        &self,
+        url: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> std::process::Output {
         let mut c = pinforge_cmd(&self.ws);
         c.args([
             "validate",
@@ -242,7 +253,7 @@ impl Ws {
     }
 
     /// The one run folder under validate/.
-    fn run_dir(&self) -> PathBuf {
+    pub(crate) fn run_dir(&self) -> PathBuf {
         let runs: Vec<PathBuf> = std::fs::read_dir(self.ws.join("validate"))
             .expect("validate/")
             .flatten()

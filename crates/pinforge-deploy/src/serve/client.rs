@@ -13,8 +13,13 @@ use serde_json::Value;
 use std::io::BufRead;
 use std::time::{Duration, Instant};
 
-/// The largest non-streaming body read (a runaway answer is cut here, not buffered forever).
-const BODY_LIMIT: u64 = 8 << 20;
+/// The most bytes of one body read, streaming or not, and of a GET's body (a runaway answer
+/// is stopped here, not buffered forever). Stated in `validate --help`.
+pub const BODY_LIMIT: u64 = 8 << 20;
+/// The longest SSE line read: one llama-server event is a few hundred bytes. A line past it
+/// is the endpoint's error and nothing more is read, so memory stays bounded by this, not by
+/// what the endpoint sends (a 256 MiB line once cost 1.6 GB resident).
+pub const LINE_LIMIT: usize = 1 << 20;
 /// The most of an error body kept as evidence.
 const EXCERPT: usize = 300;
 
@@ -369,13 +374,26 @@ impl Server {
 
 /// A non-streaming body: the answer's fields, or the error body as evidence.
 fn read_whole(mut body: ureq::Body) -> Answer {
-    let text = match body.with_config().limit(BODY_LIMIT).read_to_string() {
-        Ok(t) => t,
+    let bytes = match body.with_config().limit(BODY_LIMIT).read_to_vec() {
+        Ok(b) => b,
+        Err(ureq::Error::BodyExceedsLimit(_)) => {
+            return malformed(format!("a body over {BODY_LIMIT} bytes"), &[]);
+        }
         Err(e) => {
             return Answer {
                 cut: Some(format!("the body was cut: {e}")),
                 ..Answer::default()
             }
+        }
+    };
+    let text = match String::from_utf8(bytes) {
+        Ok(t) => t,
+        Err(e) => {
+            let at = e.utf8_error().valid_up_to();
+            return malformed(
+                format!("bytes that are not UTF-8 at byte {at}"),
+                e.as_bytes(),
+            );
         }
     };
     let Ok(v) = serde_json::from_str::<Value>(&text) else {
@@ -420,22 +438,68 @@ fn read_whole(mut body: ureq::Body) -> Answer {
     }
 }
 
-/// A streaming body, line by line; a read error is a dropped connection.
+/// ureq reports its own timeouts as an I/O error wrapping `ureq::Error::Timeout`.
+fn is_timeout(e: &std::io::Error) -> bool {
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<ureq::Error>())
+        .is_some_and(|u| matches!(u, ureq::Error::Timeout(_)))
+}
+
+/// The endpoint's answer was malformed (past a cap, not UTF-8): the harness's `error` with
+/// the reason named and the start of what came kept as evidence, never a crash: no death
+/// was seen, and reading stops here.
+fn malformed(why: String, start: &[u8]) -> Answer {
+    let head = &start[..start.len().min(EXCERPT)];
+    Answer {
+        harness_error: Some(format!(
+            "the endpoint's answer: {why}; nothing more was read"
+        )),
+        error_body: (!head.is_empty()).then(|| excerpt(&String::from_utf8_lossy(head))),
+        ..Answer::default()
+    }
+}
+
+/// A streaming body, line by line (each line and the whole stream capped); a read error is a
+/// dropped connection.
 fn read_stream(body: ureq::Body) -> Answer {
+    use std::io::Read;
     let mut reader = std::io::BufReader::new(body.into_reader());
     let mut sse = SseReader::default();
-    let mut line = String::new();
+    let mut line = Vec::new();
+    let mut total = 0u64;
     let mut dropped = None;
     loop {
         line.clear();
-        match reader.read_line(&mut line) {
+        // One line at most LINE_LIMIT + 1 bytes: the `take` bounds what is buffered.
+        let cap = LINE_LIMIT as u64 + 1;
+        match (&mut reader).take(cap).read_until(b'\n', &mut line) {
             Ok(0) => break,
-            Ok(_) => sse.line(line.trim_end_matches('\n')),
+            Ok(n) => total += n as u64,
+            // A stream that stops sending (or trickles past the row's time) is a hang, named
+            // as one; any other read error is a cut connection.
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut || is_timeout(&e) => {
+                dropped = Some(format!("hang: the stream did not end in time ({e})"));
+                break;
+            }
             Err(e) => {
                 dropped = Some(e.to_string());
                 break;
             }
         }
+        if line.len() > LINE_LIMIT {
+            return malformed(format!("an SSE line over {LINE_LIMIT} bytes"), &line);
+        }
+        if total > BODY_LIMIT {
+            return malformed(format!("a stream over {BODY_LIMIT} bytes"), &line);
+        }
+        let Ok(text) = std::str::from_utf8(&line) else {
+            let at = total - line.len() as u64;
+            return malformed(
+                format!("bytes that are not UTF-8 in the SSE line at byte {at}"),
+                &line,
+            );
+        };
+        sse.line(text.trim_end_matches('\n'));
     }
     match sse.finish(dropped.as_deref()) {
         StreamEnd::Complete {
