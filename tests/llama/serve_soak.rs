@@ -138,6 +138,51 @@ fn served_control_crashes_from_an_onset_with_the_router_healthy_and_live_stays_c
                 .any(|x| x.as_str().unwrap_or("").contains("AddressSanitizer")))),
         "{crash:?}"
     );
+    // Issue #35: a crash is a death with evidence. The control router's log holds one
+    // AddressSanitizer report per child that died of the over-read; a crash row beyond those
+    // (and beyond children that exited non-zero) would count a death no one saw. Rows the
+    // router cut by stopping its own fresh child are `router-stop`, each with the router's
+    // stop lines and no report.
+    let dir = PathBuf::from(j["run_dir"].as_str().expect("run_dir"));
+    let log = std::fs::read_to_string(dir.join("router-control.log")).expect("router log");
+    let reports = log.matches("ERROR: AddressSanitizer:").count();
+    let all: Vec<serde_json::Value> = rows
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("row"))
+        .collect();
+    let nonzero_exit = crash
+        .iter()
+        .filter(|r| r["child_exit"].as_i64().is_some_and(|x| x != 0))
+        .count();
+    assert!(
+        crash.len() <= reports + nonzero_exit,
+        "{} crash rows but {reports} sanitizer reports and {nonzero_exit} non-zero exits",
+        crash.len()
+    );
+    let stops: Vec<&serde_json::Value> =
+        all.iter().filter(|r| r["class"] == "router-stop").collect();
+    for r in &stops {
+        let lines = r["router_stop"].as_array().expect("router_stop lines");
+        assert!(
+            lines.iter().any(|l| l
+                .as_str()
+                .unwrap_or("")
+                .contains("stopping model instance name=")),
+            "{r}"
+        );
+        assert_eq!(r["sanitizer"], serde_json::json!([]), "{r}");
+        assert_ne!(r["child_failed"], true, "{r}");
+    }
+    eprintln!(
+        "control: {} crash rows, {reports} sanitizer reports, {} router-stop rows",
+        crash.len(),
+        stops.len()
+    );
+    assert_eq!(
+        count(control, "router-stop"),
+        stops.len() as u64,
+        "{control}"
+    );
     // The sharper rows: /models is polled after a crash until the preset shows failed, and a
     // crash row's report is taken whole (its SUMMARY line).
     let with_report = crash

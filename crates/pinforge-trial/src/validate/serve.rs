@@ -39,6 +39,11 @@ pub(crate) enum ServeClass {
     /// A request that found the child of the previous row's crash still dead (the proxy could
     /// not connect to it): the same death, not a new one.
     FollowOn,
+    /// A cut row whose child the router stopped itself while the row ran (its log shows
+    /// `stopping model instance name=PRESET`, the child exited 0 on the exit command): no
+    /// sanitizer report, no failure, so no death. The stale stop left from evicting a dead
+    /// child hits the fresh one (issue #35); counted apart, as token-budget rows are.
+    RouterStop,
 }
 
 impl ServeClass {
@@ -53,14 +58,16 @@ impl ServeClass {
             ServeClass::Mismatch => "mismatch",
             ServeClass::Error => "error",
             ServeClass::FollowOn => "follow-on",
+            ServeClass::RouterStop => "router-stop",
         }
     }
 
     /// Every class, in the order counts list them.
-    pub(crate) const ALL: [ServeClass; 8] = [
+    pub(crate) const ALL: [ServeClass; 9] = [
         ServeClass::Ok,
         ServeClass::Crash,
         ServeClass::FollowOn,
+        ServeClass::RouterStop,
         ServeClass::TokenBudget,
         ServeClass::ContextExhausted,
         ServeClass::SemanticOutputAbsent,
@@ -97,6 +104,24 @@ pub(crate) struct Response {
     pub schema_valid: Option<bool>,
     /// The start of an error body (`proxy error: …`).
     pub error_body: Option<String>,
+    /// The router stopped the row's child itself while the row ran, and nothing shows a
+    /// death: see [`router_stopped`].
+    pub router_stopped: bool,
+}
+
+/// Whether a row's facts show the router's own stop and no death: its log had the stop of
+/// the row's preset (`stop_lines`), no sanitizer report came, `/models` did not mark the
+/// preset failed, and the child's recorded exit (if any) is 0.
+pub(crate) fn router_stopped(
+    stop_lines: &[String],
+    sanitizer: &[String],
+    child_failed: bool,
+    child_exit: Option<i64>,
+) -> bool {
+    !stop_lines.is_empty()
+        && sanitizer.is_empty()
+        && !child_failed
+        && matches!(child_exit, None | Some(0))
 }
 
 /// What the proxy says when the child's port took no connection (httplib's text for
@@ -119,7 +144,7 @@ pub(crate) fn follow_on(
         return None;
     }
     match prev? {
-        (row, ServeClass::Crash, _) => Some(row),
+        (row, ServeClass::Crash | ServeClass::RouterStop, _) => Some(row),
         (_, ServeClass::FollowOn, origin) => origin,
         _ => None,
     }
@@ -140,6 +165,22 @@ const CTX_SLACK: u64 = 4;
 
 /// The class of a row and the rule that gave it (recorded as the row's evidence).
 pub(crate) fn classify(r: &Response, lim: Limits) -> (ServeClass, String) {
+    let (class, rule) = classify_answer(r, lim);
+    if class == ServeClass::Crash && r.router_stopped {
+        return (
+            ServeClass::RouterStop,
+            format!(
+                "{rule}; the router stopped this preset's child itself while the row ran \
+                 (`stopping model instance` in its log), with no sanitizer report and no \
+                 failure: not a death"
+            ),
+        );
+    }
+    (class, rule)
+}
+
+/// [`classify`] from the answer alone.
+fn classify_answer(r: &Response, lim: Limits) -> (ServeClass, String) {
     if let Some(e) = &r.harness_error {
         return (ServeClass::Error, format!("harness: {e}"));
     }
@@ -235,6 +276,56 @@ mod tests {
         max_tokens: 16,
         n_ctx: 256,
     };
+
+    #[test]
+    fn a_cut_the_router_made_itself_is_a_router_stop_and_a_death_never_is() {
+        let stop = vec!["srv  operator(): stopping model instance name=p".to_string()];
+        let cut = Response {
+            cut: Some("connection reset".into()),
+            ..Response::default()
+        };
+        assert_eq!(classify(&cut, LIM).0, ServeClass::Crash);
+        let stopped = Response {
+            router_stopped: router_stopped(&stop, &[], false, Some(0)),
+            ..cut.clone()
+        };
+        let (c, rule) = classify(&stopped, LIM);
+        assert_eq!(c, ServeClass::RouterStop);
+        assert!(rule.contains("not a death"), "{rule}");
+        // Any sign of a death keeps it a crash: a report, the preset failed, a non-zero exit.
+        let report = vec!["ERROR: AddressSanitizer: heap-buffer-overflow".to_string()];
+        assert!(!router_stopped(&stop, &report, false, None));
+        assert!(!router_stopped(&stop, &[], true, None));
+        assert!(!router_stopped(&stop, &[], false, Some(1)));
+        assert!(
+            !router_stopped(&[], &[], false, None),
+            "no stop line, no router stop"
+        );
+        // A complete answer is what it is, whatever the log says.
+        let fine = Response {
+            router_stopped: true,
+            ..ok()
+        };
+        assert_eq!(classify(&fine, LIM).0, ServeClass::Ok);
+        // The next unreached row follows the router stop, as it follows a crash.
+        let unreached = Response {
+            status: Some(500),
+            error_body: Some(format!("proxy error: {UNREACHED}")),
+            ..Response::default()
+        };
+        assert_eq!(
+            follow_on(
+                ServeClass::Crash,
+                &unreached,
+                Some((4, ServeClass::RouterStop, None))
+            ),
+            Some(4)
+        );
+        assert_eq!(
+            ServeClass::parse("router-stop"),
+            Some(ServeClass::RouterStop)
+        );
+    }
 
     fn ok() -> Response {
         Response {

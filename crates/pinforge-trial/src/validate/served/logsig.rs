@@ -78,6 +78,45 @@ pub(super) fn excerpt_since(log: &Path, from: u64) -> Result<(Vec<String>, u64)>
     }
 }
 
+/// The router's own lines, written between bytes `from` and `end` of `log`, that show it
+/// stopping `preset`'s child itself: `stopping model instance name=PRESET`, the child's
+/// `exit command received` and `instance name=PRESET exited with status N`. A row cut while
+/// the router stopped the fresh child it had just spawned (the stale stop left from evicting
+/// a dead one) carries these and no sanitizer report: not a death (issue #35).
+pub(super) fn router_stop_lines(
+    log: &Path,
+    from: u64,
+    end: u64,
+    preset: &str,
+) -> Result<Vec<String>> {
+    let (text, _) = read_from(log, from)?;
+    let window = text
+        .as_bytes()
+        .get(..(end.saturating_sub(from) as usize).min(text.len()))
+        .map(String::from_utf8_lossy)
+        .unwrap_or_default();
+    Ok(stop_lines(&window, preset))
+}
+
+/// [`router_stop_lines`] over text already read; empty unless the stop line names `preset`.
+pub(crate) fn stop_lines(text: &str, preset: &str) -> Vec<String> {
+    let stop = format!("stopping model instance name={preset}");
+    let exited = format!("instance name={preset} exited with status");
+    let stopped = text.lines().any(|l| l.trim_end().ends_with(&stop));
+    if !stopped {
+        return Vec::new();
+    }
+    text.lines()
+        .filter(|l| {
+            l.trim_end().ends_with(&stop)
+                || l.contains(&exited)
+                || l.contains("exit command received")
+        })
+        .take(MAX_LINES)
+        .map(|l| l.trim_end().to_string())
+        .collect()
+}
+
 /// The lines of the first sanitizer report in `text`: the `ERROR:` line and the stack frames
 /// after it, at most [`MAX_LINES`], and the `SUMMARY:` line (kept past the cap).
 pub(crate) fn report_lines(text: &str) -> Vec<String> {
@@ -169,6 +208,24 @@ pub(super) fn signatures_in(log: &Path) -> Result<BTreeMap<String, u64>> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_router_stop_of_the_rows_preset_is_found_and_another_presets_is_not() {
+        let log = "srv  load: spawning server instance with name=fake-a on port 40001\n\
+                   srv  operator(): stopping model instance name=fake-a\n\
+                   [40001] srv  operator(): exit command received, exiting...\n\
+                   srv  operator(): instance name=fake-a exited with status 0\n";
+        let lines = stop_lines(log, "fake-a");
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(lines[0].ends_with("stopping model instance name=fake-a"));
+        assert!(stop_lines(log, "fake-b").is_empty());
+        assert!(
+            stop_lines(log, "fake").is_empty(),
+            "a prefix of the name is not the name"
+        );
+        assert!(stop_lines("[40001] exit command received\n", "fake-a").is_empty());
+    }
+
     use super::*;
 
     const LOG: &str = "srv  log: loaded\n\

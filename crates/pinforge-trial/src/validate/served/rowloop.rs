@@ -16,7 +16,7 @@
 
 use super::logsig;
 use crate::validate::serve::follow_on;
-use crate::validate::serve::{classify, Limits, Response, ServeClass};
+use crate::validate::serve::{classify, router_stopped, Limits, Response, ServeClass};
 use pinforge_base::error::{Error, Result};
 use pinforge_deploy::serve::client::{Answer, ModelState, Server};
 use serde::{Deserialize, Serialize};
@@ -81,6 +81,10 @@ pub(crate) struct ServedRow {
     pub wall_ms: f64,
     pub timings: Option<Value>,
     pub sanitizer: Vec<String>,
+    /// The router's own lines stopping this row's preset while the row ran (issue #35);
+    /// absent from rows that have none (and from rows written before the field).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub router_stop: Vec<String>,
 }
 
 impl ServedRow {
@@ -97,6 +101,12 @@ impl ServedRow {
             content: self.content.clone(),
             schema_valid: self.schema_valid,
             error_body: self.error_body.clone(),
+            router_stopped: router_stopped(
+                &self.router_stop,
+                &self.sanitizer,
+                self.child_failed,
+                self.child_exit,
+            ),
         }
     }
 
@@ -215,6 +225,7 @@ pub(super) fn run(
             content: a.content.clone(),
             schema_valid: schema_valid(plan, &a),
             error_body: a.error_body.clone(),
+            router_stopped: false,
         };
         let prev = res.rows.last().map(|r| (r.row, r.class(), r.follow_on));
         // A follow-on is known from the answer alone; a new death is then waited for.
@@ -233,10 +244,13 @@ pub(super) fn run(
             class = ServeClass::FollowOn;
             rule = format!("{rule}; the child of the crash at row {r} was not back yet");
         }
+        let mut router_stop = Vec::new();
         let sanitizer = match plan.log {
             Some(log) if class == ServeClass::Crash => {
+                let from = log_at;
                 let (lines, end) = logsig::excerpt_since(log, log_at)?;
                 log_at = end;
+                router_stop = logsig::router_stop_lines(log, from, end, preset)?;
                 lines
             }
             Some(log) => {
@@ -245,6 +259,13 @@ pub(super) fn run(
             }
             None => Vec::new(),
         };
+        // A cut the router made itself, with no death shown, is its own class.
+        let child_exit = state.as_ref().and_then(|m| m.exit_code);
+        resp.router_stopped =
+            router_stopped(&router_stop, &sanitizer, resp.child_failed, child_exit);
+        if resp.router_stopped {
+            (class, rule) = classify(&resp, plan.limits);
+        }
         let row = ServedRow {
             arm: plan.arm.to_string(),
             row: i,
@@ -264,11 +285,12 @@ pub(super) fn run(
             cut: a.cut,
             error_body: a.error_body,
             child_failed: resp.child_failed,
-            child_exit: state.and_then(|m| m.exit_code),
+            child_exit,
             health,
             wall_ms: a.wall_ms,
             timings: a.timings,
             sanitizer,
+            router_stop,
         };
         let mut line =
             serde_json::to_vec(&row).map_err(|e| Error::Internal(format!("row json: {e}")))?;

@@ -218,6 +218,7 @@ mod tests {
             wall_ms: 1.0,
             timings: None,
             sanitizer: vec![],
+            router_stop: vec![],
         };
         serde_json::to_string(&r).expect("json") + "\n"
     }

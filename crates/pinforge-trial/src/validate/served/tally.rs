@@ -142,6 +142,7 @@ mod tests {
             wall_ms: 1.0,
             timings: None,
             sanitizer: vec![],
+            router_stop: vec![],
         }
     }
 
