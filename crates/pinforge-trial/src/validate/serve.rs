@@ -40,8 +40,8 @@ pub(crate) enum ServeClass {
     /// not connect to it): the same death, not a new one.
     FollowOn,
     /// A cut row whose child the router stopped itself while the row ran (its log shows
-    /// `stopping model instance name=PRESET`, the child exited 0 on the exit command): no
-    /// sanitizer report, no failure, so no death. The stale stop left from evicting a dead
+    /// `stopping model instance name=PRESET`, and the child exited 0 or took the exit
+    /// command): no sanitizer report, so no death. The stale stop left from evicting a dead
     /// child hits the fresh one (issue #35); counted apart, as token-budget rows are.
     RouterStop,
 }
@@ -110,18 +110,32 @@ pub(crate) struct Response {
 }
 
 /// Whether a row's facts show the router's own stop and no death: its log had the stop of
-/// the row's preset (`stop_lines`), no sanitizer report came, `/models` did not mark the
-/// preset failed, and the child's recorded exit (if any) is 0.
+/// the row's preset (`stop_lines`) and no sanitizer report came; and either nothing shows a
+/// failure (`/models` did not mark the preset failed, the recorded exit is none or 0) or the
+/// child acknowledged the router's exit command after the stop (`exit command received`),
+/// so a non-zero exit is its shutdown after the router stopped it. Measured on the real
+/// router (issue #35): of 4 such rows in a 200-row control arm, 2 exited 0 and 2 exited 1
+/// right after the exit command, none with a report.
 pub(crate) fn router_stopped(
     stop_lines: &[String],
     sanitizer: &[String],
     child_failed: bool,
     child_exit: Option<i64>,
 ) -> bool {
-    !stop_lines.is_empty()
-        && sanitizer.is_empty()
-        && !child_failed
-        && matches!(child_exit, None | Some(0))
+    let stop_at = stop_lines
+        .iter()
+        .position(|l| l.contains("stopping model instance name="));
+    let Some(stop_at) = stop_at else {
+        return false;
+    };
+    if !sanitizer.is_empty() {
+        return false;
+    }
+    let clean = !child_failed && matches!(child_exit, None | Some(0));
+    let acknowledged = stop_lines[stop_at + 1..]
+        .iter()
+        .any(|l| l.contains("exit command received"));
+    clean || acknowledged
 }
 
 /// What the proxy says when the child's port took no connection (httplib's text for
@@ -171,8 +185,8 @@ pub(crate) fn classify(r: &Response, lim: Limits) -> (ServeClass, String) {
             ServeClass::RouterStop,
             format!(
                 "{rule}; the router stopped this preset's child itself while the row ran \
-                 (`stopping model instance` in its log), with no sanitizer report and no \
-                 failure: not a death"
+                 (`stopping model instance` in its log) and no sanitizer report came: not a \
+                 death"
             ),
         );
     }
@@ -297,6 +311,16 @@ mod tests {
         assert!(!router_stopped(&stop, &report, false, None));
         assert!(!router_stopped(&stop, &[], true, None));
         assert!(!router_stopped(&stop, &[], false, Some(1)));
+        // A non-zero exit right after the child took the router's exit command is its
+        // shutdown, not a death; an acknowledgement before the stop does not count.
+        let acked = vec![
+            stop[0].clone(),
+            "[57001] srv  operator(): exit command received, exiting...".to_string(),
+        ];
+        assert!(router_stopped(&acked, &[], true, Some(1)));
+        let before: Vec<String> = acked.iter().rev().cloned().collect();
+        assert!(!router_stopped(&before, &[], true, Some(1)));
+        assert!(!router_stopped(&acked, &report, true, Some(1)));
         assert!(
             !router_stopped(&[], &[], false, None),
             "no stop line, no router stop"
