@@ -38,6 +38,20 @@ pub struct ServeArgs {
     /// Rows sent to one preset before switching to the next
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub switch_every: u64,
+    /// The candidate passes only when at least this fraction of its rows end `ok` (0 to 1).
+    /// 0 lets the verdict rest on crashes alone, and it says so. Without --schema the rows
+    /// use the served default schema `{"ok": boolean}`, which the tiny model completes
+    #[arg(long, value_name = "FRACTION", default_value_t = served::DEFAULT_MIN_OK,
+          value_parser = parse_fraction)]
+    pub min_ok: f64,
+}
+
+/// A fraction from 0 to 1 (`--min-ok`).
+fn parse_fraction(s: &str) -> std::result::Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
+        _ => Err(format!("`{s}` is not a fraction from 0 to 1")),
+    }
 }
 
 impl ServeArgs {
@@ -95,6 +109,7 @@ pub(super) fn run(
         target,
         stream: a.stream,
         switch_every: a.switch_every,
+        min_ok: a.min_ok,
     };
     let reporter =
         super::reporter::TermReporter::counting(ctx.verbosity == Verbosity::Quiet, "rows");
@@ -138,6 +153,14 @@ fn render(r: &ServeReport) {
         }
         let health: Vec<String> = a.health.iter().map(|(k, v)| format!("{k}: {v}")).collect();
         outln!("    /health {}", health.join(", "));
+        // What tells the arms apart: the engine library the served processes mapped.
+        for (lib, sha) in a.identity_after.mapped.iter().filter(|(k, _)| {
+            std::path::Path::new(k)
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("libllama"))
+        }) {
+            outln!("    mapped {lib} sha256 {}", sha.get(..16).unwrap_or(sha));
+        }
     }
     for n in &r.notes {
         outln!("note: {n}");

@@ -43,6 +43,7 @@ mod report;
 mod schemas;
 mod serve_chat_bounds;
 mod serve_fake;
+mod serve_progress;
 mod serve_tree;
 mod shard;
 mod ship;

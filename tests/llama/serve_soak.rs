@@ -62,7 +62,11 @@ const SCHEMA: &str = r#"{"type":"object","properties":{"answer":{"type":"string"
 
 impl Arms {
     fn serve(&self, extra: &[&str], env: &[(&str, &str)]) -> (i32, serde_json::Value) {
-        let o = self.serve_output(extra, env);
+        self.judge(self.serve_output(extra, env), extra)
+    }
+
+    /// The run's document, checked against its schema, with no router left behind.
+    fn judge(&self, o: std::process::Output, extra: &[&str]) -> (i32, serde_json::Value) {
         let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
             panic!(
                 "validate --serve {extra:?}: not JSON ({e}): {}\n{}",
@@ -120,6 +124,29 @@ fn served_control_crashes_from_an_onset_with_the_router_healthy_and_live_stays_c
         );
     }
     assert_eq!(count(live, "crash"), 0, "{live}");
+    // No row of the test schema completes: the verdict says it rests on crashes alone.
+    assert!(
+        j["verdict"]
+            .as_str()
+            .is_some_and(|v| v.contains("passed on crashes alone")),
+        "{j}"
+    );
+    // The arms run the same llama-server bytes; what they map tells them apart.
+    let (ic, il) = (&control["identity_after"], &live["identity_after"]);
+    assert_eq!(ic["exe"]["router"], il["exe"]["router"], "{ic} {il}");
+    let llama = |id: &serde_json::Value| -> (String, String) {
+        id["mapped"]
+            .as_object()
+            .expect("mapped")
+            .iter()
+            .find(|(k, _)| k.contains("libllama"))
+            .map(|(k, v)| (k.clone(), v.as_str().expect("sha").to_string()))
+            .unwrap_or_else(|| panic!("no libllama mapped: {id}"))
+    };
+    let (lc, ll) = (llama(ic), llama(il));
+    assert_eq!(lc.0, ll.0, "the same library name in both entries");
+    assert_ne!(lc.1, ll.1, "the mapped libllama differs between the arms");
+    assert!(!lc.1.contains("!=") && lc.1.len() == 64, "{lc:?}");
     // The crash rows carry their evidence: the class rule and the report's lines.
     let rows = std::fs::read_to_string(
         Path::new(j["run_dir"].as_str().expect("run_dir")).join("serve-rows.jsonl"),
@@ -171,7 +198,24 @@ fn served_control_crashes_from_an_onset_with_the_router_healthy_and_live_stays_c
             "{r}"
         );
         assert_eq!(r["sanitizer"], serde_json::json!([]), "{r}");
-        assert_ne!(r["child_failed"], true, "{r}");
+        // A child the router marked failed counts only when it took the exit command.
+        let acked = lines
+            .iter()
+            .any(|l| l.as_str().unwrap_or("").contains("exit command received"));
+        assert!(r["child_failed"] != true || acked, "{r}");
+    }
+    for r in crash.iter().chain(stops.iter().copied()) {
+        eprintln!(
+            "row {} {} {}: report lines {}, failed {}, exit {}, rule {}, router {}",
+            r["row"],
+            r["preset"],
+            r["class"],
+            r["sanitizer"].as_array().map_or(0, Vec::len),
+            r["child_failed"],
+            r["child_exit"],
+            r["rule"],
+            r["router_stop"]
+        );
     }
     eprintln!(
         "control: {} crash rows, {reports} sanitizer reports, {} router-stop rows",
@@ -292,6 +336,40 @@ fn served_control_crashes_from_an_onset_with_the_router_healthy_and_live_stays_c
 }
 
 #[test]
+fn served_default_schema_gives_ok_rows_and_the_verdict_states_their_share() {
+    let Some(arms) = installed_arms() else { return };
+    let (c, j) = arms.judge(
+        arms.serve_output_plain(&["--rows", "16", "--cache-ram", "0"], &[]),
+        &[],
+    );
+    assert_eq!(c, 0, "{j}");
+    assert_eq!(j["min_ok"], 0.5);
+    for name in ["control", "live"] {
+        let a = arm(&j, name);
+        assert!(count(a, "ok") > 0, "ok rows with the default schema: {a}");
+    }
+    let v = j["verdict"].as_str().expect("verdict");
+    assert!(v.starts_with("live passed") && v.contains("rows ok"), "{v}");
+    // The same rows, a share no build reaches: the candidate fails, saying why.
+    let (c, j) = arms.judge(
+        arms.serve_output_plain(&["--rows", "16", "--cache-ram", "0", "--min-ok", "1"], &[]),
+        &[],
+    );
+    let live = arm(&j, "live");
+    if count(live, "ok") < 16 {
+        assert_eq!(c, 1, "{j}");
+        assert!(
+            j["verdict"]
+                .as_str()
+                .is_some_and(|v| v.contains("but only")),
+            "{j}"
+        );
+    } else {
+        assert_eq!(c, 0, "{j}");
+    }
+}
+
+#[test]
 fn served_control_with_cache_ram_0_does_not_crash() {
     let Some(arms) = installed_arms() else { return };
     let (c, j) = arms.serve(
@@ -403,10 +481,19 @@ fn endpoint_mode_runs_against_a_server_the_test_started_and_says_so() {
 }
 
 impl Arms {
-    /// `validate --serve` of both arms with the test schema, as the process ended.
+    /// `validate --serve` of both arms with the test schema (which the tiny model never
+    /// finishes, as the incident's label/score rows: every row ends `token-budget`, so
+    /// `--min-ok 0` lets crashes alone decide), as the process ended.
     fn serve_output(&self, extra: &[&str], env: &[(&str, &str)]) -> std::process::Output {
         let schema = self.ws.join("schema.json");
         std::fs::write(&schema, SCHEMA).expect("schema");
+        let mut args = vec!["--schema", schema.to_str().expect("utf8"), "--min-ok", "0"];
+        args.extend(extra);
+        self.serve_output_plain(&args, env)
+    }
+
+    /// `validate --serve` of both arms with only `extra` (no schema: the served default).
+    fn serve_output_plain(&self, extra: &[&str], env: &[(&str, &str)]) -> std::process::Output {
         let mut cmd = pinforge_cmd(&self.ws);
         cmd.args([
             "validate",
@@ -415,8 +502,6 @@ impl Arms {
             "control,live",
             "--root",
             self.root.to_str().expect("utf8"),
-            "--schema",
-            schema.to_str().expect("utf8"),
             "--json",
         ])
         .args(extra);

@@ -1,11 +1,13 @@
 //! pinforge-sys: the only crate with `unsafe` code, and the seam for the system calls that have
-//! no safe wrapper: the one binding of the C smoke shim, the mount namespace a build enters,
-//! the CUDA driver probe, signal handling, and who holds a lock (`locks`). Each foreign call sits behind a safe function
-//! whose `SAFETY:` comment states what the caller relies on. It depends on no other pinforge
-//! crate, so every layer above may use it.
+//! no safe wrapper or are one platform's own: the one binding of the C smoke shim, the mount
+//! namespace a build enters, the CUDA driver probe, signal handling, who holds a lock
+//! (`locks`) and which files a process maps (`maps`). Each foreign call sits behind a safe
+//! function whose `SAFETY:` comment states what the caller relies on. It depends on no other
+//! pinforge crate, so every layer above may use it.
 
 pub mod cuda;
 pub mod locks;
+pub mod maps;
 pub mod mount_ns;
 pub mod shim;
 pub mod signal;

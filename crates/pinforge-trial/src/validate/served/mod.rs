@@ -66,6 +66,14 @@ pub enum Target {
 pub const INCIDENT_CACHE_RAM: u64 = 8192;
 /// The incident's slot similarity.
 pub const DEFAULT_SIMILARITY: f64 = INCIDENT_SIMILARITY;
+/// The fraction of the candidate's rows that must end `ok` for it to pass (`--min-ok`).
+pub const DEFAULT_MIN_OK: f64 = 0.5;
+/// The schema of a served run without `--schema`: one the tiny model completes within the
+/// default budget (`{"ok": true}` is a handful of tokens), so that a healthy build gives `ok`
+/// rows and "passed" rests on answers, not only on the absence of crashes (issue #35: with a
+/// free-text or a label/score schema every row of the tiny model ends `token-budget`).
+pub const DEFAULT_SERVE_SCHEMA: &str =
+    r#"{"type":"object","properties":{"ok":{"type":"boolean"}},"required":["ok"]}"#;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -79,6 +87,8 @@ pub struct ServeOptions {
     pub stream: bool,
     /// Rows per preset before switching.
     pub switch_every: u64,
+    /// The fraction of the candidate's rows that must be `ok` (0: crashes alone decide).
+    pub min_ok: f64,
 }
 
 /// One arm's summary.
@@ -130,6 +140,8 @@ pub struct ServeReport {
     pub interrupted: bool,
     /// What a resume found and did (rows already done, a partial last row dropped).
     pub notes: Vec<String>,
+    /// The fraction of the candidate's rows that had to end `ok` (`--min-ok`).
+    pub min_ok: f64,
     /// In words.
     pub verdict: String,
     /// `serve-evidence.json` (None: the run was interrupted before its commit point).
@@ -139,13 +151,25 @@ pub struct ServeReport {
 }
 
 impl ServeReport {
-    /// The candidate (last arm) has no crash and, with two arms, no mismatch.
+    /// The candidate (last arm) has no crash, with two arms no mismatch, and at least
+    /// `min_ok` of its rows `ok`.
     pub fn passed(&self) -> bool {
         !self.interrupted
-            && self
-                .arms
-                .last()
-                .is_some_and(|a| a.counts["crash"] == 0 && a.counts["mismatch"] == 0)
+            && self.arms.last().is_some_and(|a| {
+                a.counts["crash"] == 0
+                    && a.counts["mismatch"] == 0
+                    && a.ok_fraction() >= self.min_ok
+            })
+    }
+}
+
+impl ServeArm {
+    /// The fraction of its rows that ended `ok` (0 without rows).
+    pub fn ok_fraction(&self) -> f64 {
+        if self.rows == 0 {
+            return 0.0;
+        }
+        self.counts.get("ok").copied().unwrap_or(0) as f64 / self.rows as f64
     }
 }
 
@@ -158,7 +182,20 @@ pub fn run(o: &ServeOptions, reporter: &dyn Reporter) -> Result<ServeReport> {
     if o.switch_every == 0 {
         return Err(Error::input("--switch-every 0", "must be at least 1"));
     }
-    let inputs = Inputs::load(&o.base)?;
+    if !(0.0..=1.0).contains(&o.min_ok) {
+        return Err(Error::input(
+            format!("--min-ok {}", o.min_ok),
+            "must be a fraction from 0 to 1",
+        ));
+    }
+    let mut inputs = Inputs::load(&o.base)?;
+    if inputs.schema.is_none() {
+        let g = super::grammar::schema_to_gbnf(
+            DEFAULT_SERVE_SCHEMA,
+            Path::new("(the served default schema)"),
+        )?;
+        inputs.schema = Some((DEFAULT_SERVE_SCHEMA.to_string(), g));
+    }
     let schema: Option<serde_json::Value> = match &inputs.schema {
         Some((t, _)) => Some(
             serde_json::from_str(t)
@@ -226,6 +263,7 @@ pub fn run(o: &ServeOptions, reporter: &dyn Reporter) -> Result<ServeReport> {
         schema: schema.as_ref(),
         rows_file: &rows_file,
         dir: &run.dir,
+        reporter,
     };
     let mut done: Vec<(state::ArmRecord, rowloop::ArmRows)> = Vec::new();
     let mode = match &o.target {
@@ -259,7 +297,7 @@ pub fn run(o: &ServeOptions, reporter: &dyn Reporter) -> Result<ServeReport> {
             "endpoint"
         }
     };
-    finish(run, mode, o.stream, done, notes)
+    finish(run, mode, o, done, notes)
 }
 
 /// The endpoint's one arm.
@@ -272,6 +310,7 @@ struct RoundCtx<'a> {
     schema: Option<&'a serde_json::Value>,
     rows_file: &'a Path,
     dir: &'a Path,
+    reporter: &'a dyn Reporter,
 }
 
 /// The served settings of these options.
@@ -332,7 +371,7 @@ fn write_presets(
 fn finish(
     run: RunDir,
     mode: &str,
-    stream: bool,
+    o: &ServeOptions,
     done: Vec<(state::ArmRecord, rowloop::ArmRows)>,
     notes: Vec<String>,
 ) -> Result<ServeReport> {
@@ -371,18 +410,23 @@ fn finish(
         mode: mode.to_string(),
         run: run.id.clone(),
         run_dir: run.dir.clone(),
-        stream,
+        stream: o.stream,
         arms,
         interrupted,
         notes,
+        min_ok: o.min_ok,
         verdict: String::new(),
         evidence: None,
         evidence_sha256: None,
     };
     if !interrupted {
         pinforge_base::hooks::crash_named("serve:summary");
-        let summary =
-            canonical(&serde_json::json!({"mode": mode, "stream": stream, "arms": report.arms}))?;
+        let summary = canonical(&serde_json::json!({
+            "mode": mode,
+            "stream": o.stream,
+            "min_ok": o.min_ok,
+            "arms": report.arms,
+        }))?;
         fsx::write_atomic(&run.dir.join("serve-summary.json"), &summary)?;
         pinforge_base::hooks::crash_named("serve:evidence");
         let (p, sha) = evidence::write(&run.dir, &run.id, mode)?;
@@ -403,13 +447,32 @@ fn verdict(r: &ServeReport) -> String {
     let Some(c) = r.arms.last() else {
         return "no arm ran".into();
     };
-    if r.passed() {
-        format!("{} passed: no crash and no mismatch", c.name)
-    } else {
+    let ok = c.counts.get("ok").copied().unwrap_or(0);
+    let share = format!(
+        "{ok} of {} rows ok ({:.0}%, at least {:.0}% needed)",
+        c.rows,
+        c.ok_fraction() * 100.0,
+        r.min_ok * 100.0
+    );
+    let bad = c.counts["crash"] > 0 || c.counts["mismatch"] > 0;
+    if bad {
         format!(
-            "{} failed: {} crash row(s), {} mismatch row(s)",
+            "{} failed: {} crash row(s), {} mismatch row(s); {share}",
             c.name, c.counts["crash"], c.counts["mismatch"]
         )
+    } else if !r.passed() {
+        format!(
+            "{} failed: no crash and no mismatch, but only {share}",
+            c.name
+        )
+    } else if ok == 0 {
+        format!(
+            "{} passed on crashes alone: no crash and no mismatch, and no row completed \
+             (0 of {} ok; --min-ok 0)",
+            c.name, c.rows
+        )
+    } else {
+        format!("{} passed: no crash and no mismatch; {share}", c.name)
     }
 }
 
@@ -449,16 +512,11 @@ impl ManagedArm<'_> {
         );
         let o = ctx.o;
         let r = router::start(self.server, self.preset_file, &self.log, o.base.timeout)?;
-        let before = router::identity(&r, self.model, self.preset_file, PRESETS[0])?;
-        check_drift(self.name, &before, &before, &self.server.recorded)?;
+        let before = router::identity(&r, self.server, self.model, self.preset_file, PRESETS[0])?;
+        check_drift(self.name, &before, &before, self.server)?;
         let first = match &old {
             Some(rec) => {
-                check_drift(
-                    self.name,
-                    &rec.identity_before,
-                    &before,
-                    &self.server.recorded,
-                )?;
+                check_drift(self.name, &rec.identity_before, &before, self.server)?;
                 rec.identity_before.clone()
             }
             None => before,
@@ -496,18 +554,14 @@ impl ManagedArm<'_> {
             stream: o.stream,
             log: Some(&r.log),
             on_response: &on_response,
+            reporter,
         };
         let rows = rowloop::run(&r.server, &plan, ctx.rows_file, had)?;
         if rows.interrupted {
             return Ok((rec, rows));
         }
-        let after = router::identity(&r, self.model, self.preset_file, PRESETS[0])?;
-        check_drift(
-            self.name,
-            &rec.identity_before,
-            &after,
-            &self.server.recorded,
-        )?;
+        let after = router::identity(&r, self.server, self.model, self.preset_file, PRESETS[0])?;
+        check_drift(self.name, &rec.identity_before, &after, self.server)?;
         drop(r);
         rec.identity_after = Some(after);
         state::write_arm(ctx.dir, &rec)?;
@@ -515,8 +569,13 @@ impl ManagedArm<'_> {
     }
 }
 
-fn check_drift(arm: &str, before: &Identity, after: &Identity, rec: &Sha256) -> Result<()> {
-    let d = router::drift(before, after, rec);
+fn check_drift(
+    arm: &str,
+    before: &Identity,
+    after: &Identity,
+    server: &router::ArmServer,
+) -> Result<()> {
+    let d = router::drift(before, after, server);
     if d.is_empty() {
         Ok(())
     } else {
@@ -546,6 +605,7 @@ fn endpoint_identity(s: &Server, preset: &str) -> Result<Identity> {
     };
     Ok(Identity {
         exe: BTreeMap::new(),
+        mapped: BTreeMap::new(),
         model_sha256: String::new(),
         preset_sha256: String::new(),
         build,
@@ -641,6 +701,7 @@ fn endpoint_arm(
         stream: o.stream,
         log: None,
         on_response: &|_| {},
+        reporter: ctx.reporter,
     };
     let rows = rowloop::run(s, &plan, ctx.rows_file, had)?;
     if rows.interrupted {

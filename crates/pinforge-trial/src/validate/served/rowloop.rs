@@ -49,6 +49,24 @@ pub(super) struct RowPlan<'a> {
     /// Called with the row index once a row's response headers arrived (a test hook kills a
     /// child from here, mid-stream).
     pub on_response: &'a dyn Fn(u64),
+    /// Told after every row: rows done of the arm's, with the classes so far and the rate.
+    pub reporter: &'a dyn pinforge_base::progress::Reporter,
+}
+
+/// The progress message after a row: the arm, its classes so far (in rule order) and the rows
+/// per second of this round's requests.
+fn progress_message(arm: &str, rows: &[ServedRow], round_secs: f64, round_rows: usize) -> String {
+    let mut counts: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+    for r in rows {
+        *counts.entry(r.class.as_str()).or_default() += 1;
+    }
+    let classes: Vec<String> = counts.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let rate = if round_secs > 0.0 {
+        round_rows as f64 / round_secs
+    } else {
+        0.0
+    };
+    format!("{arm}: {}, {rate:.1} rows/s", classes.join(", "))
 }
 
 /// One row as recorded: the facts the class rules read (so `verify` re-applies them), the
@@ -204,6 +222,8 @@ pub(super) fn run(
     };
     let mut log_at = plan.log.map(logsig::len).unwrap_or(0);
     let first = res.rows.len();
+    let total = plan.prompts.len() as u64;
+    let round = Instant::now();
     for (i, prompt) in plan.prompts.iter().enumerate().skip(first) {
         if pinforge_sys::signal::interrupted() {
             res.interrupted = true;
@@ -299,7 +319,18 @@ pub(super) fn run(
             .map_err(|e| Error::io("append to", rows_file, e))?;
         res.rows.push(row);
         pinforge_base::hooks::crash_named(&format!("serve:row:{}:{i}", plan.arm));
+        plan.reporter.progress(
+            res.rows.len() as u64,
+            total,
+            &progress_message(
+                plan.arm,
+                &res.rows,
+                round.elapsed().as_secs_f64(),
+                res.rows.len() - first,
+            ),
+        );
     }
+    plan.reporter.finish();
     out.sync_data()
         .map_err(|e| Error::io("sync", rows_file, e))?;
     Ok(res)
