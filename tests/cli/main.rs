@@ -40,6 +40,7 @@ mod output;
 mod patch_apply;
 mod rebase_resolve;
 mod report;
+mod report_served;
 mod schemas;
 mod serve_chat_bounds;
 mod serve_fake;

@@ -241,13 +241,15 @@ fn served_control_crashes_from_an_onset_with_the_router_healthy_and_live_stays_c
     // `/models` shows the preset failed only on some crash rows, by how the poll meets the
     // router's reaping (measured: 1 to 2 of 10 at load under 1 with a 2 s or a 10 s poll, 0 of
     // 11 once under the whole suite's load): counted and shown, not required. Where it is set,
-    // it is on a crash row.
+    // it is on a crash row, or on a router-stop row whose child took the exit command.
     let failed = crash.iter().filter(|r| r["child_failed"] == true).count();
     assert!(
         rows.lines()
             .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("row"))
             .filter(|r| r["child_failed"] == true)
-            .all(|r| r["class"] == "crash" || r["class"] == "follow-on"),
+            .all(|r| r["class"] == "crash"
+                || r["class"] == "follow-on"
+                || r["class"] == "router-stop"),
         "child_failed only on crash rows"
     );
     for s in sigs.keys() {
@@ -264,6 +266,47 @@ fn served_control_crashes_from_an_onset_with_the_router_healthy_and_live_stays_c
             .any(|x| x.as_str().is_some_and(|x| x.contains("router logs")))),
         "the signatures are recomputed from the logs: {v}"
     );
+    // The page of this run (issue #35 item 4): every row a mark, each crash row with its
+    // router-log lines, the router-stop rows apart, loaded in a real browser.
+    {
+        let page = arms.ws.join("served-report.html");
+        let o = crate::pinforge(
+            &arms.ws,
+            &[
+                "report",
+                dir.to_str().expect("utf8"),
+                "-o",
+                page.to_str().expect("utf8"),
+            ],
+        );
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        let html = std::fs::read_to_string(&page).expect("page");
+        assert_eq!(
+            html.matches("<details class=\"crash\">").count(),
+            crash.len(),
+            "one evidence block per crash row"
+        );
+        assert_eq!(
+            html.matches("<details class=\"router-stop\">").count(),
+            stops.len()
+        );
+        assert!(html.contains("AddressSanitizer"), "the report's lines");
+        assert!(
+            html.contains("<td>mapped "),
+            "identity per round: the mapped libraries"
+        );
+        let shots = tempfile::tempdir().expect("shots");
+        if Path::new(crate::common::report::CHROMIUM).exists() {
+            crate::common::report::check_in_chromium(
+                &page,
+                shots.path(),
+                400,
+                &shots.path().join("served.png"),
+            );
+        } else {
+            crate::skip("chromium is not installed: the served page was not loaded");
+        }
+    }
     // The summary's signatures must be what the router log shows: one report fewer, with the
     // summary re-hashed into the evidence, is named.
     {
@@ -449,16 +492,7 @@ fn endpoint_mode_runs_against_a_server_the_test_started_and_says_so() {
         .expect("start llama-server");
     let url = format!("http://127.0.0.1:{port}");
     let o = pinforge_cmd(&arms.ws)
-        .args([
-            "validate",
-            "--endpoint",
-            &url,
-            "--rows",
-            "8",
-            "--budget",
-            "8",
-            "--json",
-        ])
+        .args(["validate", "--endpoint", &url, "--rows", "8", "--json"])
         .env("PINFORGE_ENDPOINT_API_KEY", "")
         .output()
         .expect("run pinforge");
@@ -473,6 +507,8 @@ fn endpoint_mode_runs_against_a_server_the_test_started_and_says_so() {
     assert_eq!(a["mode"], "endpoint");
     assert_eq!(a["url"], url);
     assert_eq!(a["rows"], 8);
+    // The served default schema at the default budget: the real server completes rows.
+    assert!(count(a, "ok") > 0, "{a}");
     assert_eq!(count(a, "crash"), 0, "{a}");
     assert!(a["identity_before"]["exe"]
         .as_object()

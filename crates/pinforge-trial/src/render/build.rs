@@ -53,6 +53,7 @@ pub(crate) fn build(paths: &[PathBuf]) -> Result<Report> {
             Input::Run(v) => b.run(&v, None),
             Input::Flip(f, path) => b.flip(&f, &path),
             Input::Ablation(a, path) => b.ablation(&a, &path),
+            Input::Served(v) => super::served::add(&mut b.r, &v),
             Input::Manifest(st, path) => {
                 b.manifest(&st, &path);
                 standalone.push((*st, path));
@@ -115,6 +116,7 @@ impl Builder {
                 span: v.settings.rows,
                 marks,
                 onset: arm.onset_row,
+                names: Default::default(),
             });
             self.r.counts.push(Counts {
                 label: label.clone(),

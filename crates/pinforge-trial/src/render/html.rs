@@ -69,6 +69,7 @@ pub(crate) fn page(r: &Report) -> String {
         s.push_str(&svg::timeline(&r.timelines));
     }
     counts(&mut s, r);
+    served(&mut s, r);
     latency(&mut s, r);
     diffs(&mut s, r);
     patches(&mut s, r);
@@ -149,6 +150,51 @@ fn counts(s: &mut String, r: &Report) {
         );
     }
     s.push_str("</table>\n");
+}
+
+/// Served runs' arms: every class apart, the identity of each round, and the log lines that
+/// are each crash's and each router stop's evidence.
+fn served(s: &mut String, r: &Report) {
+    if r.served.is_empty() {
+        return;
+    }
+    s.push_str("<h2 id=\"served\">Served arms</h2>\n<p>A crash is a death with evidence (a sanitizer report, a signal or non-zero exit of a child, a child gone that the router did not stop). follow-on rows saw the same death again; router-stop rows were cut by the router's own stop of a fresh child; token-budget rows ran out of budget: none of these is a death.</p>\n");
+    for a in &r.served {
+        let _ = writeln!(s, "<h3>{}</h3>", esc(&a.label));
+        s.push_str("<table class=\"served-counts\"><tr>");
+        for (c, _) in &a.counts {
+            let _ = write!(s, "<th>{}</th>", esc(c));
+        }
+        s.push_str("<th>onset row</th></tr><tr>");
+        for (_, n) in &a.counts {
+            let _ = write!(s, "<td class=\"n\">{n}</td>");
+        }
+        let onset = a.onset.map_or("none".to_string(), |o| o.to_string());
+        let _ = writeln!(s, "<td class=\"n\">{onset}</td></tr></table>");
+        s.push_str("<table class=\"identity\"><tr><th>round</th><th>what</th><th>sha256 or value</th></tr>\n");
+        for (round, what, value) in &a.identity {
+            let _ = writeln!(
+                s,
+                "<tr><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
+                esc(round),
+                esc(what),
+                esc(value)
+            );
+        }
+        s.push_str("</table>\n");
+        for (title, list) in [("crash", &a.crashes), ("router-stop", &a.stops)] {
+            for x in list {
+                let _ = writeln!(
+                    s,
+                    "<details class=\"{title}\"><summary>{title} row {} ({}): {}</summary><pre>{}</pre></details>",
+                    x.row,
+                    esc(&x.preset),
+                    esc(&x.rule),
+                    esc(&x.lines.join("\n"))
+                );
+            }
+        }
+    }
 }
 
 fn latency(s: &mut String, r: &Report) {

@@ -35,6 +35,8 @@ pub enum Kind {
     AblationRecord,
     /// A build manifest (in-toto Statement v1).
     Manifest,
+    /// A served run folder (`serve-evidence.json`, from `validate --serve` or `--endpoint`).
+    ServedRun,
 }
 
 impl Kind {
@@ -46,12 +48,13 @@ impl Kind {
             Kind::SoakFlipRecord => "flip record (soak trial)",
             Kind::AblationRecord => "ablation record",
             Kind::Manifest => "build manifest",
+            Kind::ServedRun => "served run",
         }
     }
 }
 
 /// What every report input is refused with: the kinds that are known.
-const EXPECTED: &str = "expected a validation run folder (evidence.json, schema pinforge.validate-evidence/v1), a flip or ablation record (record.json, schema pinforge.flip/v1 or pinforge.ablate/v1) or a build manifest (_type https://in-toto.io/Statement/v1)";
+const EXPECTED: &str = "expected a validation run folder (evidence.json, schema pinforge.validate-evidence/v1), a flip or ablation record (record.json, schema pinforge.flip/v1 or pinforge.ablate/v1) a build manifest (_type https://in-toto.io/Statement/v1) or a served run folder (serve-evidence.json)";
 
 /// One input, read.
 pub(crate) enum Input {
@@ -63,6 +66,8 @@ pub(crate) enum Input {
     Ablation(Box<AblationView>, PathBuf),
     /// A manifest, with its path.
     Manifest(Box<Statement>, PathBuf),
+    /// A served run folder.
+    Served(Box<super::served::ServedView>),
 }
 
 /// A validate run folder read whole.
@@ -272,6 +277,10 @@ pub(crate) struct AblationView {
 /// Read one input path: a folder holding `evidence.json` or `record.json`, or a file whose
 /// content says what it is.
 pub(crate) fn load(path: &Path) -> Result<(Kind, Input)> {
+    if let Some(dir) = crate::validate::served::evidence::served_run_dir(path) {
+        let v = super::served::load(&fsx::absolute(&dir)?)?;
+        return Ok((Kind::ServedRun, Input::Served(Box::new(v))));
+    }
     let file = if path.is_dir() {
         ["evidence.json", "record.json", "manifest.json"]
             .iter()
@@ -341,7 +350,7 @@ fn parse_as<T: for<'de> Deserialize<'de>>(
 
 /// A regular file read whole, refused beyond [`MAX_JSON_BYTES`] (a record is small; a huge
 /// file given by mistake must not be read into memory).
-fn read_bounded(file: &Path) -> Result<Vec<u8>> {
+pub(crate) fn read_bounded(file: &Path) -> Result<Vec<u8>> {
     let bytes = fsx::read(file)?;
     if bytes.len() > MAX_JSON_BYTES {
         return Err(Error::input(

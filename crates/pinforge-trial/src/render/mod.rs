@@ -12,12 +12,14 @@
 //! is written atomically, never through a symlink.
 //!
 //! Parts: [`load`] (what each input is, and the record views), [`build`] (the report's
-//! content from the inputs, with `facts` for what one record gives), [`svg`], [`html`], [`text`].
+//! content from the inputs, with `facts` for what one record gives), [`served`] (a served
+//! run folder), [`svg`], [`html`], [`text`].
 
 pub(crate) mod build;
 mod facts;
 pub(crate) mod html;
 pub(crate) mod load;
+pub(crate) mod served;
 pub(crate) mod svg;
 pub(crate) mod text;
 
@@ -78,6 +80,9 @@ pub(crate) struct Timeline {
     pub marks: Vec<(u64, Outcome)>,
     /// The first crash row.
     pub onset: Option<u64>,
+    /// A row's own class name where it is finer than its drawn outcome (a served row's
+    /// `follow-on` or `router-stop`, drawn grey as `error`): shown in the mark's title.
+    pub names: std::collections::BTreeMap<u64, &'static str>,
 }
 
 /// Counts per outcome class of one arm.
@@ -214,6 +219,8 @@ pub(crate) struct Report {
     pub evidence: Vec<EvidenceItem>,
     /// What was not tested.
     pub coverage: Vec<String>,
+    /// Served runs' arms: every served class apart, identities, crash and stop lines.
+    pub served: Vec<served::ServedArm>,
 }
 
 impl Report {

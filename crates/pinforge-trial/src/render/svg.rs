@@ -91,13 +91,14 @@ pub(crate) fn timeline(lines: &[Timeline]) -> String {
             let x = LEFT + (*row as f64 / span) * PLOT;
             let _ = write!(
                 s,
-                r#"<rect class="mark" data-outcome="{o}" x="{}" y="{}" width="{}" height="{}" fill="{}"><title>row {row}: {o}</title></rect>"#,
+                r#"<rect class="mark" data-outcome="{o}" x="{}" y="{}" width="{}" height="{}" fill="{}"><title>row {row}: {name}</title></rect>"#,
                 f(x),
                 f(y),
                 f(w),
                 f(LANE),
                 colour(*o),
-                o = o.as_str()
+                o = o.as_str(),
+                name = t.names.get(row).copied().unwrap_or(o.as_str())
             );
         }
         if let Some(on) = t.onset {
@@ -257,6 +258,7 @@ mod tests {
                 (4, Outcome::Crash),
             ],
             onset: Some(2),
+            names: Default::default(),
         };
         let s = timeline(&[t]);
         assert_eq!(s.matches(r#"class="mark""#).count(), 5);

@@ -165,6 +165,7 @@ pub(crate) fn render(r: &Report, flavor: Flavor) -> String {
     }
     timeline(&mut w, r);
     counts(&mut w, r);
+    served(&mut w, r);
     latency(&mut w, r);
     rest(&mut w, r);
     w.s
@@ -237,6 +238,48 @@ fn counts(w: &mut W, r: &Report) {
         })
         .collect();
     w.table(&head, &rows);
+}
+
+/// Served runs' arms: classes apart, identities, and each crash's and stop's log lines.
+fn served(w: &mut W, r: &Report) {
+    if r.served.is_empty() {
+        return;
+    }
+    w.h("Served arms");
+    for a in &r.served {
+        let label = w.t(&a.label);
+        let _ = writeln!(w.s, "{label}");
+        let head: Vec<&str> = a.counts.iter().map(|(c, _)| *c).chain(["onset"]).collect();
+        let mut row: Vec<String> = a.counts.iter().map(|(_, n)| n.to_string()).collect();
+        row.push(a.onset.map_or("none".into(), |o| o.to_string()));
+        w.table(&head, &[row]);
+        let ids: Vec<Vec<String>> = a
+            .identity
+            .iter()
+            .map(|(r, k, v)| vec![w.t(r), w.t(k), w.t(v)])
+            .collect();
+        w.table(&["round", "what", "sha256 or value"], &ids);
+        for (title, list) in [("crash", &a.crashes), ("router-stop", &a.stops)] {
+            for x in list {
+                let head = format!(
+                    "{title} row {} ({}): {}",
+                    x.row,
+                    w.t(&x.preset),
+                    w.t(&x.rule)
+                );
+                let _ = writeln!(w.s, "{head}");
+                for l in &x.lines {
+                    let l = w.t(l);
+                    let _ = if w.md {
+                        writeln!(w.s, "    {l}")
+                    } else {
+                        writeln!(w.s, "  | {l}")
+                    };
+                }
+            }
+        }
+        w.s.push('\n');
+    }
 }
 
 fn latency(w: &mut W, r: &Report) {
@@ -374,6 +417,7 @@ mod tests {
                     (3, Outcome::Crash),
                 ],
                 onset: Some(2),
+                names: Default::default(),
             }],
             coverage: vec!["<img src=x onerror=alert(1)>\u{1b}[31m".into()],
             ..Report::default()

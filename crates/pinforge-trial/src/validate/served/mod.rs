@@ -20,6 +20,7 @@
 //! `serve:settings` (after the settings), `serve:row:ARM:K` (after row K of ARM is appended),
 //! `serve:summary` (before the summary), `serve:evidence` (before the evidence).
 
+mod endpoint;
 pub mod evidence;
 mod logsig;
 mod router;
@@ -39,9 +40,9 @@ use pinforge_deploy::serve::preset::{PresetConfig, INCIDENT_SIMILARITY};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 pub(crate) use router::Identity;
+pub(crate) use rowloop::ServedRow;
 
 /// Where the rows go.
 #[derive(Debug, Clone)]
@@ -92,7 +93,7 @@ pub struct ServeOptions {
 }
 
 /// One arm's summary.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct ServeArm {
     /// Arm name (layer, variant, or `endpoint`).
     pub name: String,
@@ -176,12 +177,9 @@ impl ServeArm {
 /// Preset names: every row alternates between these children.
 const PRESETS: [&str; 2] = ["tiny-a", "tiny-b"];
 
-/// Run a served validation (a fresh run, or `--resume ID`).
-pub fn run(o: &ServeOptions, reporter: &dyn Reporter) -> Result<ServeReport> {
-    super::check_options(&o.base)?;
-    if o.switch_every == 0 {
-        return Err(Error::input("--switch-every 0", "must be at least 1"));
-    }
+/// The run's inputs as `validate` reads them, with the served default schema where none was
+/// given, and that schema parsed for the requests.
+fn served_inputs(o: &ServeOptions) -> Result<(Inputs, Option<serde_json::Value>)> {
     if !(0.0..=1.0).contains(&o.min_ok) {
         return Err(Error::input(
             format!("--min-ok {}", o.min_ok),
@@ -203,6 +201,16 @@ pub fn run(o: &ServeOptions, reporter: &dyn Reporter) -> Result<ServeReport> {
         ),
         None => None,
     };
+    Ok((inputs, schema))
+}
+
+/// Run a served validation (a fresh run, or `--resume ID`).
+pub fn run(o: &ServeOptions, reporter: &dyn Reporter) -> Result<ServeReport> {
+    super::check_options(&o.base)?;
+    if o.switch_every == 0 {
+        return Err(Error::input("--switch-every 0", "must be at least 1"));
+    }
+    let (inputs, schema) = served_inputs(o)?;
     let ws = pinforge_base::workspace::Workspace::new(&o.base.workspace)?;
     super::run_dir::check_folder(ws.root(), o.base.resume.as_deref())?;
     let arms = match &o.target {
@@ -293,7 +301,7 @@ pub fn run(o: &ServeOptions, reporter: &dyn Reporter) -> Result<ServeReport> {
         Target::Endpoint { url, api_key } => {
             let s = Server::new(url, api_key.clone(), o.base.timeout);
             let had = prior.by_arm.remove(ENDPOINT_ARM).unwrap_or_default();
-            done.push(endpoint_arm(&ctx, &s, had)?);
+            done.push(endpoint::arm(&ctx, &s, had)?);
             "endpoint"
         }
     };
@@ -582,142 +590,4 @@ fn check_drift(
         Err(Error::check(format!("arm {arm}"), d.join("; "))
             .with_hint("the served build is not the one this run was started against"))
     }
-}
-
-/// The endpoint's identity: what it reports (never a hash pinforge took). An endpoint that
-/// does not answer `/props` reports no build; one that answers with bad data (exit 2) or a
-/// `build_info` that is not a string is refused naming the field.
-fn endpoint_identity(s: &Server, preset: &str) -> Result<Identity> {
-    let props = match s.props(Some(preset)).or_else(|_| s.props(None)) {
-        Ok(p) => p,
-        Err(e) if e.exit_code() == 2 => return Err(e),
-        Err(_) => serde_json::Value::Null,
-    };
-    let build = match &props["build_info"] {
-        serde_json::Value::Null => String::new(),
-        serde_json::Value::String(b) if !b.chars().any(char::is_control) => b.clone(),
-        _ => {
-            return Err(Error::input(
-                format!("{}/props", s.base()),
-                "field build_info is not a plain string",
-            ))
-        }
-    };
-    Ok(Identity {
-        exe: BTreeMap::new(),
-        mapped: BTreeMap::new(),
-        model_sha256: String::new(),
-        preset_sha256: String::new(),
-        build,
-    })
-}
-
-/// The context per slot the endpoint reports (`/props` `default_generation_settings.n_ctx`,
-/// of the first model, or of the server itself), for the context-exhausted rule; the tiny
-/// model's context when it reports none.
-fn endpoint_n_ctx(s: &Server, preset: &str) -> u64 {
-    [s.props(Some(preset)).ok(), s.props(None).ok()]
-        .into_iter()
-        .flatten()
-        .find_map(|p| {
-            p["default_generation_settings"]["n_ctx"]
-                .as_u64()
-                .filter(|n| *n > 0)
-        })
-        .unwrap_or(super::engine::N_CTX as u64)
-}
-
-/// A preset name an endpoint reported: it is sent back in every request and recorded in every
-/// row, so it must be a plain printable name (never a path, never a control character).
-fn check_preset_name(url: &str, i: usize, id: &str) -> Result<()> {
-    let plain = !id.is_empty() && id.len() <= 200 && !id.chars().any(char::is_control);
-    let path_like = id.contains("..") || id.starts_with('/');
-    if plain && !path_like {
-        return Ok(());
-    }
-    Err(Error::input(
-        format!("{url}/models"),
-        format!(
-            "field data[{i}].id `{}` is not a plain model name",
-            id.escape_debug()
-        ),
-    ))
-}
-
-fn endpoint_arm(
-    ctx: &RoundCtx<'_>,
-    s: &Server,
-    had: Vec<rowloop::ServedRow>,
-) -> Result<(state::ArmRecord, rowloop::ArmRows)> {
-    let o = ctx.o;
-    s.wait_healthy(Duration::from_secs(30), &mut || {
-        !pinforge_sys::signal::interrupted()
-    })?;
-    let presets: Vec<String> = s.models()?.into_iter().map(|m| m.id).collect();
-    if presets.is_empty() {
-        return Err(Error::check(
-            s.base(),
-            "/models lists no model to send rows to",
-        ));
-    }
-    for (i, p) in presets.iter().enumerate() {
-        check_preset_name(s.base(), i, p)?;
-    }
-    let before = endpoint_identity(s, &presets[0])?;
-    let old = state::read_arm(ctx.dir, ENDPOINT_ARM)?;
-    if let Some(rec) = &old {
-        if rec.presets != presets {
-            return Err(Error::check(
-                s.base(),
-                format!(
-                    "/models lists {presets:?}; the run's first rows went to {:?}",
-                    rec.presets
-                ),
-            ));
-        }
-    }
-    let mut rec = state::ArmRecord {
-        name: ENDPOINT_ARM.into(),
-        mode: "endpoint".into(),
-        server: s.base().to_string(),
-        url: s.base().to_string(),
-        presets: presets.clone(),
-        identity_before: old
-            .map(|r| r.identity_before)
-            .unwrap_or_else(|| before.clone()),
-        identity_after: None,
-    };
-    state::write_arm(ctx.dir, &rec)?;
-    let plan = rowloop::RowPlan {
-        arm: ENDPOINT_ARM,
-        prompts: ctx.prompts,
-        presets: &presets,
-        switch_every: o.switch_every,
-        schema: ctx.schema,
-        limits: Limits {
-            max_tokens: o.base.budget as u64,
-            n_ctx: endpoint_n_ctx(s, &presets[0]),
-        },
-        stream: o.stream,
-        log: None,
-        on_response: &|_| {},
-        reporter: ctx.reporter,
-    };
-    let rows = rowloop::run(s, &plan, ctx.rows_file, had)?;
-    if rows.interrupted {
-        return Ok((rec, rows));
-    }
-    let after = endpoint_identity(s, &presets[0])?;
-    let first = &rec.identity_before;
-    // An endpoint that stopped answering reports no build: that is the rows' finding (crash,
-    // then harness errors), not a drift.
-    if !first.build.is_empty() && !after.build.is_empty() && first.build != after.build {
-        return Err(Error::check(
-            s.base(),
-            format!("/props build changed: {} -> {}", first.build, after.build),
-        ));
-    }
-    rec.identity_after = Some(after);
-    state::write_arm(ctx.dir, &rec)?;
-    Ok((rec, rows))
 }

@@ -203,6 +203,30 @@ fn preset_state(server: &Server, preset: &str) -> Option<ModelState> {
         .and_then(|ms| ms.into_iter().find(|m| m.id == preset))
 }
 
+/// The router log's lines a row's class asks for, from `*log_at` on (moved past them): for a
+/// crash its sanitizer report and the router's own stops of `preset` in that window; for any
+/// other row none (the log position moves on, so the next crash reads only its own lines).
+fn log_evidence(
+    log: Option<&Path>,
+    class: ServeClass,
+    preset: &str,
+    log_at: &mut u64,
+) -> Result<(Vec<String>, Vec<String>)> {
+    match log {
+        Some(log) if class == ServeClass::Crash => {
+            let from = *log_at;
+            let (lines, end) = logsig::excerpt_since(log, from)?;
+            *log_at = end;
+            Ok((lines, logsig::router_stop_lines(log, from, end, preset)?))
+        }
+        Some(log) => {
+            *log_at = logsig::len(log);
+            Ok((Vec::new(), Vec::new()))
+        }
+        None => Ok((Vec::new(), Vec::new())),
+    }
+}
+
 /// Run the rows of `plan` on `server` from row `prior.len()` on (the rows a resumed arm
 /// already has), appending each to `rows_file`.
 pub(super) fn run(
@@ -264,21 +288,7 @@ pub(super) fn run(
             class = ServeClass::FollowOn;
             rule = format!("{rule}; the child of the crash at row {r} was not back yet");
         }
-        let mut router_stop = Vec::new();
-        let sanitizer = match plan.log {
-            Some(log) if class == ServeClass::Crash => {
-                let from = log_at;
-                let (lines, end) = logsig::excerpt_since(log, log_at)?;
-                log_at = end;
-                router_stop = logsig::router_stop_lines(log, from, end, preset)?;
-                lines
-            }
-            Some(log) => {
-                log_at = logsig::len(log);
-                Vec::new()
-            }
-            None => Vec::new(),
-        };
+        let (sanitizer, router_stop) = log_evidence(plan.log, class, preset, &mut log_at)?;
         // A cut the router made itself, with no death shown, is its own class.
         let child_exit = state.as_ref().and_then(|m| m.exit_code);
         resp.router_stopped =
