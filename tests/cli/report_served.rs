@@ -8,7 +8,7 @@
 use crate::common::report::{check_in_chromium, CHROMIUM, HOSTILE};
 use crate::serve_fake::{http, json_reply, Fake};
 use crate::{code, pinforge, pinforge_cmd, skip, stderr, stdout};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -48,16 +48,6 @@ fn mixed_server() -> Fake {
     }))
 }
 
-fn run_dir(ws: &Path) -> PathBuf {
-    let runs: Vec<PathBuf> = std::fs::read_dir(ws.join("validate"))
-        .expect("validate/")
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    assert_eq!(runs.len(), 1, "{runs:?}");
-    runs[0].clone()
-}
-
 #[test]
 fn report_of_a_served_run_shows_its_classes_apart_identity_and_crash_evidence() {
     let ws = crate::serve_fake::ws();
@@ -76,7 +66,7 @@ fn report_of_a_served_run_shows_its_classes_apart_identity_and_crash_evidence() 
         .output()
         .expect("run");
     assert_eq!(code(&o), 1, "crash rows fail the candidate: {}", stderr(&o));
-    let dir = run_dir(&ws.ws);
+    let dir = ws.run_dir();
     let d = dir.to_str().expect("utf8");
     let html = ws.ws.join("served.html");
     let o = pinforge(
@@ -175,7 +165,7 @@ fn report_of_a_served_run_that_did_not_finish_is_refused() {
         .output()
         .expect("run");
     assert_ne!(code(&o), 0);
-    let dir = run_dir(&ws.ws);
+    let dir = ws.run_dir();
     let out = ws.ws.join("p.html");
     let o = pinforge(
         &ws.ws,

@@ -209,7 +209,13 @@ fn merge_digest(map: &mut BTreeMap<String, String>, key: String, sha: String) {
 /// The arm's and the engine's shared objects process `pid` maps, hashed: the file opened by
 /// the path the kernel shows and checked by device and inode to be the mapped one (a file
 /// replaced on disk since reads `replaced on disk`). None when the process is gone.
-fn mapped_libs(pid: u32, arm: &ArmServer) -> Result<Option<Vec<(String, String)>>> {
+/// `seen` holds the digests taken so far in this identity by (device, inode): the router and
+/// its child map the same libllama, which is hashed once.
+fn mapped_libs(
+    pid: u32,
+    arm: &ArmServer,
+    seen: &mut BTreeMap<(u64, u64, u64), String>,
+) -> Result<Option<Vec<(String, String)>>> {
     use std::os::unix::fs::MetadataExt;
     let maps = match pinforge_sys::maps::mapped_files(pid) {
         Ok(m) => m,
@@ -232,6 +238,10 @@ fn mapped_libs(pid: u32, arm: &ArmServer) -> Result<Option<Vec<(String, String)>
             None if is_engine_library(name) => m.path.display().to_string(),
             _ => continue,
         };
+        if let Some(sha) = seen.get(&(m.major, m.minor, m.inode)) {
+            out.push((key, sha.clone()));
+            continue;
+        }
         let file = if m.deleted {
             None
         } else {
@@ -242,7 +252,11 @@ fn mapped_libs(pid: u32, arm: &ArmServer) -> Result<Option<Vec<(String, String)>
             .and_then(|f| f.metadata().ok())
             .is_some_and(|md| m.is(md.dev(), md.ino()));
         let sha = match file {
-            Some(f) if same => Sha256::of_reader(f, &m.path)?.0.to_string(),
+            Some(f) if same => {
+                let sha = Sha256::of_reader(f, &m.path)?.0.to_string();
+                seen.insert((m.major, m.minor, m.inode), sha.clone());
+                sha
+            }
             _ => "replaced on disk".to_string(),
         };
         out.push((key, sha));
@@ -264,6 +278,7 @@ pub(super) fn identity(
     let props = r.server.props(Some(preset)).unwrap_or_default();
     let mut exe = BTreeMap::new();
     let mut mapped = BTreeMap::new();
+    let mut seen = BTreeMap::new();
     let leader = r.group.pid();
     for pid in r.group.members() {
         let role = if pid == leader { "router" } else { "child" };
@@ -278,7 +293,7 @@ pub(super) fn identity(
         merge_digest(&mut exe, role.to_string(), sha);
         // A child that exits between the two reads maps nothing any more: its binary was
         // taken above, and the libraries of the processes left are the round's.
-        for (key, sha) in mapped_libs(pid, arm)?.unwrap_or_default() {
+        for (key, sha) in mapped_libs(pid, arm, &mut seen)?.unwrap_or_default() {
             merge_digest(&mut mapped, key, sha);
         }
     }
@@ -471,9 +486,10 @@ mod tests {
     #[test]
     fn this_process_maps_no_engine_library_and_reads_none() {
         let a = arm(Sha256::of_bytes(b"x"));
-        let libs = mapped_libs(std::process::id(), &a).expect("maps");
+        let mut seen = BTreeMap::new();
+        let libs = mapped_libs(std::process::id(), &a, &mut seen).expect("maps");
         assert_eq!(libs, Some(Vec::new()));
-        assert_eq!(mapped_libs(u32::MAX, &a).expect("gone"), None);
+        assert_eq!(mapped_libs(u32::MAX, &a, &mut seen).expect("gone"), None);
     }
 
     #[test]
@@ -491,7 +507,8 @@ mod tests {
         };
         let mut a = arm(Sha256::of_bytes(b"x"));
         a.root = libc.path.parent().expect("folder").to_path_buf();
-        let libs = mapped_libs(std::process::id(), &a)
+        let mut seen = BTreeMap::new();
+        let libs = mapped_libs(std::process::id(), &a, &mut seen)
             .expect("maps")
             .expect("alive");
         let name = libc.path.file_name().expect("name").to_string_lossy();
