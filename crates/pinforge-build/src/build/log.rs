@@ -27,6 +27,15 @@ impl Log {
             path,
         })
     }
+
+    /// Lines pinforge itself adds to the log (why an argument was chosen), before a run.
+    pub(super) fn note(&self, lines: &[String]) {
+        if let Ok(mut f) = self.file.lock() {
+            for l in lines {
+                let _ = writeln!(f, "{l}");
+            }
+        }
+    }
 }
 
 /// Run a command with stdout and stderr appended to the log; Ninja status lines feed the

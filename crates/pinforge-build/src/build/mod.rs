@@ -16,6 +16,7 @@ pub mod cache;
 mod configure;
 pub(crate) mod fileapi;
 pub mod fixed;
+mod gated;
 mod log;
 mod record;
 pub(crate) mod runtime;
@@ -405,7 +406,7 @@ impl Site {
 /// CMakeLists.txt changes); a kept build directory makes the rebuild incremental. Returns the
 /// arguments' template, which the manifest records.
 fn configure(job: &Job, site: &Site, reporter: &dyn Reporter) -> Result<Vec<String>> {
-    let (template, actual) = configure::cmake_args(
+    let (mut template, mut actual) = configure::cmake_args(
         job.variant,
         &site.paths.seen_tools(&job.tools),
         &Tree {
@@ -415,6 +416,19 @@ fn configure(job: &Job, site: &Site, reporter: &dyn Reporter) -> Result<Vec<Stri
         &site.seen_cmake,
         &site.paths.variant,
     );
+    // Options of this tree that gate a folder it lacks (see `gated`): off unless the recipe
+    // says otherwise, in the recorded arguments like any other.
+    let set_by_recipe = |name: &str| {
+        job.variant
+            .cmake
+            .keys()
+            .any(|k| pinforge_source::recipe::cmake_key_name(k) == name)
+    };
+    let forced = gated::forced_off(&job.tree.path, &set_by_recipe);
+    for f in &forced {
+        template.push(f.arg());
+        actual.push(f.arg());
+    }
     configure::write_git_shim(&job.vdir, &job.tree)?;
     fileapi::write_query(&site.cmake_dir)?;
 
@@ -437,7 +451,17 @@ fn configure(job: &Job, site: &Site, reporter: &dyn Reporter) -> Result<Vec<Stri
         // sets (or a default that depends on the environment) would otherwise survive.
         cmd.arg("--fresh").args(&actual);
         site.cache.apply(&mut cmd);
-        run_logged(&mut cmd, &[], &site.log, reporter)?;
+        site.log
+            .note(&forced.iter().map(gated::Forced::why).collect::<Vec<_>>());
+        run_logged(&mut cmd, &[], &site.log, reporter).map_err(|e| {
+            let log = fsx::read_to_string(&site.log.path).unwrap_or_default();
+            match gated::diagnose(&job.tree.path, &site.seen_src, &log) {
+                Some(hint) => {
+                    e.with_hint(format!("{hint}; the full log: {}", site.log.path.display()))
+                }
+                None => e,
+            }
+        })?;
         pinforge_base::fsx::write_atomic(&stamp, &stamp_body)?;
     }
     Ok(template)
