@@ -31,6 +31,7 @@ mod cuda;
 mod diff;
 mod flip;
 mod flip_txn;
+mod gated_options;
 mod history;
 mod inputs;
 mod layers;
