@@ -264,6 +264,17 @@ ENDIF()
     }
 
     #[test]
+    fn a_lists_file_that_is_not_utf8_forces_nothing() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let mut bytes =
+            b"option(WITH_APP ON)\nif (WITH_APP)\n add_subdirectory(app)\nendif()\n".to_vec();
+        bytes.insert(0, 0xff);
+        std::fs::write(t.path().join("CMakeLists.txt"), bytes).expect("write");
+        // Not decided here: CMake itself reports the file when it configures.
+        assert!(forced_off(t.path(), &|_| false).is_empty());
+    }
+
+    #[test]
     fn a_fifo_for_the_lists_file_is_not_read() {
         let t = tempfile::tempdir().expect("tempdir");
         let fifo = t.path().join("CMakeLists.txt");
