@@ -231,8 +231,8 @@ build/mrope-cpu/patched/manifest.json"
     )]
     Repair(repair::RepairArgs),
     /// The recipe's patch bundle against a newer upstream: per patch a verdict (merged,
-    /// superseded, carries, carries-review, conflicts, reverted) with its evidence, strongest
-    /// first.
+    /// superseded, carries, carries-review, conflicts, reverted; with `--check` also
+    /// fixed-upstream, a drop proven by the patch's check) with its evidence, strongest first.
     /// Exit 0 when every patch carries, 1 when anything needs a decision.
     #[command(
         after_help = "Examples:\n  pinforge audit recipes/mrope-cpu.toml --onto crate:llama-cpp-sys-2@0.1.140\n  pinforge audit recipes/tiny.toml --onto git:../tiny@v2 --json"

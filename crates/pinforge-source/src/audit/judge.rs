@@ -83,6 +83,17 @@ pub(super) fn judge(
         }
         Ruling::NotMerged => by_content(repo, p, &pr, &subject, &mut ev, today, None)?,
         Ruling::Content => by_content(repo, p, &pr, &subject, &mut ev, today, Some(&dropped))?,
+        // The behaviour says the defect is gone; the text could not drop the patch on its
+        // own (it applies, or upstream rewrote its lines): dropped on that evidence, with what
+        // the text said kept beside it.
+        Ruling::FixedUpstream => {
+            ev.push(text_beside_behaviour(&content, &history));
+            let how = applied_from(&ev).map_or_else(
+                || "behaviour: without the patch the Pinforge-Check runs clean".to_string(),
+                |c| format!("behaviour: without the patch the Pinforge-Check runs clean; {c}"),
+            );
+            (Verdict::FixedUpstream, dropped(&how))
+        }
         // The text may say the change is there; the behaviour says the defect is: never a
         // drop. Carried as the content allows; the change already in the tree is a review.
         Ruling::StillNeeded => match content {
@@ -192,6 +203,9 @@ enum Ruling {
     Content,
     /// The check shows the defect on the new pin: whatever the text says, the patch stays.
     StillNeeded,
+    /// The check shows the defect on the old pin and not on the new one, and the text does not
+    /// show the change itself (nor a revert): the behaviour drops the patch.
+    FixedUpstream,
 }
 
 /// The one rule over the whole verdict (issue #26 §1): the content showing the change decides
@@ -203,13 +217,46 @@ fn ruling(content: &Content, history: &Says, behaviour: Option<Behaviour>) -> Ru
     if behaviour == Some(Behaviour::StillNeeded) {
         return Ruling::StillNeeded;
     }
-    match (content, history) {
+    let by_text = match (content, history) {
         (Content::Present(_), _) => Ruling::Merged,
         (_, Says::Reverted(_)) => Ruling::Reverted,
         (Content::Absent(_), Says::Merged(_)) => Ruling::NotMerged,
         (Content::Unclear, Says::Merged(_)) => Ruling::MergedByHistory,
         (_, Says::Silent) => Ruling::Content,
+    };
+    // Behaviour outranks text the other way too (issue #39 §1): a defect the old pin shows
+    // and the new pin does not is fixed upstream, whether or not the same lines are there.
+    // The content showing the change stays `merged` (the stronger word), and a standing revert
+    // still asks a person: a check covers one scenario, a revert says upstream took it back.
+    let fixed = behaviour == Some(Behaviour::FixedUpstream);
+    if fixed && !matches!(by_text, Ruling::Merged | Ruling::Reverted) {
+        Ruling::FixedUpstream
+    } else {
+        by_text
     }
+}
+
+/// What the text said, kept beside a drop decided by behaviour, so a reader sees both.
+fn text_beside_behaviour(content: &Content, history: &Says) -> Evidence {
+    let text = match content {
+        Content::Absent(why) => format!("the text alone would keep the patch ({why})"),
+        Content::Unclear => {
+            "the text alone cannot tell: upstream rewrote every line the patch touches".into()
+        }
+        Content::Present(how) => format!("the text shows the change too ({how})"),
+    };
+    let history = match history {
+        Says::Merged(h) => format!("; the history says merged ({h})"),
+        Says::Reverted(h) => format!("; the history names a revert ({h})"),
+        Says::Silent => String::new(),
+    };
+    Evidence::new(
+        EvidenceKind::Contradicted,
+        format!(
+            "{text}{history}; the Pinforge-Check decides: the old pin without the patch shows the defect and the new pin without it runs clean, so upstream fixed it (in other words, or elsewhere) and the patch leaves the series (if it was defence in depth, carry it with `rebase` without --check)"
+        ),
+        Strength::Strong,
+    )
 }
 
 /// The evidence naming what disagreed, when the ruling overrode one side.
@@ -755,7 +802,6 @@ mod tests {
                 // The other findings leave the text's ruling as it was.
                 for b in [
                     None,
-                    Some(Behaviour::FixedUpstream),
                     Some(Behaviour::CheckInvalid),
                     Some(Behaviour::Undetermined),
                 ] {
@@ -799,6 +845,40 @@ mod tests {
             (v, o),
             (Verdict::Superseded, Outcome::Dropped { .. })
         ));
+    }
+
+    // issue #39 §1: a check that shows the defect gone drops the patch the text would keep
+    // (it applies, or upstream rewrote its lines, or history alone says merged); the content
+    // showing the change stays `merged`, and a standing revert still asks a person.
+    #[test]
+    fn fixed_upstream_drops_what_the_text_cannot_and_never_overrides_a_revert() {
+        let present = Content::Present("the patch reverse-applies");
+        let fixed = Some(Behaviour::FixedUpstream);
+        for h in [merged(), reverted(), Says::Silent] {
+            assert_eq!(ruling(&present, &h, fixed), Ruling::Merged, "{h:?}");
+        }
+        for c in [absent(), Content::Unclear] {
+            assert_eq!(ruling(&c, &reverted(), fixed), Ruling::Reverted, "{c:?}");
+            for h in [merged(), Says::Silent] {
+                assert_eq!(ruling(&c, &h, fixed), Ruling::FixedUpstream, "{c:?} {h:?}");
+            }
+        }
+        let e = text_beside_behaviour(&absent(), &merged());
+        assert_eq!(
+            (e.kind, e.strength),
+            (EvidenceKind::Contradicted, Strength::Strong)
+        );
+        assert!(
+            e.detail
+                .contains("would keep the patch (the patch still applies")
+                && e.detail
+                    .contains("history says merged (Upstream-Commit abc")
+                && e.detail.contains("leaves the series"),
+            "{}",
+            e.detail
+        );
+        let e = text_beside_behaviour(&Content::Unclear, &Says::Silent);
+        assert!(e.detail.contains("cannot tell"), "{}", e.detail);
     }
 
     #[test]

@@ -69,6 +69,10 @@ pub enum Verdict {
     /// Upstream merged the change and reverted it since (both commits in `reverts`): a person
     /// decides whether to carry a fix upstream took back. Never dropped without `--drop`.
     Reverted,
+    /// The patch's `Pinforge-Check` proves the defect gone: the old pin without the patch shows
+    /// it, the new pin without the patch runs clean. The patch leaves the series on that
+    /// evidence, whatever the text shows (upstream fixed it in other words, or elsewhere).
+    FixedUpstream,
 }
 
 impl Verdict {
@@ -81,6 +85,7 @@ impl Verdict {
             Verdict::CarriesReview => "carries-review",
             Verdict::Conflicts => "conflicts",
             Verdict::Reverted => "reverted",
+            Verdict::FixedUpstream => "fixed-upstream",
         }
     }
 }

@@ -376,17 +376,22 @@ pub(super) fn check_decisions(bundle: &Bundle, decisions: &Decisions) -> Result<
 
 /// A kept patch upstream already has would be dropped anyway: say so, never ignore it.
 fn check_no_merged_keep(report: &audit::Audit, decisions: &Decisions) -> Result<()> {
-    let Some(p) = report
-        .patches
-        .iter()
-        .find(|p| p.verdict == Verdict::Merged && decisions.keep.contains(&p.file))
-    else {
+    let Some(p) = report.patches.iter().find(|p| {
+        matches!(p.verdict, Verdict::Merged | Verdict::FixedUpstream)
+            && decisions.keep.contains(&p.file)
+    }) else {
         return Ok(());
+    };
+    let found = match p.verdict {
+        Verdict::FixedUpstream => {
+            "the defect fixed upstream (its Pinforge-Check runs clean without it)"
+        }
+        _ => "the patch merged upstream",
     };
     Err(Error::input(
         format!("--keep {}", p.file),
         format!(
-            "the audit finds the patch merged upstream in {}: it leaves the series, a keep cannot carry it",
+            "the audit finds {found} in {}: it leaves the series, a keep cannot carry it",
             report.onto
         ),
     )
@@ -408,9 +413,12 @@ pub(super) fn decide<'a>(
         let drop = decisions.drop.contains(&p.file);
         let keep = decisions.keep.contains(&p.file);
         let (action, applied) = match (&p.outcome, p.verdict, drop, keep) {
-            (Outcome::Dropped { applied_upstream }, Verdict::Merged, _, _) => {
-                (Action::Dropped, Some(applied_upstream.clone()))
-            }
+            (
+                Outcome::Dropped { applied_upstream },
+                Verdict::Merged | Verdict::FixedUpstream,
+                _,
+                _,
+            ) => (Action::Dropped, Some(applied_upstream.clone())),
             (Outcome::Dropped { applied_upstream }, Verdict::Superseded, true, _) => {
                 (Action::Dropped, Some(applied_upstream.clone()))
             }
