@@ -10,6 +10,7 @@
 
 pub mod attribution;
 pub mod audit;
+pub mod bisect;
 pub mod git;
 pub mod patch;
 pub mod rebase;

@@ -209,7 +209,12 @@ pub(crate) fn verify_file(path: &Path, want: Sha256, what: &str) -> Result<()> {
 
 /// Fetch a registry crate through cargo's own client and verify it. The verified archive is
 /// kept in `vendor/cache/crates/` so that later runs (and `verify`) re-hash a local file.
-fn fetch_crate(ws: &Workspace, name: &str, version: &str, want: Sha256) -> Result<PathBuf> {
+pub(super) fn fetch_crate(
+    ws: &Workspace,
+    name: &str,
+    version: &str,
+    want: Sha256,
+) -> Result<PathBuf> {
     let file = format!("{name}-{version}.crate");
     let cached = ws.crate_cache().join(&file);
     if cached.is_file() {
@@ -242,7 +247,7 @@ fn fetch_crate(ws: &Workspace, name: &str, version: &str, want: Sha256) -> Resul
     Ok(cached)
 }
 
-fn cargo_home() -> PathBuf {
+pub(super) fn cargo_home() -> PathBuf {
     std::env::var_os("CARGO_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))

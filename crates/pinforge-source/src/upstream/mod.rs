@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 mod bundle;
 mod extract;
 mod fetch;
+pub mod index;
 mod lock;
 mod npm;
 pub use fetch::{git_cache_repo, pin_digest, registry_cksum};

@@ -1,0 +1,318 @@
+//! `pinforge bisect` (issue #39 §2), the part that needs no build: the range of pins, what
+//! each release vendors and the order to probe them in ([`order`]), the search ([`search`]),
+//! and the `Applied-Upstream` line a result names. The probes themselves (build and smoke of
+//! the patch's `Pinforge-Check`) are `trial::bisect`'s.
+
+pub mod order;
+pub mod search;
+
+use crate::audit::Onto;
+use crate::recipe::PinSource;
+use crate::upstream::index;
+use order::{GitlinkHistory, Placed, SetBy};
+use pinforge_base::digest::Sha256;
+use pinforge_base::error::{Error, Result};
+use pinforge_base::workspace::Workspace;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// One release of the range.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct RangePin {
+    /// `crate:NAME@VERSION`.
+    pub spec: String,
+    /// The version.
+    pub version: String,
+    /// The `.crate`'s SHA-256, from the registry index.
+    #[schemars(with = "String")]
+    pub sha256: Sha256,
+    /// Yanked in the index (still probed: an exact pin fetches it).
+    pub yanked: bool,
+    /// The crate repository's commit it was packaged from (`.cargo_vcs_info.json`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crate_commit: Option<String>,
+    /// The upstream commit it vendors (the gitlink at that commit), when `--vcs-repo` has it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<String>,
+    /// The crate repository's first commit that vendored that upstream commit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_vendored: Option<SetBy>,
+}
+
+impl RangePin {
+    /// The pin as `audit` and the builds take it.
+    pub fn onto(&self, name: &str) -> Onto {
+        Onto {
+            spec: self.spec.clone(),
+            source: PinSource::Crate {
+                name: name.into(),
+                version: self.version.clone(),
+                sha256: self.sha256,
+            },
+            sha256_from: Some(format!(
+                "sha256 {} taken from the registry index",
+                self.sha256
+            )),
+        }
+    }
+
+    /// How a person reads it: `0.1.140 (vendors c5a778891ba0)`.
+    pub fn label(&self) -> String {
+        match &self.upstream {
+            Some(u) => format!("{} (vendors {})", self.version, &u[..u.len().min(12)]),
+            None => self.version.clone(),
+        }
+    }
+}
+
+/// The pins to bisect, grouped and in probe order.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct Plan {
+    /// The crate.
+    pub crate_name: String,
+    /// The range as written.
+    pub range: String,
+    /// Every release in it, in version order.
+    pub pins: Vec<RangePin>,
+    /// The probe order: groups of releases (indices into `pins`) vendoring one upstream
+    /// commit, oldest upstream first.
+    pub groups: Vec<Vec<usize>>,
+    /// `upstream` (by the crate repository's vendoring history) or `version` (upstream order
+    /// unknown).
+    pub order: String,
+    /// Whether version order and the probe order agree.
+    pub order_matches_versions: bool,
+    /// What the order rests on, and every place where a later release vendors an older
+    /// upstream.
+    pub notes: Vec<String>,
+}
+
+/// Parse `crate:NAME@FROM..TO`.
+pub fn parse_range(spec: &str) -> Result<(String, semver::Version, semver::Version)> {
+    let bad = |why: &str| {
+        Error::input(format!("--range {spec}"), why.to_string())
+            .with_hint("write crate:NAME@OLD..NEW, e.g. crate:llama-cpp-sys-2@0.1.137..0.1.144")
+    };
+    let rest = spec
+        .strip_prefix("crate:")
+        .ok_or_else(|| bad("only a range of crate releases is bisected this way"))?;
+    let (name, versions) = rest
+        .split_once('@')
+        .ok_or_else(|| bad("no `@` before the versions"))?;
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(bad("not a crate name"));
+    }
+    let (a, b) = versions
+        .split_once("..")
+        .ok_or_else(|| bad("no `..` between the versions"))?;
+    let parse = |v: &str| semver::Version::parse(v).map_err(|e| bad(&format!("`{v}`: {e}")));
+    Ok((name.to_string(), parse(a)?, parse(b)?))
+}
+
+/// The plan for a crate range: the releases the index lists, what each vendors when
+/// `vcs_repo` (a clone of the crate's source repository) has it, and the order. `subdir` is the
+/// recipe's folder of the vendored tree inside the crate (`llama.cpp`): the gitlink read is
+/// `path_in_vcs/subdir`.
+pub fn plan(
+    ws: &Workspace,
+    range: &str,
+    vcs_repo: Option<&Path>,
+    subdir: Option<&str>,
+) -> Result<Plan> {
+    let (name, from, to) = parse_range(range)?;
+    let releases = index::releases(&name, &from, &to)?;
+    let mut pins: Vec<RangePin> = releases
+        .iter()
+        .map(|r| RangePin {
+            spec: format!("crate:{name}@{}", r.version),
+            version: r.version.to_string(),
+            sha256: r.sha256,
+            yanked: r.yanked,
+            crate_commit: None,
+            upstream: None,
+            first_vendored: None,
+        })
+        .collect();
+    let mut notes = Vec::new();
+    let mut history = GitlinkHistory::default();
+    match (vcs_repo, subdir) {
+        (Some(repo_path), Some(sub)) => {
+            history = read_vendoring(ws, &name, &mut pins, repo_path, sub, &mut notes)?;
+        }
+        (Some(_), None) => notes.push(
+            "the recipe names no subfolder of the crate: its tree is the crate itself, so no gitlink names an upstream commit; releases stay in version order".into(),
+        ),
+        (None, _) => notes.push(
+            "upstream order unknown (no --vcs-repo): releases are probed in version order, and a later release may vendor an older upstream".into(),
+        ),
+    }
+    let placed: Vec<Placed> = pins
+        .iter()
+        .enumerate()
+        .map(|(i, p)| Placed {
+            release: i,
+            upstream: p.upstream.clone(),
+        })
+        .collect();
+    let (groups, by_upstream) = order::groups(&placed, &history);
+    let inversions = order::inversions(&groups);
+    for (older, newer) in &inversions {
+        notes.push(inversion_note(&pins[*older], &pins[*newer], &history));
+    }
+    if vcs_repo.is_some() && subdir.is_some() && !by_upstream {
+        notes.push("some release's upstream commit is unknown (see above): releases are probed in version order".into());
+    }
+    Ok(Plan {
+        crate_name: name,
+        range: range.into(),
+        pins,
+        order: if by_upstream { "upstream" } else { "version" }.into(),
+        order_matches_versions: inversions.is_empty(),
+        groups,
+        notes,
+    })
+}
+
+/// Fill each pin's crate commit, upstream commit and first vendoring from `repo_path`.
+fn read_vendoring(
+    ws: &Workspace,
+    name: &str,
+    pins: &mut [RangePin],
+    repo_path: &Path,
+    subdir: &str,
+    notes: &mut Vec<String>,
+) -> Result<GitlinkHistory> {
+    let repo = git2::Repository::open(repo_path).map_err(|e| {
+        Error::input(
+            format!("--vcs-repo {}", repo_path.display()),
+            format!("not a git repository: {}", e.message()),
+        )
+        .with_hint("name a clone of the crate's source repository (for llama-cpp-sys-2: https://github.com/utilityai/llama-cpp-rs)")
+    })?;
+    let mut link: Option<PathBuf> = None;
+    for p in pins.iter_mut() {
+        let Some(v) = index::vcs_info(ws, name, &p.version, p.sha256)? else {
+            notes.push(format!(
+                "{}: the crate carries no .cargo_vcs_info.json, so what it vendors is unknown",
+                p.version
+            ));
+            continue;
+        };
+        let path = Path::new(&v.path_in_vcs).join(subdir);
+        p.upstream = order::gitlink_at(&repo, &v.sha1, &path)?;
+        if p.upstream.is_none() {
+            notes.push(format!(
+                "{}: {} has no commit {} with a gitlink at {}",
+                p.version,
+                repo_path.display(),
+                &v.sha1[..12],
+                path.display()
+            ));
+        }
+        p.crate_commit = Some(v.sha1);
+        link.get_or_insert(path);
+    }
+    let tips: Vec<String> = pins.iter().filter_map(|p| p.crate_commit.clone()).collect();
+    let history = match &link {
+        Some(path) => order::gitlink_history(&repo, &tips, path)?,
+        None => GitlinkHistory::default(),
+    };
+    for p in pins.iter_mut() {
+        if let Some(u) = &p.upstream {
+            p.first_vendored = history.first_set(u).map(|(_, s)| s.clone());
+        }
+    }
+    if let Some(path) = &link {
+        notes.push(format!(
+            "ordered by when {} first vendored each upstream commit (the gitlink {}), which is upstream order as long as its bumps move forward",
+            repo_path.display(),
+            path.display()
+        ));
+    }
+    Ok(history)
+}
+
+fn inversion_note(older: &RangePin, newer: &RangePin, h: &GitlinkHistory) -> String {
+    let first = |p: &RangePin| {
+        p.first_vendored
+            .as_ref()
+            .map(|s| {
+                format!(
+                    ", first vendored by {} {} “{}”",
+                    s.commit, s.date, s.subject
+                )
+            })
+            .unwrap_or_default()
+    };
+    let back = newer
+        .upstream
+        .as_deref()
+        .and_then(|u| h.set_back(u))
+        .map(|s| {
+            format!(
+                "; the repository set it back in {} {} “{}”",
+                s.commit, s.date, s.subject
+            )
+        })
+        .unwrap_or_default();
+    format!(
+        "release order is not upstream order: {} {}{} vendors an older upstream than {} {}{}{back}",
+        newer.version,
+        newer
+            .upstream
+            .as_deref()
+            .map(|u| format!("(vendors {})", &u[..12.min(u.len())]))
+            .unwrap_or_default(),
+        first(newer),
+        older.version,
+        older
+            .upstream
+            .as_deref()
+            .map(|u| format!("(vendors {})", &u[..12.min(u.len())]))
+            .unwrap_or_default(),
+        first(older),
+    )
+}
+
+/// The first release (by version) among the groups from `first_good` on: the first crate
+/// version without the defect when the order is upstream's (a later group can hold an
+/// earlier version).
+pub fn first_fixed_release(plan: &Plan, first_good: usize) -> Option<&RangePin> {
+    plan.groups[first_good..]
+        .iter()
+        .flatten()
+        .map(|&i| &plan.pins[i])
+        .min_by(|a, b| {
+            let v = |p: &RangePin| semver::Version::parse(&p.version).ok();
+            v(a).cmp(&v(b))
+        })
+}
+
+/// The `Applied-Upstream:` value a bisect names: the first tag (the bump's own claim) and the
+/// upstream commit when the order is upstream's, the first fixed release, and how it was found.
+pub fn applied_upstream(plan: &Plan, first_good: usize, today: &str) -> String {
+    let group = &plan.groups[first_good];
+    let head = &plan.pins[group[0]];
+    let fixed = first_fixed_release(plan, first_good).unwrap_or(head);
+    let krate = format!("crate {} {}", plan.crate_name, fixed.version);
+    match (&head.upstream, plan.order.as_str()) {
+        (Some(u), "upstream") => {
+            let by = head.first_vendored.as_ref();
+            let tag = by.and_then(|s| s.tag_claim.clone());
+            let commit = &u[..12.min(u.len())];
+            let named = match (&tag, by) {
+                (Some(t), Some(s)) => format!(
+                    "{t} (llama.cpp {commit}, tag as named by the crate's bump {}",
+                    s.commit
+                ),
+                _ => format!("llama.cpp {commit} (no tag named by the crate's bump"),
+            };
+            format!("{named}; first {krate}; pinforge bisect {today})")
+        }
+        _ => format!("{krate} (pinforge bisect {today}, in version order: upstream order unknown)"),
+    }
+}
