@@ -119,10 +119,11 @@ fn onto_0_1_140_the_check_says_fixed_upstream_for_0001_and_0002() {
                 && e.contains("builds of unpatched-asan: old "),
             "{e}"
         );
-        // Fixed-upstream supports the text's verdict; it does not replace it.
-        assert_ne!(p["verdict"], "merged", "{p:#}");
+        // A check that proves the drop is the verdict (issue #39 §1); what the text alone
+        // said (0001 superseded, 0002 carries-review) is kept beside it as `contradicted`.
+        assert_eq!(p["verdict"], "fixed-upstream", "{p:#}");
+        assert!(evidence(p, "contradicted").is_some(), "{p:#}");
     }
-    assert_eq!(patch(&j, "0001")["verdict"], "superseded");
     // 0003's K-shift assert is not reachable by the smoke: it declares no check.
     assert!(patch(&j, "0003").get("check").is_none());
     cost_is_stated(&j, "mrope-cpu.onto-crate-llama-cpp-sys-2-0.1.140");
