@@ -160,17 +160,25 @@ pub(super) fn render(report: &audit::Audit) {
             }
         }
     }
-    let decide = report
-        .patches
-        .iter()
-        .filter(|p| p.verdict != Verdict::Carries)
-        .count();
+    let count =
+        |f: &dyn Fn(&Verdict) -> bool| report.patches.iter().filter(|p| f(&p.verdict)).count();
+    let carry = count(&|v| *v == Verdict::Carries);
+    // Merged and fixed-upstream patches leave the series on `rebase` without a decision
+    // (the content, or the check, is the evidence); the rest wait for `--drop`/`--keep`.
+    let leave = count(&|v| matches!(v, Verdict::Merged | Verdict::FixedUpstream));
+    let decide = report.patches.len() - carry - leave;
     outln!("");
-    outln!(
-        "{} patch(es): {} carry, {decide} need a decision",
-        report.patches.len(),
-        report.patches.len() - decide
-    );
+    if leave == 0 {
+        outln!(
+            "{} patch(es): {carry} carry, {decide} need a decision",
+            report.patches.len()
+        );
+    } else {
+        outln!(
+            "{} patch(es): {carry} carry, {leave} leave the series (merged or fixed upstream), {decide} need a decision",
+            report.patches.len()
+        );
+    }
     if let Some(c) = &report.check {
         outln!(
             "check: {} build(s) ({} current), {:.1} s building, {:.1} s smoking; compile cache {} hits, {} misses",

@@ -2,6 +2,7 @@
 //! cherry-pick, placement, what upstream changed around the hunks), the verdict reached from them
 //! and the history evidence by one rule ([`ruling`]), and the refreshed bytes of a carried patch.
 
+use super::refresh::{refreshed, tree_diff};
 use super::{
     content, Behaviour, CheckFinding, Evidence, EvidenceKind, Outcome, PatchAudit, RevertPair,
     Strength, Verdict,
@@ -657,57 +658,6 @@ fn applied_from(ev: &[Evidence]) -> Option<String> {
             };
             format!("commit {commit}")
         })
-}
-
-/// The patch's header with `Last-Update` set to `today`, over `diff`.
-pub(crate) fn refreshed(p: &PatchFile, diff: &[u8], today: &str) -> Vec<u8> {
-    let at = p
-        .header
-        .diff_offset
-        .unwrap_or(p.bytes.len())
-        .min(p.bytes.len());
-    let head = &p.bytes[..at];
-    let line = p
-        .header
-        .fields
-        .iter()
-        .find(|f| f.name.eq_ignore_ascii_case("Last-Update"))
-        .map(|f| f.line);
-    let mut out = Vec::with_capacity(p.bytes.len());
-    for (i, l) in head.split_inclusive(|&b| b == b'\n').enumerate() {
-        if Some(i + 1) == line {
-            let name_len = l.iter().position(|&b| b == b':').unwrap_or(0);
-            out.extend_from_slice(&l[..name_len]);
-            out.extend_from_slice(format!(": {today}\n").as_bytes());
-        } else {
-            out.extend_from_slice(l);
-        }
-    }
-    out.extend_from_slice(diff);
-    out
-}
-
-/// A git diff of two trees (what `git diff A B` prints), for a patch regenerated from a merge.
-fn tree_diff(
-    repo: &Repository,
-    from: &git2::Tree,
-    to: git2::Oid,
-    subject: &str,
-) -> Result<Vec<u8>> {
-    let to = repo.find_tree(to).git_at(&subject)?;
-    let diff = repo
-        .diff_tree_to_tree(Some(from), Some(&to), None)
-        .git_at(&subject)?;
-    let mut out = Vec::new();
-    diff.print(git2::DiffFormat::Patch, |_, _, line| {
-        if matches!(line.origin(), '+' | '-' | ' ') {
-            out.push(line.origin() as u8);
-        }
-        out.extend_from_slice(line.content());
-        true
-    })
-    .git_at(&subject)?;
-    Ok(out)
 }
 
 #[cfg(test)]

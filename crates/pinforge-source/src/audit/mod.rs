@@ -34,11 +34,12 @@ mod content;
 pub(crate) mod history;
 mod judge;
 mod onto;
+mod refresh;
 pub(crate) mod revert;
 
 // A resolved rebase (`rebase --continue`) refreshes the operator's patch by the same rule.
-pub(crate) use judge::refreshed;
 pub use onto::{moved_recipe, parse_onto, Onto};
+pub(crate) use refresh::refreshed;
 
 use crate::git::GitContext;
 use crate::git::OidExt;
