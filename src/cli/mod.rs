@@ -4,6 +4,7 @@
 
 mod ablate;
 mod audit;
+mod bisect;
 mod build;
 mod diff;
 mod exec;
@@ -238,6 +239,14 @@ build/mrope-cpu/patched/manifest.json"
         after_help = "Examples:\n  pinforge audit recipes/mrope-cpu.toml --onto crate:llama-cpp-sys-2@0.1.140\n  pinforge audit recipes/tiny.toml --onto git:../tiny@v2 --json"
     )]
     Audit(audit::AuditArgs),
+    /// The first pin of a crate range where a patch's defect is gone without it: its
+    /// Pinforge-Check built and smoked as `git bisect run` would (releases vendoring one
+    /// upstream commit built once, ordered by what they vendor with `--vcs-repo`), every probe
+    /// kept in build/.bisect/. `--write` records the answer as Applied-Upstream.
+    #[command(
+        after_help = "Examples:\n  pinforge bisect recipes/mrope-cpu.toml --patch 0001-batch-size-ubatch-reserve-pos-for-mrope.patch \\\n    --range crate:llama-cpp-sys-2@0.1.137..0.1.144 --vcs-repo ../llama-cpp-rs\n\nExit codes: 0 an exact answer (a pin with the defect right before one without), 1 anything else (skipped pins between, fixed outside the range, no answer), 2 bad input."
+    )]
+    Bisect(bisect::BisectArgs),
     /// Move the recipe's pin and its bundle onto a newer upstream: carried patches refreshed
     /// (headers kept, only Last-Update changes), merged and confirmed-superseded patches moved
     /// to the ledger; a conflict stops with nothing written (with `--resolve`: left in a
@@ -421,6 +430,7 @@ fn run(cli: Cli) -> Result<ExitStatus> {
         cli.command,
         Command::Build(_)
             | Command::Audit(_)
+            | Command::Bisect(_)
             | Command::Patch(_)
             | Command::Ablate(_)
             | Command::Flip(_)
@@ -450,6 +460,7 @@ fn run(cli: Cli) -> Result<ExitStatus> {
         Command::Repair(a) => repair::run(&ctx, a),
         Command::History(a) => history::run(&ctx, a),
         Command::Audit(a) => audit::run(&ctx, a),
+        Command::Bisect(a) => bisect::run(&ctx, a),
         Command::Rebase(a) => rebase::run(&ctx, a),
         Command::Patch(c) => patch::run(&ctx, c),
         Command::Model(c) => model::run(c),

@@ -69,6 +69,7 @@ pub const DOCUMENTS: &[Document] = &[
     doc::<super::patch::ExportReport<'static>>(id::PATCH_EXPORT),
     doc::<super::rebase::RebaseOut<'static>>(id::REBASE),
     doc::<pinforge_source::audit::Audit>(id::AUDIT),
+    doc::<pinforge_trial::bisect::BisectReport>(id::BISECT),
     doc::<pinforge_trial::validate::Report>(id::VALIDATE),
     doc::<pinforge_trial::validate::merge::MergeReport>(id::VALIDATE_MERGE),
     doc::<pinforge_trial::validate::served::ServeReport>(id::VALIDATE_SERVE),

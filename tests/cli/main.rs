@@ -25,6 +25,7 @@ mod attribution;
 mod audit;
 mod audit_check;
 mod audit_revert;
+mod bisect;
 mod bundle;
 mod compile_cache;
 mod cuda;

@@ -56,6 +56,8 @@ pub const PATCH_EXPORT: &str = "pinforge.patch-export/v1";
 pub const REBASE: &str = "pinforge.rebase/v1";
 /// `audit --json`.
 pub const AUDIT: &str = "pinforge.audit/v1";
+/// `bisect --json` and the bisect log `build/.bisect/RECIPE/PATCH.json`.
+pub const BISECT: &str = "pinforge.bisect/v1";
 /// `validate --json`.
 pub const VALIDATE: &str = "pinforge.validate/v1";
 /// `validate --serve --json` and `validate --endpoint URL --json`.

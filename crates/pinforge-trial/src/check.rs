@@ -89,15 +89,15 @@ pub(crate) fn classify(expected: &str, old: &Shown, new: &Shown) -> Behaviour {
 }
 
 /// One patch's declared check, resolved against the recipe.
-struct Declared {
-    file: String,
-    spec: CheckSpec,
-    variant: Variant,
+pub(crate) struct Declared {
+    pub(crate) file: String,
+    pub(crate) spec: CheckSpec,
+    pub(crate) variant: Variant,
 }
 
 /// The declared checks of the bundle's patches, in series order: each variant exists, is a
 /// sanitizer variant and does not apply the patch it checks; a model file exists.
-fn declared(ws: &Workspace, recipe: &Recipe, bundle: &Bundle) -> Result<Vec<Declared>> {
+pub(crate) fn declared(ws: &Workspace, recipe: &Recipe, bundle: &Bundle) -> Result<Vec<Declared>> {
     let mut out = Vec::new();
     for p in bundle.select(None)? {
         let Some(spec) = p.require_attribution()?.check.clone() else {
@@ -152,7 +152,7 @@ fn is_sanitizer(v: &Variant) -> bool {
 
 /// The recipe moved onto the new pin, under its own name (`RECIPE.onto-PIN`), so that its
 /// builds have their own folders beside the old pin's.
-fn new_pin_recipe(recipe: &Recipe, onto: &Onto) -> Recipe {
+pub(crate) fn new_pin_recipe(recipe: &Recipe, onto: &Onto) -> Recipe {
     let mut r = audit::moved_recipe(recipe, &onto.source);
     let slug: String = onto
         .spec
@@ -179,7 +179,7 @@ fn new_pin_recipe(recipe: &Recipe, onto: &Onto) -> Recipe {
 }
 
 /// The smoke settings of a check, as a key and for people.
-fn settings(spec: &CheckSpec) -> String {
+pub(crate) fn settings(spec: &CheckSpec) -> String {
     match (&spec.model, &spec.arch) {
         (Some(m), _) => format!("model={m} tokens={}", spec.tokens),
         (None, a) => format!(
@@ -190,7 +190,7 @@ fn settings(spec: &CheckSpec) -> String {
     }
 }
 
-fn smoke_options(ws: &Workspace, spec: &CheckSpec) -> Result<SmokeOptions> {
+pub(crate) fn smoke_options(ws: &Workspace, spec: &CheckSpec) -> Result<SmokeOptions> {
     Ok(SmokeOptions {
         model: spec.model.as_ref().map(|m| ws.root().join(m)),
         arch: Arch::parse(spec.arch.as_deref().unwrap_or("qwen2vl"))?,
@@ -203,7 +203,7 @@ fn smoke_options(ws: &Workspace, spec: &CheckSpec) -> Result<SmokeOptions> {
 }
 
 /// What a smoke's record says, as the check compares it.
-fn shown_of(side: &SmokeSide) -> Shown {
+pub(crate) fn shown_of(side: &SmokeSide) -> Shown {
     match (side.verdict.as_str(), &side.normalized_signature) {
         ("ok", _) => Shown::Clean,
         ("crash", Some(s)) => Shown::Crash(s.clone()),

@@ -9,6 +9,7 @@
 
 pub mod ablate;
 pub mod axis;
+pub mod bisect;
 pub mod check;
 pub mod config;
 pub mod flip;

@@ -124,6 +124,8 @@ pub fn plan(
     subdir: Option<&str>,
 ) -> Result<Plan> {
     let (name, from, to) = parse_range(range)?;
+    // The repository is opened before the registry is read, so a wrong path costs no fetch.
+    let repo = vcs_repo.map(open_vcs_repo).transpose()?;
     let releases = index::releases(&name, &from, &to)?;
     let mut pins: Vec<RangePin> = releases
         .iter()
@@ -139,9 +141,9 @@ pub fn plan(
         .collect();
     let mut notes = Vec::new();
     let mut history = GitlinkHistory::default();
-    match (vcs_repo, subdir) {
-        (Some(repo_path), Some(sub)) => {
-            history = read_vendoring(ws, &name, &mut pins, repo_path, sub, &mut notes)?;
+    match (repo.as_ref().zip(vcs_repo), subdir) {
+        (Some((repo, repo_path)), Some(sub)) => {
+            history = read_vendoring(ws, &name, &mut pins, repo, repo_path, sub, &mut notes)?;
         }
         (Some(_), None) => notes.push(
             "the recipe names no subfolder of the crate: its tree is the crate itself, so no gitlink names an upstream commit; releases stay in version order".into(),
@@ -178,21 +180,26 @@ pub fn plan(
 }
 
 /// Fill each pin's crate commit, upstream commit and first vendoring from `repo_path`.
-fn read_vendoring(
-    ws: &Workspace,
-    name: &str,
-    pins: &mut [RangePin],
-    repo_path: &Path,
-    subdir: &str,
-    notes: &mut Vec<String>,
-) -> Result<GitlinkHistory> {
-    let repo = git2::Repository::open(repo_path).map_err(|e| {
+fn open_vcs_repo(repo_path: &Path) -> Result<git2::Repository> {
+    git2::Repository::open(repo_path).map_err(|e| {
         Error::input(
             format!("--vcs-repo {}", repo_path.display()),
             format!("not a git repository: {}", e.message()),
         )
         .with_hint("name a clone of the crate's source repository (for llama-cpp-sys-2: https://github.com/utilityai/llama-cpp-rs)")
-    })?;
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn read_vendoring(
+    ws: &Workspace,
+    name: &str,
+    pins: &mut [RangePin],
+    repo: &git2::Repository,
+    repo_path: &Path,
+    subdir: &str,
+    notes: &mut Vec<String>,
+) -> Result<GitlinkHistory> {
     let mut link: Option<PathBuf> = None;
     for p in pins.iter_mut() {
         let Some(v) = index::vcs_info(ws, name, &p.version, p.sha256)? else {
@@ -203,7 +210,7 @@ fn read_vendoring(
             continue;
         };
         let path = Path::new(&v.path_in_vcs).join(subdir);
-        p.upstream = order::gitlink_at(&repo, &v.sha1, &path)?;
+        p.upstream = order::gitlink_at(repo, &v.sha1, &path)?;
         if p.upstream.is_none() {
             notes.push(format!(
                 "{}: {} has no commit {} with a gitlink at {}",
@@ -218,7 +225,7 @@ fn read_vendoring(
     }
     let tips: Vec<String> = pins.iter().filter_map(|p| p.crate_commit.clone()).collect();
     let history = match &link {
-        Some(path) => order::gitlink_history(&repo, &tips, path)?,
+        Some(path) => order::gitlink_history(repo, &tips, path)?,
         None => GitlinkHistory::default(),
     };
     for p in pins.iter_mut() {
@@ -314,5 +321,146 @@ pub fn applied_upstream(plan: &Plan, first_good: usize, today: &str) -> String {
             format!("{named}; first {krate}; pinforge bisect {today})")
         }
         _ => format!("{krate} (pinforge bisect {today}, in version order: upstream order unknown)"),
+    }
+}
+
+/// `bisect --write`: set the patch's `Applied-Upstream` to `value` in the recipe's bundle
+/// folder, through the bundle's transactional rewrite, under the workspace lock. `bisected`
+/// is the patch as the bisect read it: a patch edited while the probes ran is refused, since
+/// the answer is about the text (and the check) that was read.
+pub fn write_applied_upstream(
+    ws: &Workspace,
+    recipe: &crate::recipe::Recipe,
+    file: &str,
+    bisected: &[u8],
+    value: &str,
+) -> Result<PathBuf> {
+    let dir = recipe.patches_dir.clone().ok_or_else(|| {
+        Error::input(
+            format!("recipe {}", recipe.name),
+            "uses the bundle embedded in pinforge, which cannot be written",
+        )
+        .with_hint("point the recipe's `patches` at a folder (e.g. patches = \"../patches\") and bisect again")
+    })?;
+    pinforge_base::text::refuse_control(&format!("Applied-Upstream of {file}"), value)?;
+    let _lock = ws.lock()?;
+    let bundle = crate::patch::Bundle::load(&dir)?;
+    let p = bundle
+        .files
+        .iter()
+        .find(|(id, _)| id.as_str() == file)
+        .map(|(_, p)| p)
+        .ok_or_else(|| {
+            Error::input(dir.join(file).display(), "is not a patch of the bundle")
+                .with_hint("name a patch the series lists")
+        })?;
+    if p.bytes != bisected {
+        return Err(Error::input(
+            dir.join(file).display(),
+            "changed while the bisect ran; its answer is about the text it read, so nothing was written",
+        )
+        .with_hint("bisect again (the probe builds are cached) with --write"));
+    }
+    let bytes = crate::rebase::with_applied_upstream(p, value);
+    crate::patch::export::rewrite_patches(&dir, &[(file.to_string(), bytes)])?;
+    Ok(dir.join(file))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P1: &str = "0001-batch-size-ubatch-reserve-pos-for-mrope.patch";
+
+    /// The shipped recipe and bundle, copied: `--write` rewrites the copy.
+    fn shipped() -> (tempfile::TempDir, crate::recipe::Recipe) {
+        let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+        let d = tempfile::tempdir().expect("tempdir");
+        for sub in ["recipes", "patches"] {
+            std::fs::create_dir_all(d.path().join(sub)).expect("mkdir");
+            for e in std::fs::read_dir(root.join(sub)).expect("read") {
+                let e = e.expect("entry");
+                if e.path().is_file() {
+                    std::fs::copy(e.path(), d.path().join(sub).join(e.file_name())).expect("copy");
+                }
+            }
+        }
+        let r =
+            crate::recipe::Recipe::load(&d.path().join("recipes/mrope-cpu.toml")).expect("load");
+        (d, r)
+    }
+
+    fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
+        let mut v: Vec<_> = std::fs::read_dir(dir)
+            .expect("read")
+            .map(|e| {
+                let e = e.expect("entry");
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    std::fs::read(e.path()).unwrap_or_default(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn write_sets_the_header_of_that_patch_only_and_refuses_a_patch_edited_meanwhile() {
+        let (d, recipe) = shipped();
+        std::fs::create_dir_all(d.path().join("ws")).expect("mkdir ws");
+        let ws = Workspace::new(&d.path().join("ws")).expect("ws");
+        let patches = d.path().join("patches");
+        let read = std::fs::read(patches.join(P1)).expect("read");
+        let before = snapshot(&patches);
+        let value = "b8233 (llama.cpp c5a778891ba0; first crate llama-cpp-sys-2 0.1.139; pinforge bisect 2026-12-07)";
+
+        // Edited while the probes ran: refused, nothing changes.
+        let stale = [read.as_slice(), b"\n"].concat();
+        let e = write_applied_upstream(&ws, &recipe, P1, &stale, value).expect_err("stale");
+        assert!(
+            e.to_string().contains("changed while the bisect ran"),
+            "{e}"
+        );
+        assert_eq!(snapshot(&patches), before);
+
+        // A value with a control character would forge a header line.
+        let e = write_applied_upstream(&ws, &recipe, P1, &read, "b1\nFixes: #1").expect_err("ctl");
+        assert!(e.to_string().contains("Applied-Upstream"), "{e}");
+        assert_eq!(snapshot(&patches), before);
+
+        // Not in the series.
+        let e = write_applied_upstream(&ws, &recipe, "9999-nope.patch", &read, value)
+            .expect_err("unknown");
+        assert!(
+            e.to_string().contains("is not a patch of the bundle"),
+            "{e}"
+        );
+
+        write_applied_upstream(&ws, &recipe, P1, &read, value).expect("write");
+        let after = snapshot(&patches);
+        assert_eq!(after.len(), before.len());
+        for ((n, a), (_, b)) in before.iter().zip(&after) {
+            if n == P1 {
+                let text = String::from_utf8_lossy(b);
+                assert!(
+                    text.lines()
+                        .any(|l| l == format!("Applied-Upstream: {value}")),
+                    "{text}"
+                );
+                // Only the header changed: the diff itself is byte for byte the same.
+                let tail = |t: &[u8]| {
+                    let s = String::from_utf8_lossy(t).into_owned();
+                    s[s.find("\n---").unwrap_or(0)..].to_string()
+                };
+                assert_eq!(tail(a), tail(b));
+            } else {
+                assert_eq!(a, b, "{n} changed");
+            }
+        }
+        // And the bundle still loads with the field read back.
+        let b = crate::patch::Bundle::load(&patches).expect("reload");
+        assert!(b.files.iter().any(|(id, p)| id.as_str() == P1
+            && String::from_utf8_lossy(&p.bytes).contains("Applied-Upstream: b8233")));
     }
 }

@@ -69,6 +69,67 @@ pub fn write_bundle(dir: &Path, exported: &[Exported]) -> Result<()> {
     Ok(())
 }
 
+/// Rewrite some patches of the bundle folder `dir` in place (a header field that `bisect
+/// --write` sets), whole or not at all, as an export writes: the folder staged beside the old
+/// one with every other file and the series as they were, read back with the bundle reader,
+/// and swapped in with one exchange. Each replaced file must be a patch of the series.
+pub fn rewrite_patches(dir: &Path, replaced: &[(String, Vec<u8>)]) -> Result<()> {
+    let old = existing_folder(dir)?.ok_or_else(|| {
+        Error::input(dir.display(), "no bundle folder to rewrite")
+            .with_hint("name the recipe whose `patches` folder holds the patch")
+    })?;
+    let before = Bundle::load(&old)?;
+    for (name, _) in replaced {
+        if !before.series.iter().any(|e| e.id.as_str() == name) {
+            return Err(Error::input(
+                old.join(name).display(),
+                "is not a patch of the bundle's series",
+            )
+            .with_hint("name a file the series lists"));
+        }
+    }
+    let parent = fsx::parent_of(&old);
+    let stage = tempfile::Builder::new()
+        .prefix(".rewrite-")
+        .tempdir_in(&parent)
+        .at("create temp dir in", &parent)?;
+    let new_dir = stage.path().join("bundle");
+    fsx::create_dir_all(&new_dir)?;
+    let names: Vec<&str> = replaced.iter().map(|(n, _)| n.as_str()).collect();
+    copy_own_files(&old, &new_dir, &names)?;
+    for (name, bytes) in replaced {
+        stage_keeping_mode(Some(&old), &new_dir, name, bytes)?;
+    }
+    if new_dir.join(DROPPED).is_dir() {
+        keep_folder_mode(&old.join(DROPPED), &new_dir.join(DROPPED))?;
+    }
+    keep_folder_mode(&old, &new_dir)?;
+    let after = Bundle::load(&new_dir)?;
+    let ids = |b: &Bundle| {
+        b.series
+            .iter()
+            .map(|e| e.id.to_string())
+            .collect::<Vec<_>>()
+    };
+    let same_bytes = replaced.iter().all(|(n, bytes)| {
+        after
+            .files
+            .iter()
+            .any(|(id, p)| id.as_str() == n && &p.bytes == bytes)
+    });
+    if ids(&after) != ids(&before) || !same_bytes {
+        return Err(Error::Internal(format!(
+            "the staged bundle {} does not read back as the rewrite; nothing was replaced",
+            new_dir.display()
+        )));
+    }
+    fsx::sync_dir(&new_dir)?;
+    fsx::exchange(&new_dir, &old, "exchange with the staged bundle")?;
+    fsx::sync_dir(&parent)?;
+    drop(stage);
+    Ok(())
+}
+
 /// The folder to replace: `dir` itself, or where it points when it is a link to a folder (the
 /// link stays); None when there is none yet. Anything else at `dir` is refused.
 fn existing_folder(dir: &Path) -> Result<Option<PathBuf>> {
