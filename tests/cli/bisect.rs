@@ -95,11 +95,12 @@ fn bad_input_is_refused_naming_the_value_and_nothing_is_written() {
     assert!(!text.contains("Applied-Upstream: b"), "{text}");
 }
 
-// The real output of `bisect --json` needs real llama.cpp ASan builds of four releases
-// (11 min 13 s here), more than either tier spends on one command: the document recorded from
-// that run (0001 over 0.1.137..0.1.144 with the crate's repository, 2026-12-07) is kept as a
-// fixture and validated against the schema the types generate, so a field renamed or dropped
-// fails here; and its content is the answer the guide quotes.
+// The real output of `bisect --json` with `--vcs-repo` needs a clone of the crate's repository
+// and four cold ASan builds (11 min 13 s here); the slow tier bisects a shorter range in version
+// order (tests/llama/bisect.rs). The document recorded from the longer run (0001 over
+// 0.1.137..0.1.144 with the crate's repository, 2026-12-07) is kept as a fixture and validated
+// against the schema the types generate, so the upstream-order members are checked too; its
+// content is the answer the guide quotes.
 #[test]
 fn the_recorded_real_bisect_validates_against_its_schema_and_says_what_the_guide_says() {
     let text = include_str!("fixtures/bisect-0001-0.1.137..0.1.144.json");

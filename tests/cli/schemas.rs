@@ -306,7 +306,8 @@ fn real_output_of_every_command_validates_against_its_schema() {
         "pinforge.validate-merge/v1",
         // report: real builds' manifests and a real run and soak flip (report).
         "pinforge.report/v1",
-        // bisect: real ASan builds of four releases; a recorded real run (bisect).
+        // bisect: real ASan builds of several releases (tests/llama/bisect.rs), and a recorded
+        // real run with the crate's repository (tests/cli/bisect.rs).
         "pinforge.bisect/v1",
         // repair: the plan (--dry-run --json) and the report of a damaged layer (layers).
         "pinforge.repair/v1",

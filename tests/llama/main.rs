@@ -20,6 +20,7 @@ use std::process::Command;
 
 mod ablate_soak;
 mod audit_check;
+mod bisect;
 mod cuda;
 mod cuda_repro;
 mod flip;

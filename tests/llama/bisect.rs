@@ -1,0 +1,91 @@
+//! `bisect` on real llama.cpp ASan builds (issue #39 §2): 0001's #20093 over-read over the
+//! releases 0.1.137..0.1.140, in version order (CI has no clone of the crate's repository, so
+//! no `--vcs-repo`). Both ends are the builds `audit_check` makes in the shared workspace
+//! (0.1.137 shows the overflow, 0.1.140 runs clean), so the bisect adds 0.1.138 (the same
+//! llama.cpp as 0.1.137: every object a compile-cache hit) and 0.1.139 (a cold build). The
+//! answer is exact: 0.1.139 is the first release without the defect, 0.1.138 the last with it.
+
+use crate::common::audit_check::shipped_copy;
+use crate::{code, json, llama_build, llama_ws, pinforge, stderr, stdout};
+use std::time::Instant;
+
+const P1: &str = "0001-batch-size-ubatch-reserve-pos-for-mrope.patch";
+
+#[test]
+fn bisect_of_0001_over_0_1_137_to_0_1_140_names_0_1_139_and_writes_it() {
+    llama_build("unpatched-asan");
+    let d = shipped_copy();
+    let recipe = d.path().join("recipes/mrope-cpu.toml");
+    let recipe = recipe.to_str().expect("utf8");
+    let args = [
+        "bisect",
+        recipe,
+        "--patch",
+        P1,
+        "--range",
+        "crate:llama-cpp-sys-2@0.1.137..0.1.140",
+        "--json",
+    ];
+    let t = Instant::now();
+    let o = pinforge(llama_ws(), &args);
+    eprintln!(
+        "bisect 0.1.137..0.1.140: {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let j = json(&o);
+    crate::schemas::validate(&j);
+    assert_eq!(j["found"]["kind"], "exact", "{j:#}");
+    assert_eq!(j["first_fixed_release"], "0.1.139", "{j:#}");
+    assert_eq!(j["last_bad"]["releases"][0], "0.1.138", "{j:#}");
+    assert_eq!(j["plan"]["order"], "version", "{j:#}");
+    let probes = j["probes"].as_array().expect("probes");
+    assert!(
+        probes.len() <= j["bound"].as_u64().expect("bound") as usize,
+        "{j:#}"
+    );
+    // Every probe is decided by the check's own signature or a clean run, never skipped here.
+    for p in probes {
+        assert!(p["mark"] == "bad" || p["mark"] == "good", "{p:#}");
+        if p["mark"] == "bad" {
+            assert_eq!(
+                p["signature"], "heap-buffer-overflow in llama_kv_cache::apply_ubatch",
+                "{p:#}"
+            );
+        }
+    }
+    // The log is the same document.
+    let log = llama_ws()
+        .join("build/.bisect/mrope-cpu")
+        .join(format!("{P1}.json"));
+    let kept: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&log).expect("log")).expect("log json");
+    assert_eq!(kept["found"], j["found"]);
+
+    // --write, run again: every build is current, and the header names 0.1.139.
+    let mut w = args.to_vec();
+    w.retain(|a| *a != "--json");
+    w.push("--write");
+    let o = pinforge(llama_ws(), &w);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("Applied-Upstream written:"),
+        "{}",
+        stdout(&o)
+    );
+    let text = std::fs::read_to_string(d.path().join("patches").join(P1)).expect("read");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("Applied-Upstream:"))
+        .expect("Applied-Upstream line");
+    assert!(line.contains("crate llama-cpp-sys-2 0.1.139"), "{line}");
+    let lint = pinforge(
+        llama_ws(),
+        &[
+            "patch",
+            "lint",
+            d.path().join("patches").to_str().expect("utf8"),
+        ],
+    );
+    assert_eq!(code(&lint), 0, "{}", stderr(&lint));
+}
