@@ -11,7 +11,7 @@ use pinforge_base::error::{ExitCode, Result};
 use pinforge_base::text;
 use pinforge_base::workspace::Workspace;
 use pinforge_source::audit;
-use pinforge_source::bisect::search::{Found, Mark};
+use pinforge_source::bisect::search::Found;
 use pinforge_source::recipe::Recipe;
 use pinforge_trial::bisect::{self as run_mod, BisectReport, BisectRequest};
 use std::path::PathBuf;
@@ -80,14 +80,6 @@ pub(super) fn run(ctx: &super::Ctx, a: BisectArgs) -> Result<ExitCode> {
     Ok(code)
 }
 
-fn mark_word(m: Mark) -> &'static str {
-    match m {
-        Mark::Bad => "bad",
-        Mark::Good => "good",
-        Mark::Skip => "skip",
-    }
-}
-
 /// Like `git bisect log` then its verdict: the plan, each probe, the answer.
 fn render(r: &BisectReport) {
     let s = |v: &str| text::shown_line(v).into_owned();
@@ -118,7 +110,7 @@ fn render(r: &BisectReport) {
             "  probe {}: {} {:<4} {} ({}; text: {})",
             p.step,
             s(&p.releases.join("/")),
-            mark_word(p.mark),
+            p.mark.as_str(),
             s(&p.why),
             built,
             s(&p.text)

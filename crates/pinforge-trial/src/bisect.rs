@@ -464,11 +464,7 @@ fn probe(
     let text = text_verdict(ws, recipe, bundle, &onto, &req.patch, &req.today);
     opts.reporter.stage(
         "bisect",
-        &format!(
-            "probe {step}: {} is {} ({why})",
-            pin.label(),
-            mark_word(mark)
-        ),
+        &format!("probe {step}: {} is {} ({why})", pin.label(), mark.as_str()),
     );
     Ok(Probe {
         step,
@@ -499,14 +495,6 @@ pub(crate) fn mark_of(shown: &Shown, expected: &str) -> (Mark, String) {
             format!("another crash, `{s}`, may hide the defect"),
         ),
         Shown::Nothing(why) => (Mark::Skip, format!("no answer: {why}")),
-    }
-}
-
-fn mark_word(m: Mark) -> &'static str {
-    match m {
-        Mark::Bad => "bad",
-        Mark::Good => "good",
-        Mark::Skip => "skip",
     }
 }
 

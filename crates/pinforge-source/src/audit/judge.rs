@@ -603,7 +603,8 @@ fn three_way(
     let merged = pr
         .merged_tree
         .ok_or_else(|| Error::Internal("invariant: clean merge has a tree".into()))?;
-    let diff = tree_diff(repo, &pr.head.tree().git_at(&subject)?, merged, subject)?;
+    let merged = repo.find_tree(merged).git_at(&subject)?;
+    let diff = tree_diff(repo, &pr.head.tree().git_at(&subject)?, &merged, subject)?;
     ev.push(Evidence::new(
         EvidenceKind::ThreeWay,
         "does not apply as written, but a three-way merge onto the new base is clean: the context changed; the refreshed patch is regenerated from the merge",

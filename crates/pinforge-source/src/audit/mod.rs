@@ -39,7 +39,7 @@ pub(crate) mod revert;
 
 // A resolved rebase (`rebase --continue`) refreshes the operator's patch by the same rule.
 pub use onto::{moved_recipe, parse_onto, Onto};
-pub(crate) use refresh::refreshed;
+pub(crate) use refresh::{refreshed, tree_diff};
 
 use crate::git::GitContext;
 use crate::git::OidExt;

@@ -35,16 +35,16 @@ pub(crate) fn refreshed(p: &PatchFile, diff: &[u8], today: &str) -> Vec<u8> {
     out
 }
 
-/// A git diff of two trees (what `git diff A B` prints), for a patch regenerated from a merge.
+/// A git diff of two trees (what `git diff A B` prints), for a patch regenerated from a merge
+/// or taken back from an operator's resolution.
 pub(crate) fn tree_diff(
     repo: &Repository,
     from: &git2::Tree,
-    to: git2::Oid,
+    to: &git2::Tree,
     subject: &str,
 ) -> Result<Vec<u8>> {
-    let to = repo.find_tree(to).git_at(&subject)?;
     let diff = repo
-        .diff_tree_to_tree(Some(from), Some(&to), None)
+        .diff_tree_to_tree(Some(from), Some(to), None)
         .git_at(&subject)?;
     let mut out = Vec::new();
     diff.print(git2::DiffFormat::Patch, |_, _, line| {

@@ -21,6 +21,17 @@ pub enum Mark {
     Skip,
 }
 
+impl Mark {
+    /// The word `git bisect` uses, as the JSON writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mark::Bad => "bad",
+            Mark::Good => "good",
+            Mark::Skip => "skip",
+        }
+    }
+}
+
 /// The next step of the search.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {

@@ -6,7 +6,7 @@
 
 use super::state::{Done, Paths, State};
 use super::Resolving;
-use crate::audit::refreshed;
+use crate::audit::{refreshed, tree_diff};
 use crate::git::GitContext;
 use crate::git::OidExt;
 use crate::patch::{apply, PatchFile};
@@ -278,26 +278,4 @@ fn pick(repo: &Repository, commit: GitOid, subject: &str) -> Result<Vec<String>>
         }
     }
     Ok(paths)
-}
-
-/// A git diff of two trees (what `git diff A B` prints).
-fn tree_diff(
-    repo: &Repository,
-    from: &git2::Tree,
-    to: &git2::Tree,
-    subject: &str,
-) -> Result<Vec<u8>> {
-    let diff = repo
-        .diff_tree_to_tree(Some(from), Some(to), None)
-        .git_at(&subject)?;
-    let mut out = Vec::new();
-    diff.print(git2::DiffFormat::Patch, |_, _, line| {
-        if matches!(line.origin(), '+' | '-' | ' ') {
-            out.push(line.origin() as u8);
-        }
-        out.extend_from_slice(line.content());
-        true
-    })
-    .git_at(&subject)?;
-    Ok(out)
 }
