@@ -278,10 +278,11 @@ build/mrope-cpu/patched/manifest.json"
     #[command(subcommand)]
     Vendor(vendor::VendorCommand),
     /// Smoke-decode a build (a manifest) or an installed layer: decode, save the sequence
-    /// state, clear, restore, continue, compare with an uninterrupted run. Exit 0 ok, 1
-    /// mismatch or crash, 2 error.
+    /// state, clear, restore, continue, compare with an uninterrupted run (or, with
+    /// --scenario, a context shift or an embedding batch). Exit 0 ok, 1 mismatch or crash, 2
+    /// error.
     #[command(
-        after_help = "Examples:\n  pinforge smoke build/mrope-cpu/unpatched-asan/manifest.json --arch qwen2vl\n  pinforge smoke --installed live --arch qwen2 --json"
+        after_help = "Examples:\n  pinforge smoke build/mrope-cpu/unpatched-asan/manifest.json --arch qwen2vl\n  pinforge smoke build/mrope-cpu/unpatched-asan/manifest.json --scenario kshift\n  pinforge smoke --installed live --arch qwen2 --json"
     )]
     Smoke(smoke::SmokeArgs),
     /// Run a command in a variant's build folder as the build saw it: in the build's private

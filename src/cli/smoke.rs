@@ -32,6 +32,11 @@ pub struct SmokeArgs {
     /// Tokens to generate (the state is saved and restored halfway)
     #[arg(long, default_value_t = 16)]
     pub tokens: usize,
+    /// The engine path to drive: restore (save, clear, restore halfway and compare), kshift
+    /// (the server's context shift halfway), embd-pos-null or embd-pos-n-tokens (an embedding
+    /// batch with pos NULL, or with the n_tokens positions llama_batch_init allocates)
+    #[arg(long, default_value = "restore", value_parser = scenario_arg)]
+    pub scenario: smoke::Scenario,
     #[command(flatten)]
     pub out: JsonArg,
     /// Refuse (exit 2) rather than run a CUDA build on the CPU when no GPU is usable
@@ -53,6 +58,19 @@ pub struct SmokeChildArgs {
     pub tokens: usize,
     #[arg(long)]
     pub gpu_layers: i32,
+    #[arg(long, default_value = "restore", value_parser = scenario_arg)]
+    pub scenario: smoke::Scenario,
+}
+
+/// A `--scenario` value: one of [`smoke::SCENARIOS`] by name.
+fn scenario_arg(s: &str) -> std::result::Result<smoke::Scenario, String> {
+    smoke::Scenario::parse(s).ok_or_else(|| {
+        let names: Vec<&str> = smoke::SCENARIOS.iter().map(|s| s.name()).collect();
+        format!(
+            "`{s}` is not a scenario; expected one of {}",
+            names.join(", ")
+        )
+    })
 }
 
 /// Run `smoke`.
@@ -64,7 +82,8 @@ pub(super) fn run(ctx: &super::Ctx, a: SmokeArgs) -> Result<ExitCode> {
 
 /// Run the smoke child: one decode in this process, its report as JSON on stdout.
 pub(super) fn run_child(a: SmokeChildArgs) -> Result<ExitCode> {
-    let r = pinforge_deploy::smoke::child::run(&a.shim, &a.model, a.tokens, a.gpu_layers);
+    let r =
+        pinforge_deploy::smoke::child::run(&a.shim, &a.model, a.tokens, a.gpu_layers, a.scenario);
     let failed = r.error.is_some();
     // The child's report is an internal protocol read back by the parent, not a document.
     let s = serde_json::to_string(&r).map_err(|e| Error::Internal(e.to_string()))?;
@@ -104,12 +123,14 @@ pub(super) fn smoke_options(
         crash_test,
         timeout: std::time::Duration::from_secs(300),
         require_gpu: false,
+        scenario: smoke::Scenario::Restore,
     })
 }
 
 fn cmd_smoke(ws_root: &std::path::Path, root: &std::path::Path, a: SmokeArgs) -> Result<ExitCode> {
     let opts = SmokeOptions {
         require_gpu: a.require_gpu,
+        scenario: a.scenario,
         ..smoke_options(ws_root, a.model, a.arch, a.tokens, a.crash_test)?
     };
     let target = match (&a.installed, &a.manifest) {
@@ -141,8 +162,12 @@ pub(super) fn render_smoke(r: &smoke::SmokeReport) {
         Verdict::Crash => "crash",
         Verdict::Error => "error",
     };
+    let scenario = match r.scenario {
+        smoke::Scenario::Restore => String::new(),
+        s => format!(", scenario {}", s.name()),
+    };
     outln!(
-        "smoke {}: {}  (arch {}, device {}, {} tokens, {:.0} tok/s{})",
+        "smoke {}: {}  (arch {}{scenario}, device {}, {} tokens, {:.0} tok/s{})",
         r.target,
         paint(
             if r.verdict == Verdict::Ok {
@@ -163,6 +188,9 @@ pub(super) fn render_smoke(r: &smoke::SmokeReport) {
     );
     if let Some(d) = &r.detail {
         outln!("  {d}");
+    }
+    if let Some(n) = &r.scenario_note {
+        outln!("  {n}");
     }
     if let Some(s) = &r.signature {
         for line in s.lines() {

@@ -19,6 +19,16 @@ fn bad_input_is_refused_naming_the_value_and_nothing_is_written() {
     let ws = tempfile::tempdir().expect("ws");
     let missing = d.path().join("no-such-repo");
     let not_git = d.path().join("patches");
+    // 0003 ships with a check; this copy's 0003 has it taken out, to be refused as uncheckable.
+    let p3 = d.path().join("patches").join(P3);
+    let text = std::fs::read_to_string(&p3).expect("read 0003");
+    let without: String = text
+        .lines()
+        .filter(|l| !l.starts_with("Pinforge-Check:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_ne!(without, text, "0003 ships a Pinforge-Check");
+    std::fs::write(&p3, without).expect("write 0003");
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (
             vec![

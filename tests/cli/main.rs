@@ -56,6 +56,7 @@ mod sign_p256;
 mod sign_prompt;
 mod sign_txn;
 mod sign_with;
+mod smoke_scenario;
 mod smoke_trust;
 mod snapshots_cli;
 mod store_objects;

@@ -398,6 +398,9 @@ size_t llama_state_seq_set_data(struct llama_context *c, const uint8_t *d, size_
 llama_memory_t llama_get_memory(const struct llama_context *c) { (void) c; return NULL; }
 void llama_memory_clear(llama_memory_t m, bool d) { (void) m; (void) d; }
 bool llama_memory_seq_rm(llama_memory_t m, llama_seq_id s, llama_pos p0, llama_pos p1) { (void) m; (void) s; (void) p0; (void) p1; return true; }
+bool llama_memory_can_shift(llama_memory_t m) { (void) m; return true; }
+void llama_memory_seq_add(llama_memory_t m, llama_seq_id s, llama_pos p0, llama_pos p1, llama_pos d) { (void) m; (void) s; (void) p0; (void) p1; (void) d; }
+int32_t llama_model_n_embd(const struct llama_model *m) { (void) m; return 4; }
 struct llama_sampler *llama_sampler_init_grammar(const struct llama_vocab *v, const char *g, const char *r) { (void) v; (void) g; (void) r; return NULL; }
 void llama_sampler_apply(struct llama_sampler *s, llama_token_data_array *a) { (void) s; (void) a; }
 void llama_sampler_accept(struct llama_sampler *s, llama_token t) { (void) s; (void) t; }

@@ -216,6 +216,9 @@ typedef struct llama_token_data_array {
 } llama_token_data_array;
 struct llama_sampler;
 bool llama_memory_seq_rm(llama_memory_t m, llama_seq_id s, llama_pos p0, llama_pos p1);
+bool llama_memory_can_shift(llama_memory_t m);
+void llama_memory_seq_add(llama_memory_t m, llama_seq_id s, llama_pos p0, llama_pos p1, llama_pos delta);
+int32_t llama_model_n_embd(const struct llama_model *m);
 struct llama_sampler *llama_sampler_init_grammar(const struct llama_vocab *v, const char *g, const char *root);
 void llama_sampler_apply(struct llama_sampler *s, llama_token_data_array *a);
 void llama_sampler_accept(struct llama_sampler *s, llama_token t);
@@ -285,10 +288,11 @@ int32_t llama_tokenize(const struct llama_vocab *v, const char *t, int32_t l, ll
     return 3;
 }
 struct llama_batch llama_batch_init(int32_t n, int32_t e, int32_t s) {
-    (void) e; (void) s;
+    (void) s;
     struct llama_batch b;
     memset(&b, 0, sizeof b);
     b.token = calloc((size_t) n, sizeof(llama_token));
+    b.embd = e ? calloc((size_t) n * (size_t) e, sizeof(float)) : NULL;
     b.pos = calloc((size_t) n, sizeof(llama_pos));
     b.n_seq_id = calloc((size_t) n, sizeof(int32_t));
     b.seq_id = calloc((size_t) n, sizeof(llama_seq_id *));
@@ -298,12 +302,12 @@ struct llama_batch llama_batch_init(int32_t n, int32_t e, int32_t s) {
 }
 void llama_batch_free(struct llama_batch b) {
     for (int32_t i = 0; i < b.n_tokens; i++) free(b.seq_id[i]);
-    free(b.token); free(b.pos); free(b.n_seq_id); free(b.seq_id); free(b.logits);
+    free(b.token); free(b.embd); free(b.pos); free(b.n_seq_id); free(b.seq_id); free(b.logits);
 }
 int32_t llama_decode(struct llama_context *c, struct llama_batch b) {
     (void) c;
     int32_t last = b.n_tokens - 1;
-    int hot = (int) ((b.token[last] * 3 + b.pos[last]) % 8);
+    int hot = (int) ((b.token[last] * 3 + (b.pos ? b.pos[last] : last)) % 8);
     for (int i = 0; i < 8; i++) logits_[i] = i == hot ? 1.0f : 0.0f;
     return 0;
 }
@@ -314,6 +318,9 @@ size_t llama_state_seq_set_data(struct llama_context *c, const uint8_t *d, size_
 llama_memory_t llama_get_memory(const struct llama_context *c) { (void) c; return (llama_memory_t) &mem_; }
 void llama_memory_clear(llama_memory_t m, bool d) { (void) m; (void) d; }
 bool llama_memory_seq_rm(llama_memory_t m, llama_seq_id s, llama_pos p0, llama_pos p1) { (void) m; (void) s; (void) p0; (void) p1; return true; }
+bool llama_memory_can_shift(llama_memory_t m) { (void) m; return true; }
+void llama_memory_seq_add(llama_memory_t m, llama_seq_id s, llama_pos p0, llama_pos p1, llama_pos d) { (void) m; (void) s; (void) p0; (void) p1; (void) d; }
+int32_t llama_model_n_embd(const struct llama_model *m) { (void) m; return 4; }
 struct llama_sampler *llama_sampler_init_grammar(const struct llama_vocab *v, const char *g, const char *r) { (void) v; (void) g; (void) r; return NULL; }
 void llama_sampler_apply(struct llama_sampler *s, llama_token_data_array *a) { (void) s; (void) a; }
 void llama_sampler_accept(struct llama_sampler *s, llama_token t) { (void) s; (void) t; }

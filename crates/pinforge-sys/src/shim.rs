@@ -12,7 +12,7 @@ use std::ptr::NonNull;
 
 /// The shim's PF_ABI_VERSION this driver speaks (the smoke child and the validate engine load
 /// the same shim).
-pub(crate) const SHIM_ABI: c_int = 3;
+pub(crate) const SHIM_ABI: c_int = 4;
 
 /// Why [`Shim::open`] refused a shim.
 #[derive(Debug, thiserror::Error)]
@@ -68,6 +68,8 @@ type GrammarPickFn = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
 type GrammarAcceptFn = unsafe extern "C" fn(*mut c_void, c_int);
 type TokenFn = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
 type PieceFn = unsafe extern "C" fn(*mut c_void, c_int, *mut c_char, c_int) -> c_int;
+type ShiftFn = unsafe extern "C" fn(*mut c_void, c_int, c_int, c_int) -> c_int;
+type DecodeEmbdFn = unsafe extern "C" fn(*mut c_void, *const f32, c_int, c_int, c_int) -> c_int;
 
 /// The loaded shim: the library and its `pf_*` functions (valid while `_lib` is loaded, which
 /// is as long as this value lives). Not `Sync`: `pf_system_info` and `pf_devices` return
@@ -95,6 +97,10 @@ pub struct Shim {
     grammar_free: VoidFn,
     is_eog: TokenFn,
     piece: PieceFn,
+    can_shift: HIntFn,
+    shift: ShiftFn,
+    n_embd: HIntFn,
+    decode_embd: DecodeEmbdFn,
 }
 
 /// What `pf_load` is given besides the model path.
@@ -165,6 +171,10 @@ impl Shim {
             grammar_free: sym!(b"pf_grammar_free", VoidFn),
             is_eog: sym!(b"pf_is_eog", TokenFn),
             piece: sym!(b"pf_token_piece", PieceFn),
+            can_shift: sym!(b"pf_can_shift", HIntFn),
+            shift: sym!(b"pf_shift", ShiftFn),
+            n_embd: sym!(b"pf_n_embd", HIntFn),
+            decode_embd: sym!(b"pf_decode_embd", DecodeEmbdFn),
             _lib: lib,
             _not_sync: std::marker::PhantomData,
         })
@@ -305,6 +315,61 @@ impl<'a> Model<'a> {
         };
         // SAFETY: live handle.
         unsafe { (self.shim.seq_rm)(self.h.as_ptr(), p0) != 0 }
+    }
+
+    /// Whether the engine says this context can shift positions (`llama_memory_can_shift`).
+    pub fn can_shift(&self) -> bool {
+        // SAFETY: live handle.
+        unsafe { (self.shim.can_shift)(self.h.as_ptr()) != 0 }
+    }
+
+    /// The server's context shift of sequence 0: drop `n_discard` cells after the first
+    /// `n_keep` and move the rest of the `n_past` back; false when llama.cpp refused the drop
+    /// or a value does not fit. An engine that can not shift but said it can asserts here:
+    /// that is what the K-shift check exists to see.
+    pub fn shift(&self, n_keep: usize, n_discard: usize, n_past: usize) -> bool {
+        let (Ok(k), Ok(d), Ok(p)) = (
+            c_int::try_from(n_keep),
+            c_int::try_from(n_discard),
+            c_int::try_from(n_past),
+        ) else {
+            return false;
+        };
+        if k.checked_add(d).is_none_or(|e| e > p) {
+            return false;
+        }
+        // SAFETY: live handle; positions are within what was decoded.
+        unsafe { (self.shim.shift)(self.h.as_ptr(), k, d, p) != 0 }
+    }
+
+    /// The model's embedding width (the floats of one embedding row).
+    pub fn n_embd(&self) -> usize {
+        // SAFETY: live handle.
+        unsafe { (self.shim.n_embd)(self.h.as_ptr()) }.max(0) as usize
+    }
+
+    /// Decode embedding rows of sequence 0 (`rows.len()` must be a whole number of
+    /// [`Model::n_embd`] rows), with `pos` NULL (`explicit_pos` false: the engine tracks
+    /// positions) or with the `n`-entry `pos` array `llama_batch_init` allocates, filled from
+    /// `pos0`. llama_decode's return code, or -1 (nothing decoded) for a partial row.
+    pub fn decode_embd(&self, rows: &[f32], explicit_pos: bool, pos0: usize) -> c_int {
+        let w = self.n_embd();
+        if w == 0 || rows.is_empty() || rows.len() % w != 0 {
+            return -1;
+        }
+        let (Ok(n), Ok(pos0)) = (c_int::try_from(rows.len() / w), c_int::try_from(pos0)) else {
+            return -1;
+        };
+        // SAFETY: live handle; rows holds n rows of n_embd floats.
+        unsafe {
+            (self.shim.decode_embd)(
+                self.h.as_ptr(),
+                rows.as_ptr(),
+                n,
+                c_int::from(explicit_pos),
+                pos0,
+            )
+        }
     }
 
     /// Whether `t` ends generation (a token outside the vocabulary does not).

@@ -24,7 +24,7 @@ use pinforge_base::workspace::Workspace;
 use pinforge_build::build::{self, BuildOptions, BuildOutcome};
 use pinforge_deploy::model::Arch;
 use pinforge_deploy::smoke::signature::normalize_signature;
-use pinforge_deploy::smoke::SmokeOptions;
+use pinforge_deploy::smoke::{Scenario, SmokeOptions};
 use pinforge_source::audit::{
     self, Behaviour, CheckBuild, CheckCost, CheckFinding, CheckSmoke, Checks, Onto,
 };
@@ -180,10 +180,15 @@ pub(crate) fn new_pin_recipe(recipe: &Recipe, onto: &Onto) -> Recipe {
 
 /// The smoke settings of a check, as a key and for people.
 pub(crate) fn settings(spec: &CheckSpec) -> String {
+    let scenario = spec
+        .scenario
+        .as_deref()
+        .map(|s| format!(" scenario={s}"))
+        .unwrap_or_default();
     match (&spec.model, &spec.arch) {
-        (Some(m), _) => format!("model={m} tokens={}", spec.tokens),
+        (Some(m), _) => format!("model={m} tokens={}{scenario}", spec.tokens),
         (None, a) => format!(
-            "arch={} tokens={}",
+            "arch={} tokens={}{scenario}",
             a.as_deref().unwrap_or("qwen2vl"),
             spec.tokens
         ),
@@ -191,6 +196,14 @@ pub(crate) fn settings(spec: &CheckSpec) -> String {
 }
 
 pub(crate) fn smoke_options(ws: &Workspace, spec: &CheckSpec) -> Result<SmokeOptions> {
+    let scenario = match spec.scenario.as_deref() {
+        None => Scenario::Restore,
+        Some(name) => Scenario::parse(name).ok_or_else(|| {
+            Error::Internal(format!(
+                "check scenario `{name}` passed the header's parse but smoke does not know it"
+            ))
+        })?,
+    };
     Ok(SmokeOptions {
         model: spec.model.as_ref().map(|m| ws.root().join(m)),
         arch: Arch::parse(spec.arch.as_deref().unwrap_or("qwen2vl"))?,
@@ -199,6 +212,7 @@ pub(crate) fn smoke_options(ws: &Workspace, spec: &CheckSpec) -> Result<SmokeOpt
         crash_test: false,
         timeout: std::time::Duration::from_secs(300),
         require_gpu: false,
+        scenario,
     })
 }
 
@@ -492,6 +506,16 @@ mod tests {
     use super::*;
 
     const SIG: &str = "heap-buffer-overflow in llama_kv_cache::apply_ubatch";
+
+    // The header's scenario names (source cannot see smoke) are smoke's, both ways.
+    #[test]
+    fn the_headers_scenarios_are_the_ones_smoke_drives() {
+        let smoke: Vec<&str> = pinforge_deploy::smoke::SCENARIOS
+            .iter()
+            .map(|s| s.name())
+            .collect();
+        assert_eq!(pinforge_source::patch::header::CHECK_SCENARIOS, &smoke[..]);
+    }
 
     // issue #26 §2: the three findings, and no answer where none was given.
     #[test]

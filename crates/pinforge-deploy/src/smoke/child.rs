@@ -3,6 +3,7 @@
 //! memory clear and restore halfway, and print one JSON result. Anything the engine does to
 //! this process (a sanitizer stop, a signal) is observed by the parent.
 
+use super::scenario::{self, Scenario};
 use pinforge_sys::shim::{LoadParams, Model, Shim};
 use serde::{Deserialize, Serialize};
 use std::ffi::CString;
@@ -33,6 +34,9 @@ pub struct ChildResult {
     /// The backend devices the engine registered (`ggml_backend_dev_*`).
     #[serde(default)]
     pub devices: Vec<EngineDevice>,
+    /// Which path a non-restore scenario took (`scenario::Ran::note`); null for `restore`.
+    #[serde(default)]
+    pub scenario_note: Option<String>,
 }
 
 /// One backend device as the engine sees it.
@@ -111,7 +115,7 @@ impl Session<'_> {
     }
 }
 
-fn argmax(v: &[f32]) -> i32 {
+pub(crate) fn argmax(v: &[f32]) -> i32 {
     let mut best = 0;
     for (i, x) in v.iter().enumerate() {
         if *x > v[best] {
@@ -122,8 +126,14 @@ fn argmax(v: &[f32]) -> i32 {
 }
 
 /// Run the child and return its result (errors become `error`).
-pub fn run(shim_path: &Path, model: &Path, n_tokens: usize, gpu_layers: i32) -> ChildResult {
-    match run_inner(shim_path, model, n_tokens, gpu_layers) {
+pub fn run(
+    shim_path: &Path,
+    model: &Path,
+    n_tokens: usize,
+    gpu_layers: i32,
+    scenario: Scenario,
+) -> ChildResult {
+    match run_inner(shim_path, model, n_tokens, gpu_layers, scenario) {
         Ok(r) => r,
         Err(e) => ChildResult {
             error: Some(e),
@@ -137,6 +147,7 @@ fn run_inner(
     model: &Path,
     n: usize,
     gpu_layers: i32,
+    scenario: Scenario,
 ) -> Result<ChildResult, String> {
     let shim = Shim::open(shim_path).map_err(|e| e.to_string())?;
     if pinforge_base::hooks::smoke_crash() {
@@ -157,6 +168,9 @@ fn run_inner(
         model: shim.load(&path, params)?,
     };
     let prompt = s.prompt()?;
+    if scenario != Scenario::Restore {
+        return other_scenario(&shim, s, &prompt, n, scenario, gpu_before);
+    }
 
     // Reference: uninterrupted.
     s.clear();
@@ -184,6 +198,46 @@ fn run_inner(
         system_info,
         gpu_memory_used_bytes,
         devices,
+        scenario_note: None,
+    })
+}
+
+/// A scenario other than `restore`: its tokens as the reference, nothing restored.
+fn other_scenario(
+    shim: &Shim,
+    s: Session<'_>,
+    prompt: &[i32],
+    n: usize,
+    scenario: Scenario,
+    gpu_before: Option<u64>,
+) -> Result<ChildResult, String> {
+    let t0 = Instant::now();
+    let ran = match scenario {
+        Scenario::Kshift => scenario::kshift(&s.model, prompt, n)?,
+        Scenario::EmbdPosNull => scenario::embd(&s.model, n, false)?,
+        Scenario::EmbdPosNTokens => scenario::embd(&s.model, n, true)?,
+        Scenario::Restore => return Err("restore is not another scenario".into()),
+    };
+    let reference_seconds = t0.elapsed().as_secs_f64();
+    let gpu_memory_used_bytes = match (gpu_before, gpu_free()) {
+        (Some(a), Some(b)) if a > b => Some(a - b),
+        _ => None,
+    };
+    let system_info = shim.system_info();
+    let devices = parse_devices(&shim.devices());
+    s.model.free();
+    Ok(ChildResult {
+        error: None,
+        reference: ran.tokens,
+        restored: vec![],
+        restore_step: ran.step,
+        max_logit_diff: 0.0,
+        state_bytes: 0,
+        reference_seconds,
+        system_info,
+        gpu_memory_used_bytes,
+        devices,
+        scenario_note: Some(ran.note),
     })
 }
 

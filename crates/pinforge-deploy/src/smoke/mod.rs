@@ -6,16 +6,21 @@
 //!
 //! First the target is verified ([`target`]), then acted on: the shim compiled against it
 //! ([`shim`]), the decode run in a child ([`run()`], [`child`]), a crash read ([`sanitizer`]) and made comparable
-//! across runs ([`signature`], what flip and ablate compare).
+//! across runs ([`signature`], what flip and ablate compare). A [`scenario`] other than the
+//! default restore decode drives another path of the engine (context shift, embedding batches).
 
 pub mod child;
 mod run;
 mod sanitizer;
+pub mod scenario;
 mod shim;
 pub mod signature;
 mod target;
 
 pub use run::{model_file, run, SmokeOptions, SmokeReport, Verdict};
-pub use sanitizer::{asan_signature, engine_env_symbolized, without_shadow_legend, ASAN_EXIT};
+pub use sanitizer::{
+    asan_signature, engine_env_symbolized, ggml_abort_signature, without_shadow_legend, ASAN_EXIT,
+};
+pub use scenario::{Scenario, SCENARIOS};
 pub use shim::shim_for;
 pub use target::{target_from_installed, target_from_manifest, SmokeTarget};

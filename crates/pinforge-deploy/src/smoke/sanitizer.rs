@@ -10,6 +10,7 @@ use std::process::{Command, Stdio};
 /// ASan runtime loaded first; leaks of the Rust driver are not the engine's bug, and a
 /// distinct exit code marks a sanitizer stop. (Shared by smoke and the validate engine.)
 pub(crate) fn engine_env(cmd: &mut Command, target: &SmokeTarget) {
+    no_ggml_backtrace(cmd);
     if let Some(so) = &target.sanitizer {
         cmd.env("LD_PRELOAD", so).env(
             "ASAN_OPTIONS",
@@ -19,6 +20,15 @@ pub(crate) fn engine_env(cmd: &mut Command, target: &SmokeTarget) {
             ),
         );
     }
+}
+
+/// A failed ggml assertion prints its line and then a backtrace, for which ggml forks `gdb`
+/// (or `lldb`) to attach to the dying process. Where ptrace is restricted (a container, Yama
+/// scope 1 with the fork not the tracer's parent) that attach never returns: the engine hangs
+/// until the smoke's timeout and the assertion reads as a hang. The assertion's own line is the
+/// signature (`ggml_abort_signature`), so the backtrace is turned off for every engine we run.
+fn no_ggml_backtrace(cmd: &mut Command) {
+    cmd.env("GGML_NO_BACKTRACE", "1");
 }
 
 /// The CUDA driver maps device memory into the range ASan keeps as its shadow gap: an
@@ -36,6 +46,7 @@ fn cuda_asan_option(target: &SmokeTarget) -> &'static str {
 /// names of a crash's frames can map an unsymbolized report's `(module+offset)` frames back
 /// to them. Every frame also carries `<module+offset>` either way, for that mapping.
 pub fn engine_env_symbolized(cmd: &mut Command, target: &SmokeTarget, symbolize: bool) {
+    no_ggml_backtrace(cmd);
     if let Some(so) = &target.sanitizer {
         cmd.env("LD_PRELOAD", so).env(
             "ASAN_OPTIONS",
@@ -187,6 +198,45 @@ pub fn asan_signature(stderr: &str) -> Option<String> {
     Some(sig)
 }
 
+/// The signature of a ggml assertion or abort from the engine's stderr: ggml prints
+/// `FILE:LINE: GGML_ASSERT(COND) failed` (or `FILE:LINE: MESSAGE` for `GGML_ABORT`) before it
+/// aborts. The first line is `GGML_ASSERT(COND) in FILE`, with the file's name only and no line
+/// number (both drift between pins, the condition does not) and without the condition's
+/// `&& "message"` literal, so that a `Pinforge-Check` can name it; the second line is ggml's
+/// own. The last such line wins (an abort ends the process). `None` when there is none.
+pub fn ggml_abort_signature(stderr: &str) -> Option<String> {
+    stderr.lines().rev().find_map(|line| {
+        let line = line.trim();
+        let (path, rest) = split_file_line(line)?;
+        let file = path.rsplit(['/', '\\']).next().unwrap_or(path);
+        let first = match rest
+            .strip_prefix("GGML_ASSERT(")
+            .and_then(|r| r.strip_suffix(") failed"))
+        {
+            Some(cond) => {
+                let cond = match cond.split_once(" && \"") {
+                    Some((c, lit)) if lit.ends_with('"') => c,
+                    _ => cond,
+                };
+                format!("GGML_ASSERT({}) in {file}", cond.trim())
+            }
+            None => format!("GGML_ABORT({}) in {file}", rest.trim()),
+        };
+        Some(format!("{first}\n{line}"))
+    })
+}
+
+/// `FILE:LINE: REST` where FILE is a C, C++ or CUDA source and LINE a number.
+fn split_file_line(line: &str) -> Option<(&str, &str)> {
+    let (head, rest) = line.split_once(": ")?;
+    let (path, num) = head.rsplit_once(':')?;
+    let source = [".c", ".cpp", ".cu", ".h", ".hpp", ".cc"]
+        .iter()
+        .any(|e| path.ends_with(e));
+    (source && !num.is_empty() && num.bytes().all(|b| b.is_ascii_digit()) && !rest.is_empty())
+        .then_some((path, rest))
+}
+
 /// ASan ends its report with a map of shadow bytes and their legend; the lines worth showing
 /// as "last lines of stderr" are the ones before it (and the ABORTING line after it).
 pub fn without_shadow_legend(stderr: &str) -> String {
@@ -210,6 +260,44 @@ pub fn without_shadow_legend(stderr: &str) -> String {
 mod tests {
     use super::*;
     use std::path::Path;
+
+    #[test]
+    fn a_ggml_assertion_is_named_by_condition_and_file_not_line() {
+        let err = "llama_context: n_ctx = 128\n/pinforge/src/src/llama-kv-cache.cpp:398: GGML_ASSERT(hparams.n_pos_per_embd() == 1 && \"seq_add() is only supported for n_pos_per_embd() == 1\") failed\n";
+        let sig = ggml_abort_signature(err).unwrap();
+        assert_eq!(
+            sig.lines().next().unwrap(),
+            "GGML_ASSERT(hparams.n_pos_per_embd() == 1) in llama-kv-cache.cpp"
+        );
+        assert!(sig.lines().nth(1).unwrap().contains(":398: GGML_ASSERT("));
+        // Another pin's line number reads the same once normalized.
+        let moved = err.replace(":398:", ":595:");
+        assert_eq!(
+            crate::smoke::signature::normalize_signature(&ggml_abort_signature(&moved).unwrap()),
+            crate::smoke::signature::normalize_signature(&sig)
+        );
+        assert!(crate::smoke::signature::has_frame(&sig));
+        let abort = "x\nsrc/llama-kv-cache.cpp:657: The current KV cache / model configuration does not support K-shift\n";
+        assert_eq!(
+            ggml_abort_signature(abort).unwrap().lines().next().unwrap(),
+            "GGML_ABORT(The current KV cache / model configuration does not support K-shift) in llama-kv-cache.cpp"
+        );
+        // A plain assertion without a message literal keeps its condition whole.
+        let plain = "ggml.c:12: GGML_ASSERT(a == b) failed";
+        assert_eq!(
+            ggml_abort_signature(plain).unwrap().lines().next().unwrap(),
+            "GGML_ASSERT(a == b) in ggml.c"
+        );
+        for none in [
+            "",
+            "note: 12: not a file",
+            "main.rs:3: panicked",
+            "a.cpp:x1: y",
+            "a.cpp:3: ",
+        ] {
+            assert_eq!(ggml_abort_signature(none), None, "{none:?}");
+        }
+    }
 
     const ASAN: &str = "=================================================================
 ==4242==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x6020000001d8 at pc 0x7f00 bp 0x7ffd sp 0x7ffd

@@ -21,7 +21,7 @@
 #endif
 #endif
 
-#define PF_ABI_VERSION 3
+#define PF_ABI_VERSION 4
 
 struct pf {
     struct llama_model *model;
@@ -168,6 +168,53 @@ void pf_clear(void *handle) {
 int pf_seq_rm(void *handle, int p0) {
     struct pf *h = handle;
     return llama_memory_seq_rm(llama_get_memory(h->ctx), 0, p0, -1) ? 1 : 0;
+}
+
+// 1 when the memory of this context can shift positions (K-shift), as the server asks
+// before a context shift; M-RoPE models must answer 0 (llama.cpp PR #19928).
+int pf_can_shift(void *handle) {
+    return llama_memory_can_shift(llama_get_memory(((struct pf *) handle)->ctx)) ? 1 : 0;
+}
+
+// The context shift llama.cpp's server does when a slot's context is full: drop `n_discard`
+// cells of sequence 0 after the first `n_keep` and move the cells after them back, for the
+// `n_past` positions decoded so far. Called only when pf_can_shift said 1 (an engine that said
+// 1 wrongly asserts here). 1 on success.
+int pf_shift(void *handle, int n_keep, int n_discard, int n_past) {
+    llama_memory_t mem = llama_get_memory(((struct pf *) handle)->ctx);
+    if (!llama_memory_seq_rm(mem, 0, n_keep, n_keep + n_discard)) {
+        return 0;
+    }
+    llama_memory_seq_add(mem, 0, n_keep + n_discard, n_past, -n_discard);
+    return 1;
+}
+
+int pf_n_embd(void *handle) { return llama_model_n_embd(((struct pf *) handle)->model); }
+
+// Decode `n` embedding rows (`n_embd` floats each) of sequence 0, the way a multimodal caller
+// feeds an image (issue ggml-org/llama.cpp#28902). `pos_mode` 0 leaves `pos` NULL, which
+// llama.h documents as "tracked automatically"; 1 fills the `pos` array llama_batch_init
+// allocates (n entries, the documented size) with pos0..pos0+n-1. Logits for the last row.
+int pf_decode_embd(void *handle, const float *embd, int n, int pos_mode, int pos0) {
+    struct pf *h = handle;
+    int n_embd = llama_model_n_embd(h->model);
+    struct llama_batch batch = llama_batch_init(n, n_embd, 1);
+    memcpy(batch.embd, embd, (size_t) n * (size_t) n_embd * sizeof(float));
+    for (int i = 0; i < n; i++) {
+        batch.pos[i] = pos0 + i;
+        batch.n_seq_id[i] = 1;
+        batch.seq_id[i][0] = 0;
+        batch.logits[i] = (i == n - 1);
+    }
+    batch.n_tokens = n;
+    llama_pos *own = batch.pos;
+    if (pos_mode == 0) {
+        batch.pos = NULL;
+    }
+    int rc = llama_decode(h->ctx, batch);
+    batch.pos = own; // llama_batch_free frees what llama_batch_init allocated
+    llama_batch_free(batch);
+    return rc;
 }
 
 // The engine's own grammar sampler over this model's vocabulary (`root` is the start rule).

@@ -296,12 +296,19 @@ pub struct CheckSpec {
     pub model: Option<String>,
     /// Tokens the smoke generates.
     pub tokens: usize,
-    /// The crash signature expected without the fix, as smoke normalizes it (`KIND in FUNCTION`).
+    /// The engine path the smoke drives (`smoke --scenario`: `kshift`, `embd-pos-null`,
+    /// `embd-pos-n-tokens`); absent for the default save/restore decode.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scenario: Option<String>,
+    /// The crash signature expected without the fix, as smoke normalizes it (`KIND in FUNCTION`,
+    /// or `GGML_ASSERT(COND) in FILE` for a ggml assertion).
     pub signature: String,
 }
 
 /// The architectures the smoke's tiny model generator knows.
 pub(crate) const CHECK_ARCHES: &[&str] = &["qwen2vl", "qwen2"];
+/// The scenarios smoke drives (`smoke --scenario`; `trial` checks this list against smoke's).
+pub const CHECK_SCENARIOS: &[&str] = &["restore", "kshift", "embd-pos-null", "embd-pos-n-tokens"];
 /// The most tokens a check may ask for: what smoke decodes at most.
 pub(crate) const CHECK_MAX_TOKENS: usize = 64;
 /// The fewest tokens a smoke decodes (it saves the state halfway).
@@ -315,9 +322,18 @@ impl CheckSpec {
             if seen.iter().any(|(k, _)| *k == key) {
                 return Err(format!("`{key}` is given twice"));
             }
-            if !["variant", "arch", "model", "tokens", "signature"].contains(&key.as_str()) {
+            if ![
+                "variant",
+                "arch",
+                "model",
+                "tokens",
+                "scenario",
+                "signature",
+            ]
+            .contains(&key.as_str())
+            {
                 return Err(format!(
-                    "unknown key `{key}`; expected variant, arch or model, tokens, signature"
+                    "unknown key `{key}`; expected variant, arch or model, tokens, scenario, signature"
                 ));
             }
             seen.push((key, val));
@@ -350,6 +366,17 @@ impl CheckSpec {
                 }
             },
         };
+        let scenario = match get("scenario") {
+            None => None,
+            Some(s) if s == "restore" => None,
+            Some(s) if CHECK_SCENARIOS.contains(&s.as_str()) => Some(s),
+            Some(s) => {
+                return Err(format!(
+                    "scenario `{s}` is not one of {}",
+                    CHECK_SCENARIOS.join(", ")
+                ))
+            }
+        };
         let signature =
             get("signature").ok_or("no `signature=` (the crash expected without the fix)")?;
         match signature.split_once(" in ") {
@@ -365,6 +392,7 @@ impl CheckSpec {
             arch,
             model,
             tokens,
+            scenario,
             signature,
         })
     }
@@ -431,6 +459,15 @@ mod tests {
         let m = CheckSpec::parse("signature=\"SEGV in f\" model=models/x.gguf variant=v")
             .expect("model, default tokens");
         assert_eq!((m.model.as_deref(), m.tokens), (Some("models/x.gguf"), 16));
+        assert_eq!(m.scenario, None);
+        let k = CheckSpec::parse(
+            "variant=v arch=qwen2vl scenario=kshift signature=\"GGML_ASSERT(hparams.n_pos_per_embd() == 1) in llama-kv-cache.cpp\"",
+        )
+        .expect("a kshift check on a ggml assertion");
+        assert_eq!(k.scenario.as_deref(), Some("kshift"));
+        // `restore` is the default spelled out: the same check as without the key.
+        let r = CheckSpec::parse(&format!("{CHECK} scenario=restore")).expect("restore");
+        assert_eq!(r, CheckSpec::parse(CHECK).expect("check"));
     }
 
     // issue #26 §2: every malformed check says what is wrong.
@@ -490,6 +527,14 @@ mod tests {
             (
                 format!("variant=v\u{1b} arch=qwen2vl {sig}"),
                 "control character",
+            ),
+            (
+                format!("variant=v arch=qwen2vl scenario=shift {sig}"),
+                "scenario `shift` is not one of restore, kshift",
+            ),
+            (
+                format!("variant=v arch=qwen2vl scenario=\"\" {sig}"),
+                "is empty",
             ),
         ] {
             let e = CheckSpec::parse(&text).expect_err(&text);
