@@ -127,3 +127,38 @@ fn the_recorded_real_bisect_validates_against_its_schema_and_says_what_the_guide
     let marks: Vec<&str> = probes.iter().filter_map(|p| p["mark"].as_str()).collect();
     assert_eq!(marks, ["bad", "good", "good", "good"]);
 }
+
+// issue #39 §3: 0003's Applied-Upstream is the one its bisect wrote, not a bracket. The
+// document is the real run over 0.1.137..0.1.144 with the crate's repository (2026-12-07),
+// after 0003 gained its context-shift check; the shipped header must carry its line.
+#[test]
+fn the_shipped_0003_header_carries_the_line_its_recorded_bisect_wrote() {
+    let text = include_str!("fixtures/bisect-0003-0.1.137..0.1.144.json");
+    let doc: serde_json::Value = serde_json::from_str(text).expect("json");
+    assert_eq!(crate::schemas::validate(&doc), "pinforge.bisect/v1");
+    assert_eq!(doc["found"]["kind"], "exact");
+    assert_eq!(doc["first_fixed_release"], "0.1.139");
+    assert!(
+        doc["check"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("scenario=kshift"),
+        "{}",
+        doc["check"]
+    );
+    let line = doc["applied_upstream"].as_str().expect("applied_upstream");
+    assert!(line.starts_with("b8233 (llama.cpp c5a778891ba0"), "{line}");
+    let shipped =
+        std::fs::read_to_string(crate::repo_root().join("patches").join(P3)).expect("read 0003");
+    assert!(
+        shipped.contains(&format!("\nApplied-Upstream: {line}\n")),
+        "patches/{P3} does not carry its bisect's line: {line}"
+    );
+    let marks: Vec<&str> = doc["probes"]
+        .as_array()
+        .expect("probes")
+        .iter()
+        .filter_map(|p| p["mark"].as_str())
+        .collect();
+    assert_eq!(marks, ["bad", "good", "good", "good"]);
+}

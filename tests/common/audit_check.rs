@@ -5,7 +5,7 @@ use crate::repo_root;
 /// A copy of the shipped recipe and bundle (tests rewrite the copy, never the repository).
 pub(crate) fn shipped_copy() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
-    for sub in ["recipes", "patches"] {
+    for sub in ["recipes", "patches", "patches-current"] {
         std::fs::create_dir_all(dir.path().join(sub)).expect("mkdir");
         for e in std::fs::read_dir(repo_root().join(sub)).expect("read") {
             let e = e.expect("entry");

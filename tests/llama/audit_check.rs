@@ -14,6 +14,7 @@ use std::path::Path;
 use std::time::Instant;
 
 const SIG: &str = "heap-buffer-overflow in llama_kv_cache::apply_ubatch";
+const KSHIFT_SIG: &str = "GGML_ASSERT(hparams.n_pos_per_embd() == 1) in llama-kv-cache.cpp";
 
 /// `audit RECIPE --onto ONTO --check --json` in the shared workspace: exit code, report, and
 /// the wall seconds it took (what the check adds to CI).
@@ -84,7 +85,22 @@ fn cost_is_stated(j: &serde_json::Value, new_recipe: &str) {
         "{c:#}"
     );
     for b in builds {
-        assert_eq!(b["smokes"].as_array().expect("smokes").len(), 1, "{b:#}");
+        // One smoke per distinct check: 0001 and 0002 share the restore decode, 0003 drives
+        // the context shift.
+        let settings: Vec<&str> = b["smokes"]
+            .as_array()
+            .expect("smokes")
+            .iter()
+            .filter_map(|s| s["settings"].as_str())
+            .collect();
+        assert_eq!(
+            settings,
+            [
+                "arch=qwen2vl tokens=16",
+                "arch=qwen2vl tokens=16 scenario=kshift"
+            ],
+            "{b:#}"
+        );
         assert!(b["seconds"].as_f64().expect("seconds") > 0.0, "{b:#}");
     }
     assert!(c["build_seconds"].as_f64().expect("build_seconds") > 0.0);
@@ -124,8 +140,21 @@ fn onto_0_1_140_the_check_says_fixed_upstream_for_0001_and_0002() {
         assert_eq!(p["verdict"], "fixed-upstream", "{p:#}");
         assert!(evidence(p, "contradicted").is_some(), "{p:#}");
     }
-    // 0003's K-shift assert is not reachable by the smoke: it declares no check.
-    assert!(patch(&j, "0003").get("check").is_none());
+    // 0003's check drives the context shift (issue #39 §1): 0.1.135 without it asserts in
+    // seq_add, 0.1.140 says it cannot shift an M-RoPE model and runs clean.
+    let p3 = patch(&j, "0003");
+    assert_eq!(
+        (p3["check"].as_str(), p3["verdict"].as_str()),
+        (Some("fixed-upstream"), Some("fixed-upstream")),
+        "{p3:#}"
+    );
+    let e = evidence(p3, "fixed-upstream").expect("0003 fixed-upstream evidence");
+    assert!(
+        e.contains(&format!("old pin: crash `{KSHIFT_SIG}`"))
+            && e.contains("scenario=kshift")
+            && e.contains("new pin crate:llama-cpp-sys-2@0.1.140: ok"),
+        "{e}"
+    );
     cost_is_stated(&j, "mrope-cpu.onto-crate-llama-cpp-sys-2-0.1.140");
 
     // Again, in words: every build is now current, and the cost line says so.
@@ -192,6 +221,8 @@ fn onto_0_1_137_the_check_says_still_needed_and_rebase_check_refuses_the_drop() 
         );
         assert_eq!(p["verdict"], "carries", "{p:#}");
     }
+    // 0.1.137 lacks the K-shift guard too: its shift still asserts.
+    assert_eq!(patch(&j, "0003")["check"], "still-needed", "{j:#}");
     cost_is_stated(&j, "mrope-cpu.onto-crate-llama-cpp-sys-2-0.1.137");
 
     // Dropping a still-needed patch is refused before anything is written.

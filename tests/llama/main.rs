@@ -23,6 +23,7 @@ mod audit_check;
 mod bisect;
 mod cuda;
 mod cuda_repro;
+mod current_28902;
 mod flip;
 mod flip_soak;
 mod install_server;
