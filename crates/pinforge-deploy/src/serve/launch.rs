@@ -90,7 +90,11 @@ fn command(l: &Launch<'_>, port: u16, out: std::fs::File) -> Result<Command> {
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
-        .env("ASAN_OPTIONS", &l.asan_options);
+        .env("ASAN_OPTIONS", &l.asan_options)
+        // A failed ggml assertion forks gdb to attach to the dying server (gdb is on the kept
+        // PATH); where ptrace is restricted the attach never returns and the death reads as a
+        // hang. The assertion's own line is the evidence (as in smoke).
+        .env("GGML_NO_BACKTRACE", "1");
     if let Some(path) = std::env::var_os("PATH") {
         cmd.env("PATH", path);
     }
@@ -254,6 +258,48 @@ mod tests {
         assert_eq!(listener_inodes(text, 0x1F90), ["12345"]);
         assert_eq!(listener_inodes(text, 0x1F91), ["999"]);
         assert!(listener_inodes(text, 80).is_empty());
+    }
+
+    // The server's environment is fixed: the sanitizer's options, no ggml debugger backtrace
+    // (it hangs a dying server where ptrace is restricted), PATH, and nothing of the caller's.
+    #[test]
+    fn the_server_runs_in_a_fixed_environment_without_ggmls_debugger_backtrace() {
+        let d = tempfile::tempdir().expect("tmp");
+        let bin = d.path().join("llama-server");
+        let log = d.path().join("server.log");
+        let args = |_: u16| Vec::new();
+        let l = Launch {
+            bin: &bin,
+            recorded: Sha256::of_bytes(b""),
+            args: &args,
+            lib: None,
+            log: &log,
+            cwd: d.path(),
+            asan_options: "detect_leaks=0".into(),
+            start_timeout: Duration::from_secs(5),
+            read_timeout: Duration::from_secs(5),
+        };
+        let out = std::fs::File::create(&log).expect("log");
+        let cmd = command(&l, 8080, out).expect("command");
+        let env: Vec<(String, String)> = cmd
+            .get_envs()
+            .filter_map(|(k, v)| Some((k.to_str()?.to_string(), v?.to_str()?.to_string())))
+            .collect();
+        assert!(
+            env.contains(&("GGML_NO_BACKTRACE".into(), "1".into())),
+            "{env:?}"
+        );
+        assert!(
+            env.contains(&("ASAN_OPTIONS".into(), "detect_leaks=0".into())),
+            "{env:?}"
+        );
+        let names: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
+        assert!(
+            names
+                .iter()
+                .all(|k| ["ASAN_OPTIONS", "GGML_NO_BACKTRACE", "PATH"].contains(k)),
+            "{names:?}"
+        );
     }
 
     #[test]
