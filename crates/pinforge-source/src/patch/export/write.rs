@@ -22,6 +22,7 @@ pub fn write_bundle(dir: &Path, exported: &[Exported]) -> Result<()> {
     let dest = old.clone().unwrap_or_else(|| dir.to_path_buf());
     let parent = fsx::parent_of(&dest);
     fsx::create_dir_all(&parent)?;
+    sweep_stale_stages(&parent)?;
     let stage = tempfile::Builder::new()
         .prefix(".export-")
         .tempdir_in(&parent)
@@ -89,6 +90,7 @@ pub fn rewrite_patches(dir: &Path, replaced: &[(String, Vec<u8>)]) -> Result<()>
         }
     }
     let parent = fsx::parent_of(&old);
+    sweep_stale_stages(&parent)?;
     let stage = tempfile::Builder::new()
         .prefix(".rewrite-")
         .tempdir_in(&parent)
@@ -128,6 +130,53 @@ pub fn rewrite_patches(dir: &Path, replaced: &[(String, Vec<u8>)]) -> Result<()>
     fsx::sync_dir(&parent)?;
     drop(stage);
     Ok(())
+}
+
+/// Remove the stage folders a killed export or rewrite left beside the bundle. Either kill
+/// leaves the bundle whole (before the exchange the old folder is untouched, after it the new
+/// one is in place and the stage holds the old), so a leftover stage is only litter; the
+/// callers hold the workspace lock, so no other writer's stage can be live (a writer of the
+/// same folder from another workspace whose stage vanished fails its exchange and replaces
+/// nothing). Only what this
+/// module makes is touched: a folder named `.export-` or `.rewrite-` and six of tempfile's
+/// characters, holding nothing but `bundle` (a real folder, not a link).
+fn sweep_stale_stages(parent: &Path) -> Result<()> {
+    let entries = match std::fs::read_dir(parent) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io("read", parent, e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io("read", parent, e))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if !is_stage_name(name) {
+            continue;
+        }
+        let path = entry.path();
+        let is_dir = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
+        if is_dir && holds_only_bundle(&path) {
+            std::fs::remove_dir_all(&path).map_err(|e| Error::io("remove", &path, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// `.export-XXXXXX` or `.rewrite-XXXXXX`, X being tempfile's alphanumeric characters.
+fn is_stage_name(name: &str) -> bool {
+    [".export-", ".rewrite-"].iter().any(|p| {
+        name.strip_prefix(p)
+            .is_some_and(|rest| rest.len() == 6 && rest.bytes().all(|b| b.is_ascii_alphanumeric()))
+    })
+}
+
+fn holds_only_bundle(stage: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(stage) else {
+        return false;
+    };
+    entries.into_iter().all(|e| {
+        e.is_ok_and(|e| e.file_name() == "bundle" && e.file_type().is_ok_and(|t| t.is_dir()))
+    })
 }
 
 /// The folder to replace: `dir` itself, or where it points when it is a link to a folder (the
@@ -252,4 +301,52 @@ fn check_reads_back(new_dir: &Path, exported: &[Exported]) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // A kill before or after the exchange leaves a stage folder beside the bundle; the next
+    // export or rewrite removes it, and nothing else that merely looks like one.
+    #[test]
+    fn a_killed_writers_stage_is_swept_and_nothing_else_is() {
+        let d = tempfile::tempdir().expect("tmp");
+        let p = d.path();
+        let mk = |rel: &str| std::fs::create_dir_all(p.join(rel)).expect("mkdir");
+        mk(".rewrite-aB3xY9/bundle");
+        std::fs::write(p.join(".rewrite-aB3xY9/bundle/0001-x.patch"), b"old").expect("write");
+        mk(".export-Zz0000");
+        mk(".export-kept01/bundle");
+        std::fs::write(p.join(".export-kept01/notes.txt"), b"mine").expect("write");
+        mk(".rewrite-toolong1/bundle");
+        mk(".rewrite-short/bundle");
+        mk("patches");
+        std::fs::write(p.join(".rewrite-file00"), b"a file").expect("write");
+        std::os::unix::fs::symlink(p.join("patches"), p.join(".export-link00")).expect("link");
+        mk(".export-linkin/target");
+        std::os::unix::fs::symlink(p.join(".export-linkin/target"), p.join(".export-lnk000"))
+            .expect("link");
+        sweep_stale_stages(p).expect("sweep");
+        let mut left: Vec<String> = std::fs::read_dir(p)
+            .expect("read")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                ".export-kept01",
+                ".export-link00",
+                ".export-linkin",
+                ".export-lnk000",
+                ".rewrite-file00",
+                ".rewrite-short",
+                ".rewrite-toolong1",
+                "patches"
+            ]
+        );
+        // A parent that does not exist yet has nothing to sweep.
+        sweep_stale_stages(&p.join("absent")).expect("absent parent");
+    }
 }
