@@ -138,8 +138,10 @@ pub(crate) fn kshift(model: &Model<'_>, prompt: &[i32], n: usize) -> Result<Ran,
                 )
             };
         }
-        t = next(model, &[t], ctx.len())?;
-        ctx.push(t);
+        // The cache now gets the token just generated; the next one comes from its logits.
+        let decoded = t;
+        t = next(model, &[decoded], ctx.len())?;
+        ctx.push(decoded);
     }
     Ok(Ran {
         tokens: out,
