@@ -56,7 +56,8 @@ fn stages_beside(dir: &Path) -> Vec<String> {
         .expect("read_dir")
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(".export-"))
+        // The writer stages beside the bundle as `.pinforge-bundle-<pid>-<name>`.
+        .filter(|n| n.starts_with(".pinforge-bundle-"))
         .collect()
 }
 

@@ -74,15 +74,7 @@ struct Session<'a> {
 
 impl Session<'_> {
     fn decode(&self, tokens: &[i32], pos0: usize) -> Result<Vec<f32>, String> {
-        let rc = self.model.decode(tokens, pos0);
-        if rc != 0 {
-            return Err(format!("llama_decode returned {rc} at position {pos0}"));
-        }
-        let mut logits = vec![0f32; self.model.n_vocab()];
-        if self.model.logits(&mut logits) < 0 {
-            return Err("no logits after decode".into());
-        }
-        Ok(logits)
+        decode_logits(&self.model, tokens, pos0)
     }
 
     fn clear(&self) {
@@ -113,6 +105,28 @@ impl Session<'_> {
         }
         Ok((tokens, all))
     }
+}
+
+/// Decode `tokens` of sequence 0 from `pos0` and copy the last token's logits.
+pub(crate) fn decode_logits(
+    model: &Model<'_>,
+    tokens: &[i32],
+    pos0: usize,
+) -> Result<Vec<f32>, String> {
+    let rc = model.decode(tokens, pos0);
+    if rc != 0 {
+        return Err(format!("llama_decode returned {rc} at position {pos0}"));
+    }
+    last_logits(model)
+}
+
+/// The last decoded token's logits.
+pub(crate) fn last_logits(model: &Model<'_>) -> Result<Vec<f32>, String> {
+    let mut logits = vec![0f32; model.n_vocab()];
+    if model.logits(&mut logits) < 0 {
+        return Err("no logits after decode".into());
+    }
+    Ok(logits)
 }
 
 pub(crate) fn argmax(v: &[f32]) -> i32 {
@@ -177,10 +191,7 @@ fn run_inner(
     let t0 = Instant::now();
     let (reference, ref_logits) = s.generate(&prompt, n, 0)?;
     let reference_seconds = t0.elapsed().as_secs_f64();
-    let gpu_memory_used_bytes = match (gpu_before, gpu_free()) {
-        (Some(a), Some(b)) if a > b => Some(a - b),
-        _ => None,
-    };
+    let gpu_memory_used_bytes = gpu_used_since(gpu_before);
 
     let k = n / 2;
     let (restored, max_diff, state_bytes) = s.restored(&prompt, n, k, &ref_logits)?;
@@ -219,10 +230,7 @@ fn other_scenario(
         Scenario::Restore => return Err("restore is not another scenario".into()),
     };
     let reference_seconds = t0.elapsed().as_secs_f64();
-    let gpu_memory_used_bytes = match (gpu_before, gpu_free()) {
-        (Some(a), Some(b)) if a > b => Some(a - b),
-        _ => None,
-    };
+    let gpu_memory_used_bytes = gpu_used_since(gpu_before);
     let system_info = shim.system_info();
     let devices = parse_devices(&shim.devices());
     s.model.free();
@@ -287,6 +295,14 @@ impl Session<'_> {
             restored.push(last);
         }
         Ok((restored, max_diff, got))
+    }
+}
+
+/// GPU memory taken since `before` (free then minus free now), when both are known.
+fn gpu_used_since(before: Option<u64>) -> Option<u64> {
+    match (before, gpu_free()) {
+        (Some(a), Some(b)) if a > b => Some(a - b),
+        _ => None,
     }
 }
 

@@ -17,6 +17,7 @@
 //! end, and say which path it took (`note`), so a clean run is never mistaken for a shift the
 //! engine did not do.
 
+use super::child::{argmax, decode_logits, last_logits};
 use pinforge_sys::shim::Model;
 use serde::{Deserialize, Serialize};
 
@@ -81,19 +82,7 @@ pub(crate) struct Ran {
 
 /// Decode `tokens` at `pos0` and return the last logits' argmax.
 fn next(model: &Model<'_>, tokens: &[i32], pos0: usize) -> Result<i32, String> {
-    let rc = model.decode(tokens, pos0);
-    if rc != 0 {
-        return Err(format!("llama_decode returned {rc} at position {pos0}"));
-    }
-    last_argmax(model, pos0)
-}
-
-fn last_argmax(model: &Model<'_>, pos: usize) -> Result<i32, String> {
-    let mut logits = vec![0f32; model.n_vocab()];
-    if model.logits(&mut logits) < 0 {
-        return Err(format!("no logits after the decode at position {pos}"));
-    }
-    Ok(super::child::argmax(&logits))
+    Ok(argmax(&decode_logits(model, tokens, pos0)?))
 }
 
 /// The context shift: the prompt, `n` greedy tokens, and a shift (or, when the engine says it
@@ -162,7 +151,7 @@ pub(crate) fn embd(model: &Model<'_>, n: usize, explicit_pos: bool) -> Result<Ra
     if rc != 0 {
         return Err(format!("llama_decode of the embedding batch returned {rc}"));
     }
-    let mut t = last_argmax(model, EMBD_ROWS - 1)?;
+    let mut t = argmax(&last_logits(model)?);
     let mut out = Vec::new();
     for i in 0..n {
         out.push(t);

@@ -1,15 +1,30 @@
 //! Writing an export (issue #19 class 5): the whole new bundle folder is staged beside the old
 //! one (its own files copied, the exported patches and the series written), read back with the
-//! bundle reader, and swapped in with one atomic exchange ([`fsx::exchange`], as rebase swaps
-//! its bundle), or one rename when there was no folder yet. A failure at any point before the
-//! swap (a full disk, a file that cannot be read) drops the stage and leaves the old bundle
-//! exactly as it was; readers see the old bundle or the new, never a mix.
+//! bundle reader, and swapped in with one atomic exchange, or one rename when there was no
+//! folder yet ([`txn::DirCommit`], as records and pulls are committed). A failure at any point
+//! before the swap (a full disk, a file that cannot be read) drops the stage and leaves the old
+//! bundle exactly as it was; readers see the old bundle or the new, never a mix. A stage a
+//! killed writer left is removed by the next writer (its process id is in the stage's name).
 
 use super::{name::BUNDLE_OWN, Exported};
 use crate::patch::Bundle;
 use pinforge_base::error::{Error, IoContext, Result};
 use pinforge_base::fsx;
+use pinforge_base::txn::DirCommit;
 use std::path::{Path, PathBuf};
+
+pinforge_base::steps! {
+    /// The steps of writing a bundle folder (export, and bisect's header rewrite).
+    pub enum BundleWriteStep for "patch-write" {
+        /// The new folder is staged, read back and synced.
+        Staged = 1,
+        /// It replaced the old folder (the commit point).
+        Swapped = 2,
+    }
+}
+
+/// The stage name's prefix (`PREFIX<pid>-patches`), beside the bundle folder.
+const STAGE_PREFIX: &str = ".pinforge-bundle-";
 
 /// The folder of dropped patches (one of the bundle's own names).
 const DROPPED: &str = "dropped";
@@ -20,15 +35,9 @@ const DROPPED: &str = "dropped";
 pub fn write_bundle(dir: &Path, exported: &[Exported]) -> Result<()> {
     let old = existing_folder(dir)?;
     let dest = old.clone().unwrap_or_else(|| dir.to_path_buf());
-    let parent = fsx::parent_of(&dest);
-    fsx::create_dir_all(&parent)?;
-    sweep_stale_stages(&parent)?;
-    let stage = tempfile::Builder::new()
-        .prefix(".export-")
-        .tempdir_in(&parent)
-        .at("create temp dir in", &parent)?;
-    let new_dir = stage.path().join("bundle");
-    fsx::create_dir_all(&new_dir)?;
+    fsx::create_dir_all(&fsx::parent_of(&dest))?;
+    let commit = DirCommit::begin(&dest, STAGE_PREFIX)?;
+    let new_dir = commit.stage().to_path_buf();
     let mut series = String::new();
     if let Some(old) = &old {
         // The files about to be written are not copied: the export replaces them.
@@ -59,15 +68,8 @@ pub fn write_bundle(dir: &Path, exported: &[Exported]) -> Result<()> {
         keep_folder_mode(old, &new_dir)?;
     }
     check_reads_back(&new_dir, exported)?;
-    fsx::sync_dir(&new_dir)?;
-    // The commit point: one exchange (or one rename), then the old folder goes with the stage.
-    match &old {
-        Some(_) => fsx::exchange(&new_dir, &dest, "exchange with the staged bundle")?,
-        None => std::fs::rename(&new_dir, &dest).at("rename into", &dest)?,
-    }
-    fsx::sync_dir(&parent)?;
-    drop(stage);
-    Ok(())
+    // The commit point: one exchange (or one rename onto the free name).
+    commit.commit(BundleWriteStep::Staged, BundleWriteStep::Swapped)
 }
 
 /// Rewrite some patches of the bundle folder `dir` in place (a header field that `bisect
@@ -89,14 +91,8 @@ pub fn rewrite_patches(dir: &Path, replaced: &[(String, Vec<u8>)]) -> Result<()>
             .with_hint("name a file the series lists"));
         }
     }
-    let parent = fsx::parent_of(&old);
-    sweep_stale_stages(&parent)?;
-    let stage = tempfile::Builder::new()
-        .prefix(".rewrite-")
-        .tempdir_in(&parent)
-        .at("create temp dir in", &parent)?;
-    let new_dir = stage.path().join("bundle");
-    fsx::create_dir_all(&new_dir)?;
+    let commit = DirCommit::begin(&old, STAGE_PREFIX)?;
+    let new_dir = commit.stage().to_path_buf();
     let names: Vec<&str> = replaced.iter().map(|(n, _)| n.as_str()).collect();
     copy_own_files(&old, &new_dir, &names)?;
     for (name, bytes) in replaced {
@@ -125,58 +121,7 @@ pub fn rewrite_patches(dir: &Path, replaced: &[(String, Vec<u8>)]) -> Result<()>
             new_dir.display()
         )));
     }
-    fsx::sync_dir(&new_dir)?;
-    fsx::exchange(&new_dir, &old, "exchange with the staged bundle")?;
-    fsx::sync_dir(&parent)?;
-    drop(stage);
-    Ok(())
-}
-
-/// Remove the stage folders a killed export or rewrite left beside the bundle. Either kill
-/// leaves the bundle whole (before the exchange the old folder is untouched, after it the new
-/// one is in place and the stage holds the old), so a leftover stage is only litter; the
-/// callers hold the workspace lock, so no other writer's stage can be live (a writer of the
-/// same folder from another workspace whose stage vanished fails its exchange and replaces
-/// nothing). Only what this
-/// module makes is touched: a folder named `.export-` or `.rewrite-` and six of tempfile's
-/// characters, holding nothing but `bundle` (a real folder, not a link).
-fn sweep_stale_stages(parent: &Path) -> Result<()> {
-    let entries = match std::fs::read_dir(parent) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(Error::io("read", parent, e)),
-    };
-    for entry in entries {
-        let entry = entry.map_err(|e| Error::io("read", parent, e))?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if !is_stage_name(name) {
-            continue;
-        }
-        let path = entry.path();
-        let is_dir = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
-        if is_dir && holds_only_bundle(&path) {
-            std::fs::remove_dir_all(&path).map_err(|e| Error::io("remove", &path, e))?;
-        }
-    }
-    Ok(())
-}
-
-/// `.export-XXXXXX` or `.rewrite-XXXXXX`, X being tempfile's alphanumeric characters.
-fn is_stage_name(name: &str) -> bool {
-    [".export-", ".rewrite-"].iter().any(|p| {
-        name.strip_prefix(p)
-            .is_some_and(|rest| rest.len() == 6 && rest.bytes().all(|b| b.is_ascii_alphanumeric()))
-    })
-}
-
-fn holds_only_bundle(stage: &Path) -> bool {
-    let Ok(entries) = std::fs::read_dir(stage) else {
-        return false;
-    };
-    entries.into_iter().all(|e| {
-        e.is_ok_and(|e| e.file_name() == "bundle" && e.file_type().is_ok_and(|t| t.is_dir()))
-    })
+    commit.commit(BundleWriteStep::Staged, BundleWriteStep::Swapped)
 }
 
 /// The folder to replace: `dir` itself, or where it points when it is a link to a folder (the
@@ -307,46 +252,40 @@ fn check_reads_back(new_dir: &Path, exported: &[Exported]) -> Result<()> {
 mod tests {
     use super::*;
 
-    // A kill before or after the exchange leaves a stage folder beside the bundle; the next
-    // export or rewrite removes it, and nothing else that merely looks like one.
+    const PATCH: &str = include_str!("../../../../../patches/0003-kv-cache-can-shift-mrope.patch");
+    const NAME: &str = "0003-kv-cache-can-shift-mrope.patch";
+
+    // A kill before or after the swap leaves the bundle whole and a stage beside it; the next
+    // rewrite removes a dead writer's stage (and no other kind's), and the rewrite lands.
     #[test]
-    fn a_killed_writers_stage_is_swept_and_nothing_else_is() {
+    fn a_killed_writers_stage_is_removed_by_the_next_rewrite() {
         let d = tempfile::tempdir().expect("tmp");
-        let p = d.path();
-        let mk = |rel: &str| std::fs::create_dir_all(p.join(rel)).expect("mkdir");
-        mk(".rewrite-aB3xY9/bundle");
-        std::fs::write(p.join(".rewrite-aB3xY9/bundle/0001-x.patch"), b"old").expect("write");
-        mk(".export-Zz0000");
-        mk(".export-kept01/bundle");
-        std::fs::write(p.join(".export-kept01/notes.txt"), b"mine").expect("write");
-        mk(".rewrite-toolong1/bundle");
-        mk(".rewrite-short/bundle");
-        mk("patches");
-        std::fs::write(p.join(".rewrite-file00"), b"a file").expect("write");
-        std::os::unix::fs::symlink(p.join("patches"), p.join(".export-link00")).expect("link");
-        mk(".export-linkin/target");
-        std::os::unix::fs::symlink(p.join(".export-linkin/target"), p.join(".export-lnk000"))
-            .expect("link");
-        sweep_stale_stages(p).expect("sweep");
-        let mut left: Vec<String> = std::fs::read_dir(p)
+        let dir = d.path().join("patches");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        std::fs::write(dir.join(NAME), PATCH).expect("write");
+        std::fs::write(dir.join("series"), format!("{NAME}\n")).expect("write");
+        // No process has this id: the stage of a writer that was killed.
+        let dead = d.path().join(format!("{STAGE_PREFIX}2147483646-patches"));
+        std::fs::create_dir_all(&dead).expect("mkdir");
+        std::fs::write(dead.join(NAME), b"half-written").expect("write");
+        let other = d.path().join(".export-aB3xY9");
+        std::fs::create_dir_all(&other).expect("mkdir");
+        let bytes = PATCH.replace("Last-Update: 2026-11-30", "Last-Update: 2026-12-07");
+        assert_ne!(bytes, PATCH);
+        rewrite_patches(&dir, &[(NAME.to_string(), bytes.clone().into_bytes())]).expect("rewrite");
+        assert!(!dead.exists(), "the dead writer's stage is gone");
+        assert!(other.exists(), "another kind of folder is not touched");
+        assert_eq!(
+            std::fs::read_to_string(dir.join(NAME)).expect("read"),
+            bytes
+        );
+        let left: Vec<String> = std::fs::read_dir(d.path())
             .expect("read")
             .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
             .collect();
-        left.sort();
-        assert_eq!(
-            left,
-            [
-                ".export-kept01",
-                ".export-link00",
-                ".export-linkin",
-                ".export-lnk000",
-                ".rewrite-file00",
-                ".rewrite-short",
-                ".rewrite-toolong1",
-                "patches"
-            ]
+        assert!(
+            !left.iter().any(|n| n.starts_with(STAGE_PREFIX)),
+            "no stage of this writer is left: {left:?}"
         );
-        // A parent that does not exist yet has nothing to sweep.
-        sweep_stale_stages(&p.join("absent")).expect("absent parent");
     }
 }
