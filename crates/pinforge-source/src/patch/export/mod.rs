@@ -21,7 +21,7 @@ mod trust;
 mod write;
 
 pub(crate) use name::{patch_file_name, BUNDLE_OWN};
-pub use write::{rewrite_patches, write_bundle};
+pub use write::{rewrite_patches, write_bundle, BundleWriteStep};
 
 use super::{lint, PatchFile};
 use crate::git::GitContext;
