@@ -119,7 +119,7 @@ pub(super) fn smoke_options(
         model,
         arch: Arch::parse(arch.as_deref().unwrap_or("qwen2vl"))?,
         tokens,
-        cache: ws.root().join("build").join(".smoke"),
+        cache: pinforge_deploy::smoke::shim_cache(ws.root())?,
         crash_test,
         timeout: std::time::Duration::from_secs(300),
         require_gpu: false,

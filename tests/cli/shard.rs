@@ -5,7 +5,7 @@
 
 pub(crate) use crate::common::shard::run_dir;
 use crate::smoke_trust::{report, run_timeout, stub_build, Fx, HANG, STUB_ENGINE_OK_C};
-use crate::{code, listing, stderr};
+use crate::{code, listing, stderr, stdout};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -114,6 +114,30 @@ fn merge_refuses_differing_settings_duplicates_missing_shards_and_bad_evidence()
         .fx
         .run(&["verify", out.join("evidence.json").to_str().expect("utf8")]);
     assert_eq!(code(&o), 0, "{}", report(&o));
+    // Issue #35: the merged run's report names the shards it was joined from, each by run id
+    // and the evidence the merge verified, and lists those evidence files as checked now.
+    let o = st.fx.run(&[
+        "report",
+        out.to_str().expect("utf8"),
+        "-o",
+        "-",
+        "--format",
+        "text",
+    ]);
+    assert_eq!(code(&o), 0, "{}", report(&o));
+    let text = stdout(&o);
+    assert!(text.contains("merged from 3 shards"), "{text}");
+    for (i, s) in [&s0, &s1, &s2].iter().enumerate() {
+        let id = s.file_name().and_then(|n| n.to_str()).expect("run id");
+        assert!(
+            text.contains(&format!("shard {i}/3: run {id}")),
+            "shard {i} ({id}) named: {text}"
+        );
+        assert!(
+            text.contains(&format!("evidence of shard {i}/3 (run {id})")),
+            "{text}"
+        );
+    }
     // And a merge never replaces a folder.
     let o = st.merge(&[&s0, &s1, &s2], &out);
     assert_eq!(code(&o), 2, "{}", report(&o));
@@ -170,4 +194,62 @@ fn a_merge_killed_at_each_step_leaves_no_half_written_folder() {
         let want: BTreeSet<String> = (1..=n).map(|k| format!("killed-{k}")).collect();
         assert_eq!(runs, want, "merge:{n}");
     }
+}
+
+// Issue #35: a validation run from a soak folder (no `build/`, shared between operators) keeps
+// its run there and its compiled shims in the user's cache: it creates no `build/.smoke/` in
+// the folder. A workspace with builds keeps them beside its builds, as before.
+#[test]
+fn validate_in_a_soak_folder_creates_no_build_folder_there() {
+    let st = Stubs::new();
+    let soak = st.fx.dir.path().join("soak");
+    let cache = st.fx.dir.path().join("xdg-cache");
+    std::fs::create_dir_all(&soak).expect("mkdir");
+    let o = crate::pinforge_cmd(&soak)
+        .env("XDG_CACHE_HOME", &cache)
+        .args([
+            "validate",
+            &st.arms[0],
+            &st.arms[1],
+            "--rows",
+            "2",
+            "--arch",
+            "qwen2",
+            "--json",
+        ])
+        .output()
+        .expect("run pinforge");
+    assert_eq!(code(&o), 0, "{}", report(&o));
+    let top: BTreeSet<String> = std::fs::read_dir(&soak)
+        .expect("soak")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        !top.contains("build"),
+        "no build/ in the soak folder: {top:?}"
+    );
+    assert!(top.contains("validate"), "the run is kept there: {top:?}");
+    let shims: Vec<String> = std::fs::read_dir(cache.join("pinforge/smoke"))
+        .expect("the user's smoke cache")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("pinforge-smoke-") && n.ends_with(".so"))
+        .collect();
+    assert_eq!(shims.len(), 2, "one shim per arm's build folder: {shims:?}");
+    // A relative XDG_CACHE_HOME is ignored (the XDG rule): HOME's cache is used instead.
+    let o = crate::pinforge_cmd(&soak)
+        .env("XDG_CACHE_HOME", "relative")
+        .args([
+            "validate",
+            &st.arms[0],
+            &st.arms[1],
+            "--rows",
+            "1",
+            "--arch",
+            "qwen2",
+            "--json",
+        ])
+        .output()
+        .expect("run pinforge");
+    assert_eq!(code(&o), 0, "{}", report(&o));
+    assert!(!soak.join("relative").exists() && !soak.join("build").exists());
 }

@@ -33,7 +33,9 @@ impl Fx {
     pub(crate) fn new() -> Fx {
         let dir = tempfile::tempdir().expect("tempdir");
         let ws = dir.path().join("ws");
-        std::fs::create_dir_all(&ws).expect("mkdir");
+        // A build workspace (it has `build/`), so smoke keeps its shims in `build/.smoke`
+        // where `compiled_anything` looks; a folder without one uses the user's cache.
+        std::fs::create_dir_all(ws.join("build")).expect("mkdir");
         Fx { dir, ws }
     }
 

@@ -208,7 +208,7 @@ pub(crate) fn smoke_options(ws: &Workspace, spec: &CheckSpec) -> Result<SmokeOpt
         model: spec.model.as_ref().map(|m| ws.root().join(m)),
         arch: Arch::parse(spec.arch.as_deref().unwrap_or("qwen2vl"))?,
         tokens: spec.tokens,
-        cache: ws.root().join("build").join(".smoke"),
+        cache: pinforge_deploy::smoke::shim_cache(ws.root())?,
         crash_test: false,
         timeout: std::time::Duration::from_secs(300),
         require_gpu: false,

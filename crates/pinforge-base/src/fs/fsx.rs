@@ -296,6 +296,28 @@ impl DirLock {
     }
 }
 
+/// The user's cache folder for pinforge: `$XDG_CACHE_HOME/pinforge`, else
+/// `$HOME/.cache/pinforge` (where cargo, pip and sccache users look for caches). A relative
+/// value is ignored, as the XDG base-directory specification says. `what` names the cache in
+/// the error when neither is set.
+pub fn user_cache_dir(what: &str) -> Result<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| Path::new(v).is_absolute())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| Path::new(v).is_absolute())
+                .map(|h| PathBuf::from(h).join(".cache"))
+        })
+        .ok_or_else(|| {
+            Error::input(
+                what,
+                "neither XDG_CACHE_HOME nor HOME is set (to an absolute path)",
+            )
+        })?;
+    Ok(base.join("pinforge"))
+}
+
 /// Make `path` absolute against the current directory without resolving symlinks.
 pub fn absolute(path: &Path) -> Result<PathBuf> {
     std::path::absolute(path).at("make absolute", path)

@@ -96,19 +96,9 @@ impl Settings {
         if let Some(d) = &self.dir {
             return pinforge_base::fsx::absolute(d);
         }
-        let base = std::env::var_os("XDG_CACHE_HOME")
-            .filter(|v| Path::new(v).is_absolute())
-            .map(PathBuf::from)
-            .or_else(|| {
-                std::env::var_os("HOME")
-                    .filter(|v| Path::new(v).is_absolute())
-                    .map(|h| PathBuf::from(h).join(".cache"))
-            })
-            .ok_or_else(|| {
-                Error::input("compile cache", "neither XDG_CACHE_HOME nor HOME is set")
-                    .with_hint(format!("pass --cache-dir DIR or set {DIR_ENV}"))
-            })?;
-        Ok(base.join("pinforge").join("ccache"))
+        let base = pinforge_base::fsx::user_cache_dir("compile cache")
+            .map_err(|e| e.with_hint(format!("pass --cache-dir DIR or set {DIR_ENV}")))?;
+        Ok(base.join("ccache"))
     }
 }
 

@@ -97,7 +97,10 @@ impl PresetConfig {
             ));
         }
         let model = ini_path(&self.model)?;
-        let mut s = String::from("version = 1\n\n[*]\n");
+        // Every key sits in a section: llama-server turns keys before the first section
+        // (upstream's `version = 1` example line) into a preset named `default`, served
+        // beside the run's with no model (issue #35).
+        let mut s = String::from("[*]\n");
         s.push_str(&format!("ctx-size = {}\n", self.ctx));
         s.push_str(&format!("parallel = {}\n", self.parallel));
         s.push_str(&format!(
@@ -163,7 +166,7 @@ mod tests {
         let ini = cfg().to_ini().expect("ini");
         assert_eq!(
             ini,
-            "version = 1\n\n[*]\nctx-size = 512\nparallel = 1\nslot-prompt-similarity = 0.3\n\
+            "[*]\nctx-size = 512\nparallel = 1\nslot-prompt-similarity = 0.3\n\
              \n[tiny-a]\nmodel = /ws/validate/r1/model.gguf\n\
              \n[tiny-b]\nmodel = /ws/validate/r1/model.gguf\n"
         );

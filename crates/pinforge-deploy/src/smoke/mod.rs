@@ -22,5 +22,5 @@ pub use sanitizer::{
     asan_signature, engine_env_symbolized, ggml_abort_signature, without_shadow_legend, ASAN_EXIT,
 };
 pub use scenario::{Scenario, SCENARIOS};
-pub use shim::shim_for;
+pub use shim::{shim_cache, shim_for};
 pub use target::{target_from_installed, target_from_manifest, SmokeTarget};

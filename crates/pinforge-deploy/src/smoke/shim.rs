@@ -12,6 +12,23 @@ pub(crate) const SHIM_SOURCE: &str = include_str!("shim.c");
 
 /// The target triple pinforge was built for (the shim is built for the same).
 const TARGET: &str = env!("PINFORGE_TARGET");
+/// Where the shims of commands run in workspace `ws_root` are kept: `build/.smoke` beside the
+/// workspace's builds when it has a `build/` folder, else `smoke/` in the user's pinforge cache
+/// (so that a validation run from a soak folder shared between operators creates no `build/`
+/// there; issue #35). A shim's key names the build folder it is linked against, so one cache
+/// serves every workspace.
+pub fn shim_cache(ws_root: &Path) -> Result<PathBuf> {
+    let build = ws_root.join("build");
+    if std::fs::symlink_metadata(&build).is_ok_and(|m| m.is_dir()) {
+        return Ok(build.join(".smoke"));
+    }
+    Ok(fsx::user_cache_dir("smoke shim cache")
+        .map_err(|e| {
+            e.with_hint("set XDG_CACHE_HOME, or run from a workspace with a build/ folder")
+        })?
+        .join("smoke"))
+}
+
 /// Compile (or reuse) the shim for `target` into `cache`. The cache key covers the shim
 /// source, the recomputed digests of libllama and of every header the shim may include, the
 /// compiler, and the build's folder (the shim's rpath points there, so a shim built for one

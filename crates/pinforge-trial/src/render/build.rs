@@ -187,6 +187,25 @@ impl Builder {
                 detail,
             });
         }
+        // The shards of a merged run: each one's evidence.json as the merge verified it, and
+        // whether it still holds those bytes.
+        for x in &v.evidence.shards {
+            let (status, detail) = match pinforge_base::digest::Sha256::of_file(&x.evidence) {
+                Ok((d, _)) if d == x.sha256 => {
+                    (Status::Pass, "the bytes the merge verified".into())
+                }
+                Ok(_) => (Status::Fail, "differs from what the merge verified".into()),
+                // Gone, or no regular file any more (a FIFO is refused, never read).
+                Err(e) => (Status::Absent, error_text(&e)),
+            };
+            self.r.evidence.push(EvidenceItem {
+                path: shown_path(&x.evidence),
+                role: format!("evidence of shard {} (run {})", x.shard, x.run),
+                sha256: x.sha256.to_hex(),
+                status,
+                detail,
+            });
+        }
         for a in &v.settings.arms {
             let (status, detail) = file_status(&a.manifest);
             self.r.evidence.push(EvidenceItem {

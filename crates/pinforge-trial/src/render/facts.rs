@@ -52,6 +52,28 @@ pub(super) fn run_claim(v: &RunView) -> Claim {
         .iter()
         .map(|a| format!("{} ({}, {})", a.name, a.build, a.source))
         .collect();
+    let mut facts = Vec::new();
+    // A merged run names the shards it was joined from (issue #35): which fleet runs, by id
+    // and by the digest of the evidence the merge verified.
+    if !v.evidence.shards.is_empty() {
+        let shards: Vec<String> = v
+            .evidence
+            .shards
+            .iter()
+            .map(|x| {
+                format!(
+                    "shard {}: run {} (evidence sha256 {})",
+                    x.shard,
+                    x.run,
+                    x.sha256.short(16)
+                )
+            })
+            .collect();
+        facts.push((
+            format!("merged from {} shards", shards.len()),
+            shards.join("; "),
+        ));
+    }
     Claim {
         title: format!("Validation run {}", v.evidence.run),
         hypothesis: None,
@@ -78,7 +100,10 @@ pub(super) fn run_claim(v: &RunView) -> Claim {
                     s.model_sha256.short(16)
                 ),
             ),
-        ],
+        ]
+        .into_iter()
+        .chain(facts)
+        .collect(),
     }
 }
 

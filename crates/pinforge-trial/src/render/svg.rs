@@ -26,14 +26,44 @@ const PLOT: f64 = WIDTH - LEFT - 20.0;
 const LANE: f64 = 22.0;
 const GAP: f64 = 18.0;
 
-/// A lane label that fits left of the plot: the end kept (the arm), the start elided.
-fn fit(label: &str) -> String {
-    let n = label.chars().count();
-    if n <= 34 {
-        return label.to_string();
+/// The most characters a label line holds left of the plot (12 px system-ui in 222 px).
+const LINE_CHARS: usize = 34;
+
+/// One label line that fits left of the plot: the end kept, the start elided. Only a part
+/// longer than a whole line is cut; the whole label stays in the label's `<title>`.
+fn fit(part: &str) -> String {
+    let n = part.chars().count();
+    if n <= LINE_CHARS {
+        return part.to_string();
     }
-    let tail: String = label.chars().skip(n - 33).collect();
+    let tail: String = part.chars().skip(n - (LINE_CHARS - 1)).collect();
     format!("…{tail}")
+}
+
+/// A lane's label left of the plot at `y` (its baseline when on one line): a label that fits
+/// is one line; a longer one (`run · arm`) is set on two, the run above the arm, so that the
+/// run id is not clipped away (issue #35); the full text is the label's tooltip either way.
+fn lane_label(s: &mut String, x: f64, y: f64, label: &str) {
+    let full = esc(label);
+    let _ = write!(
+        s,
+        r#"<text x="{}" y="{}" class="lbl" text-anchor="end"><title>{full}</title>"#,
+        f(x),
+        f(y)
+    );
+    match label.split_once(" · ") {
+        Some((run, arm)) if label.chars().count() > LINE_CHARS => {
+            let _ = write!(
+                s,
+                r#"<tspan x="{x}" dy="-6">{}</tspan><tspan x="{x}" dy="13">{}</tspan>"#,
+                esc(&fit(run)),
+                esc(&fit(&format!("· {arm}"))),
+                x = f(x)
+            );
+        }
+        _ => s.push_str(&esc(&fit(label))),
+    }
+    s.push_str("</text>");
 }
 
 fn f(x: f64) -> String {
@@ -76,12 +106,11 @@ pub(crate) fn timeline(lines: &[Timeline]) -> String {
             .max(t.marks.last().map(|m| m.0 + 1).unwrap_or(1))
             .max(1) as f64;
         let w = (PLOT / span).max(1.0);
+        let _ = write!(s, r##"<g class="lane">"##);
+        lane_label(&mut s, LEFT - 8.0, y + LANE / 2.0 + 4.0, &t.label);
         let _ = write!(
             s,
-            r##"<g class="lane"><text x="{}" y="{}" class="lbl" text-anchor="end">{}</text><rect x="{}" y="{}" width="{}" height="{}" fill="#f2f2f2"/>"##,
-            f(LEFT - 8.0),
-            f(y + LANE / 2.0 + 4.0),
-            esc(&fit(&t.label)),
+            r##"<rect x="{}" y="{}" width="{}" height="{}" fill="#f2f2f2"/>"##,
             f(LEFT),
             f(y),
             f(PLOT),
@@ -177,13 +206,8 @@ pub(crate) fn latency(arms: &[Latency]) -> String {
             bins[b.min(BINS - 1)] += 1;
         }
         let top = bins.iter().copied().max().unwrap_or(0).max(1) as f64;
-        let _ = write!(
-            s,
-            r#"<g class="hist"><text x="{}" y="{}" class="lbl" text-anchor="end">{}</text>"#,
-            f(LEFT - 8.0),
-            f(y + lane / 2.0),
-            esc(&fit(&a.label))
-        );
+        let _ = write!(s, r#"<g class="hist">"#);
+        lane_label(&mut s, LEFT - 8.0, y + lane / 2.0, &a.label);
         let bw = PLOT / BINS as f64;
         for (k, n) in bins.iter().enumerate() {
             if *n == 0 {
@@ -266,5 +290,31 @@ mod tests {
         assert!(s.contains("onset row 2"));
         assert!(s.contains("&lt;run&gt; &amp; arm"));
         assert!(!s.contains("<run>"));
+    }
+
+    #[test]
+    fn a_long_run_label_keeps_the_run_id_on_a_line_of_its_own() {
+        let run = "20261207T091500Z-3f9a2c7e-from#1";
+        let label = format!("{run} · unpatched-asan");
+        let t = Timeline {
+            label: label.clone(),
+            span: 1,
+            marks: vec![(0, Outcome::Ok)],
+            onset: None,
+            names: Default::default(),
+        };
+        let s = timeline(&[t]);
+        assert!(s.contains(&format!(">{run}</tspan>")), "{s}");
+        assert!(s.contains(">· unpatched-asan</tspan>"), "{s}");
+        assert!(
+            s.contains(&format!("<title>{}</title>", esc(&label))),
+            "{s}"
+        );
+        assert!(!s.contains('…'), "nothing of the label is cut: {s}");
+        // A short label stays on one line; a part longer than a line keeps its end.
+        let mut one = String::new();
+        lane_label(&mut one, 1.0, 2.0, "r · a");
+        assert!(one.ends_with("</title>r · a</text>"), "{one}");
+        assert_eq!(fit(&"x".repeat(40)).chars().count(), LINE_CHARS);
     }
 }

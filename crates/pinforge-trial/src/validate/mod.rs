@@ -135,7 +135,7 @@ fn run_arms(opts: &Options, sources: &[ArmSource], reporter: &dyn Reporter) -> R
     let arms = arm::resolve_arms(sources)?;
     // The shims compile before the run folder exists: a build whose llama.h the shim does not
     // cover is an input error that leaves nothing behind.
-    let cache = ws.root().join("build").join(".smoke");
+    let cache = smoke::shim_cache(ws.root())?;
     let shims: Vec<PathBuf> = arms
         .iter()
         .map(|a| smoke::shim_for(&a.target, &cache))

@@ -519,7 +519,13 @@ impl ManagedArm<'_> {
             &format!("arm {}: router {}", self.name, self.server.bin.display()),
         );
         let o = ctx.o;
-        let r = router::start(self.server, self.preset_file, &self.log, o.base.timeout)?;
+        let r = router::start(
+            self.server,
+            self.preset_file,
+            &PRESETS,
+            &self.log,
+            o.base.timeout,
+        )?;
         let before = router::identity(&r, self.server, self.model, self.preset_file, PRESETS[0])?;
         check_drift(self.name, &before, &before, self.server)?;
         let first = match &old {

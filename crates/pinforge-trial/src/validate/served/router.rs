@@ -109,6 +109,8 @@ pub(super) struct Router {
     pub server: Server,
     /// The log its output goes to.
     pub log: PathBuf,
+    /// The empty folder the router's `LLAMA_CACHE` names (removed with the router).
+    _cache: tempfile::TempDir,
 }
 
 /// Start `arm`'s router on a free port with `preset_file`, output to `log`, and wait for
@@ -116,6 +118,7 @@ pub(super) struct Router {
 pub(super) fn start(
     arm: &ArmServer,
     preset_file: &Path,
+    presets: &[&str],
     log: &Path,
     row_timeout: Duration,
 ) -> Result<Router> {
@@ -152,17 +155,36 @@ pub(super) fn start(
         ));
     }
     let err = out.try_clone().map_err(|e| Error::io("reopen", log, e))?;
+    // The router's model cache: an empty folder of its own, so that models an operator has
+    // cached (`~/.cache/llama.cpp`, which the router turns into presets) are not served
+    // beside the run's.
+    let cache = tempfile::Builder::new()
+        .prefix("pinforge-router-cache-")
+        .tempdir()
+        .map_err(|e| Error::io("create", &std::env::temp_dir(), e))?;
     let mut cmd = Command::new(&arm.bin);
     cmd.args(preset::router_args(preset_file, port, 1))
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
+        // A fixed environment, as the single server has (serve::launch): an operator's
+        // `LLAMA_ARG_*` (llama-server reads options from those), `LD_PRELOAD` or `HOME`
+        // cannot change what the router and its children run.
+        .env_clear()
         // The sanitizer report must land in the log and the process must end with it, so
         // that the router sees the child die and the row is a crash.
         .env(
             "ASAN_OPTIONS",
             "abort_on_error=0:halt_on_error=1:detect_leaks=0",
-        );
+        )
+        // A failed ggml assertion would fork gdb onto the dying child; where ptrace is
+        // restricted that never returns and a death reads as a hang.
+        .env("GGML_NO_BACKTRACE", "1")
+        .env("LLAMA_CACHE", cache.path());
+    if let Some(path) = std::env::var_os("PATH") {
+        // The sanitizer's symbolizer is looked up there.
+        cmd.env("PATH", path);
+    }
     if let Some(lib) = arm.bin.parent().and_then(Path::parent) {
         cmd.env("LD_LIBRARY_PATH", lib.join("lib"));
     }
@@ -180,11 +202,40 @@ pub(super) fn start(
         ));
     }
     waited?;
+    // The router serves the run's presets and nothing else: a preset no arm asked for (the
+    // `default` an INI key outside every section makes, a cached model) would be a child
+    // the rows never meant, in the router's list and its `--models-max` budget.
+    let served: Vec<String> = server.models()?.into_iter().map(|m| m.id).collect();
+    if let Some(why) = preset_mismatch(&served, presets) {
+        return Err(Error::check(arm.bin.display(), why)
+            .with_hint("the router's log in the run folder shows where it found them"));
+    }
     Ok(Router {
         group,
         server,
         log: log.to_path_buf(),
+        _cache: cache,
     })
+}
+
+/// Why the presets a router lists are not exactly `asked` (None when they are).
+fn preset_mismatch(served: &[String], asked: &[&str]) -> Option<String> {
+    let extra: Vec<&str> = served
+        .iter()
+        .map(String::as_str)
+        .filter(|s| !asked.contains(s))
+        .collect();
+    let missing: Vec<&str> = asked
+        .iter()
+        .copied()
+        .filter(|a| !served.iter().any(|s| s == a))
+        .collect();
+    match (extra.is_empty(), missing.is_empty()) {
+        (true, true) => None,
+        _ => Some(format!(
+            "the router serves presets {served:?}, not the run's {asked:?} (extra {extra:?}, missing {missing:?})"
+        )),
+    }
 }
 
 /// sha256 of the binary process `pid` runs (through `/proc/PID/exe`, so a file replaced on
@@ -399,6 +450,20 @@ mod tests {
             ]
             .into(),
         }
+    }
+
+    #[test]
+    fn a_router_serving_another_preset_than_the_runs_is_named() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            preset_mismatch(&s(&["tiny-a", "tiny-b"]), &["tiny-a", "tiny-b"]),
+            None
+        );
+        let why = preset_mismatch(&s(&["default", "tiny-a", "tiny-b"]), &["tiny-a", "tiny-b"])
+            .expect("mismatch");
+        assert!(why.contains(r#"extra ["default"]"#), "{why}");
+        let why = preset_mismatch(&s(&["tiny-a"]), &["tiny-a", "tiny-b"]).expect("mismatch");
+        assert!(why.contains(r#"missing ["tiny-b"]"#), "{why}");
     }
 
     #[test]
