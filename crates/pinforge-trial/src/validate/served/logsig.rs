@@ -41,8 +41,26 @@ const REPORT_END: Duration = Duration::from_secs(10);
 /// A begun report whose log has not grown for this long is taken as it is.
 const QUIET: Duration = Duration::from_millis(750);
 
-/// Whether `text` holds a report's `SUMMARY:` line after its `ERROR:` line.
+/// A child's failed ggml assertion (or `GGML_ABORT`) in a router log line, as smoke names it
+/// (`GGML_ASSERT(COND) in FILE`, [`pinforge_deploy::smoke::ggml_abort_signature`]), with the
+/// router's `[port] ` prefix taken off first. ggml prints the line and aborts: the line is the
+/// whole report (the child runs with `GGML_NO_BACKTRACE`).
+pub(crate) fn ggml_abort(line: &str) -> Option<String> {
+    let t = line.trim_start();
+    let t = match t.strip_prefix('[').and_then(|r| r.split_once("] ")) {
+        Some((port, rest)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => rest,
+        _ => t,
+    };
+    let sig = pinforge_deploy::smoke::ggml_abort_signature(t)?;
+    sig.lines().next().map(str::to_string)
+}
+
+/// Whether `text` holds a report's `SUMMARY:` line after its `ERROR:` line, or a ggml abort
+/// (a report of one line).
 fn report_complete(text: &str) -> bool {
+    if text.lines().any(|l| ggml_abort(l).is_some()) {
+        return true;
+    }
     let Some(at) = text
         .find("ERROR: AddressSanitizer:")
         .or_else(|| text.find("runtime error:"))
@@ -123,6 +141,10 @@ pub(crate) fn report_lines(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut inside = false;
     for l in text.lines() {
+        if !inside && ggml_abort(l).is_some() {
+            out.push(l.trim_end().to_string());
+            break;
+        }
         if !inside && (l.contains("ERROR: AddressSanitizer:") || l.contains("runtime error:")) {
             inside = true;
         }
@@ -167,7 +189,11 @@ pub(crate) fn signature(lines: &[String]) -> Option<String> {
     let err = lines.iter().find_map(|l| {
         let (_, rest) = l.split_once("ERROR: AddressSanitizer: ")?;
         rest.split_whitespace().next().map(str::to_string)
-    })?;
+    });
+    // No sanitizer report: a ggml abort is the death's own evidence.
+    let Some(err) = err else {
+        return lines.iter().find_map(|l| ggml_abort(l));
+    };
     let frame = lines.iter().find_map(|l| {
         let t = l.split_once("] ").map(|(_, r)| r).unwrap_or(l).trim_start();
         if !t.starts_with('#') {
@@ -193,15 +219,16 @@ pub(super) fn signatures_in(log: &Path) -> Result<BTreeMap<String, u64>> {
     let (text, _) = read_from(log, 0)
         .map_err(|e| Error::check(log.display(), format!("the router log: {e}")))?;
     let mut out = BTreeMap::new();
-    let mut rest = text.as_str();
-    while let Some(at) = rest.find("ERROR: AddressSanitizer:") {
-        let start = rest[..at].rfind('\n').map(|i| i + 1).unwrap_or(0);
-        let chunk = &rest[start..];
-        let lines = report_lines(chunk);
-        if let Some(sig) = signature(&lines) {
-            *out.entry(sig).or_insert(0) += 1;
+    // Each report begins at its own line: an AddressSanitizer ERROR line or a ggml abort.
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        if line.contains("ERROR: AddressSanitizer:") || ggml_abort(line).is_some() {
+            let lines = report_lines(&text[at..]);
+            if let Some(sig) = signature(&lines) {
+                *out.entry(sig).or_insert(0) += 1;
+            }
         }
-        rest = &rest[at + 1..];
+        at += line.len();
     }
     Ok(out)
 }
@@ -287,6 +314,39 @@ srv  after\n";
             path_free("x /a/b.cpp:3 (./c/d.so+0x1) a/b"),
             "x b.cpp:3 (d.so+0x1) a/b"
         );
+    }
+
+    // A served engine's failed ggml assertion is a death with its own signature, the one
+    // smoke and `Pinforge-Check` use, not a bare SIGABRT.
+    #[test]
+    fn a_childs_ggml_assertion_in_the_router_log_is_a_report_with_smokes_signature() {
+        let log = "srv  log: loaded\n\
+[40123] /build/src/llama-kv-cache.cpp:1021: GGML_ASSERT(hparams.n_pos_per_embd() == 1 && \"x\") failed\n\
+srv  operator(): instance name=tiny-a exited with status 1\n";
+        let lines = report_lines(log);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert_eq!(
+            signature(&lines).as_deref(),
+            Some("GGML_ASSERT(hparams.n_pos_per_embd() == 1) in llama-kv-cache.cpp")
+        );
+        assert!(report_complete(log));
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = dir.path().join("router.log");
+        pinforge_base::fsx::write_atomic(&p, format!("{log}{LOG}{log}").as_bytes()).expect("write");
+        let sigs = signatures_in(&p).expect("sigs");
+        assert_eq!(sigs.len(), 2, "{sigs:?}");
+        assert_eq!(
+            sigs["GGML_ASSERT(hparams.n_pos_per_embd() == 1) in llama-kv-cache.cpp"],
+            2
+        );
+        // The port prefix is not part of a relative file name; the router's own lines are
+        // not a child's abort.
+        assert_eq!(
+            ggml_abort("[40123] llama-batch.cpp:5: GGML_ASSERT(a) failed").as_deref(),
+            Some("GGML_ASSERT(a) in llama-batch.cpp")
+        );
+        assert_eq!(ggml_abort("srv  log: a.cpp is loaded"), None);
+        assert!(ggml_abort("/a/ggml.c:7: fatal error").is_some());
     }
 
     #[test]
