@@ -121,6 +121,7 @@ pub(super) fn arm(
         presets: &presets,
         switch_every: o.switch_every,
         schema: ctx.schema,
+        grammar: ctx.grammar,
         limits: Limits {
             max_tokens: o.base.budget as u64,
             n_ctx: endpoint_n_ctx(s, &presets[0]),

@@ -1,5 +1,5 @@
 //! The rows of one arm against a server: one OpenAI chat-completions request per row (the
-//! run's prompt, `response_format` with the schema, `max_tokens` = the budget, temperature 0),
+//! run's prompt, its `grammar.gbnf` as `grammar`, `max_tokens` = the budget, temperature 0),
 //! presets switched in blocks so that with `--models-max 1` the router evicts and reloads
 //! children and a child's prompt cache saves and restores prompts, as in production. After each
 //! row: `/health` sampled, `/models` read for the preset's failure and exit, and for a crash
@@ -40,6 +40,8 @@ pub(super) struct RowPlan<'a> {
     pub switch_every: u64,
     /// The schema (parsed), when constrained.
     pub schema: Option<&'a Value>,
+    /// The run's grammar (`grammar.gbnf`, from the schema), sent as the request's `grammar`.
+    pub grammar: Option<&'a str>,
     /// `max_tokens` and the child's context.
     pub limits: Limits,
     /// SSE requests.
@@ -160,11 +162,13 @@ pub(super) fn request(plan: &RowPlan<'_>, prompt: &str, preset: &str) -> Value {
     if plan.stream {
         body["stream_options"] = json!({"include_usage": true});
     }
-    if let Some(s) = plan.schema {
-        body["response_format"] = json!({
-            "type": "json_schema",
-            "json_schema": {"name": "row", "schema": s, "strict": true},
-        });
+    // The run's own GBNF, not `response_format`: with a schema the server would compile a
+    // grammar of its own that the run folder does not hold; with `grammar` it samples under
+    // the bytes `grammar.gbnf` records (and that the in-process harness uses), so the
+    // recorded grammar and its digest are what ran (issue #35). llama-server refuses a
+    // request that sends both.
+    if let Some(g) = plan.grammar {
+        body["grammar"] = json!(g);
     }
     body
 }
@@ -344,4 +348,52 @@ pub(super) fn run(
     out.sync_data()
         .map_err(|e| Error::io("sync", rows_file, e))?;
     Ok(res)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Silent;
+    impl pinforge_base::progress::Reporter for Silent {
+        fn stage(&self, _: &str, _: &str) {}
+        fn progress(&self, _: u64, _: u64, _: &str) {}
+        fn finish(&self) {}
+    }
+
+    // Issue #35: the server samples under the run's recorded grammar, sent as `grammar`, and
+    // never under one it would compile itself from a `response_format` schema.
+    #[test]
+    fn a_constrained_request_sends_the_runs_grammar_and_no_schema_to_compile() {
+        let schema = json!({"type": "object"});
+        let presets = vec!["tiny-a".to_string()];
+        let plan = RowPlan {
+            arm: "a",
+            prompts: &[],
+            presets: &presets,
+            switch_every: 1,
+            schema: Some(&schema),
+            grammar: Some("root ::= \"{}\""),
+            limits: Limits {
+                max_tokens: 24,
+                n_ctx: 512,
+            },
+            stream: true,
+            log: None,
+            on_response: &|_| {},
+            reporter: &Silent,
+        };
+        let body = request(&plan, "hi", "tiny-a");
+        assert_eq!(body["grammar"], "root ::= \"{}\"", "{body}");
+        assert!(body.get("response_format").is_none(), "{body}");
+        assert!(body.get("json_schema").is_none(), "{body}");
+        assert_eq!(body["max_tokens"], 24);
+        assert_eq!(body["stream_options"]["include_usage"], true);
+        let free = RowPlan {
+            schema: None,
+            grammar: None,
+            ..plan
+        };
+        assert!(request(&free, "hi", "tiny-a").get("grammar").is_none());
+    }
 }
