@@ -123,6 +123,7 @@ impl SoakArgs {
                 seed: self.seed,
                 prompts: None,
                 budget: self.budget,
+                row_kind: validate::RowKind::default(),
                 schema: None,
                 jobs: 1,
                 resume: None,

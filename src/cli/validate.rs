@@ -48,6 +48,13 @@ pub struct ValidateArgs {
     /// Token budget per row: 1 to 128 (half the soak engine's 256-token context)
     #[arg(long, default_value_t = 24)]
     pub budget: u32,
+    /// What each row drives: prompt-cache (a saved state restored, the prompt's new part
+    /// decoded, issue #20093's path), embd-pos-null or embd-pos-n-tokens (an embedding batch
+    /// with pos NULL or with the n_tokens positions llama_batch_init allocates, then the
+    /// prompt, issue #28902's path); not with --serve or --endpoint
+    #[arg(long, value_name = "KIND", default_value = "prompt-cache",
+          value_parser = ["prompt-cache", "embd-pos-null", "embd-pos-n-tokens"])]
+    pub row_kind: String,
     /// Constrain every row with this JSON schema (converted to a grammar for the engine's
     /// own grammar sampler)
     #[arg(long, value_name = "FILE")]
@@ -209,6 +216,7 @@ pub(super) fn run(ctx: &super::Ctx, a: ValidateArgs) -> Result<ExitCode> {
         seed: a.seed,
         prompts: a.prompts.clone(),
         budget: a.budget,
+        row_kind: validate::RowKind::parse(&a.row_kind)?,
         schema: a.schema.clone(),
         jobs: a.jobs,
         resume: a.resume.clone(),
@@ -218,6 +226,13 @@ pub(super) fn run(ctx: &super::Ctx, a: ValidateArgs) -> Result<ExitCode> {
         signer: ctx.signer.clone(),
     };
     if a.served.wanted() {
+        if !opts.row_kind.is_default() {
+            return Err(Error::input(
+                format!("--row-kind {}", opts.row_kind.name()),
+                "a served row is a chat request; only the in-process harness drives other row kinds",
+            )
+            .with_hint("drop --row-kind, or run the arms without --serve/--endpoint"));
+        }
         return super::validate_serve::run(ctx, &a.served, opts, a.out.json);
     }
     let reporter = TermReporter::counting(ctx.verbosity == Verbosity::Quiet, "rows");

@@ -150,3 +150,107 @@ fn an_unknown_scenario_is_refused_with_the_list_and_exit_2() {
         );
     }
 }
+
+/// The embedding stub of the test above: it aborts, as ggml does, whenever an embedding
+/// batch carries positions, and answers every other decode.
+fn embd_pos_engine() -> String {
+    let e = STUB_ENGINE_OK_C.replace(
+        "int32_t llama_decode(struct llama_context *c, struct llama_batch b) {\n    (void) c;",
+        "int32_t llama_decode(struct llama_context *c, struct llama_batch b) {\n    (void) c;\n    if (b.embd != NULL && b.pos != NULL) { fprintf(stderr, \"src/llama-batch.cpp:786: GGML_ASSERT(pos sized by n_tokens) failed\\n\"); abort(); }",
+    );
+    assert_ne!(e, STUB_ENGINE_OK_C);
+    format!("#include <stdio.h>\n{e}")
+}
+
+// issue #39 §4 (#28902) as a soak: `validate --row-kind embd-pos-n-tokens` decodes an
+// embedding batch with the n_tokens positions in every row, so an engine that dies on that
+// path crashes in every row, with the assertion as its signature, and an engine that does not
+// passes; `embd-pos-null` passes on both. The kind is a setting: recorded, refused on resume
+// with another kind, and refused with --serve.
+#[test]
+fn validate_rows_of_an_embedding_kind_crash_the_engine_that_dies_on_that_path() {
+    let fx = Fx::new();
+    let (bad, _) = stub_build(&fx, "embd-dies", &embd_pos_engine());
+    let (good, _) = stub_build(&fx, "ok", STUB_ENGINE_OK_C);
+    let run = |kind: &str, extra: &[&str]| {
+        let mut args = vec![
+            "validate",
+            bad.to_str().expect("utf8"),
+            good.to_str().expect("utf8"),
+            "--rows",
+            "3",
+            "--arch",
+            "qwen2",
+            "--json",
+            "--row-kind",
+            kind,
+        ];
+        args.extend_from_slice(extra);
+        let o = fx.run(&args);
+        (crate::code(&o), o)
+    };
+    let (code, o) = run("embd-pos-n-tokens", &[]);
+    assert_eq!(code, 0, "the candidate passed: {}", report(&o));
+    let j = crate::json(&o);
+    assert_eq!(crate::schemas::validate(&j), "pinforge.validate/v1");
+    let arms = j["arms"].as_array().expect("arms");
+    let (control, cand) = (&arms[0], &arms[1]);
+    assert_eq!(
+        control["counts"]["crash"], 3,
+        "every row crashes: {control}"
+    );
+    assert_eq!(cand["counts"]["crash"], 0, "{cand}");
+    assert_eq!(cand["counts"]["ok"], 3, "{cand}");
+    let sigs = control["signatures"].as_array().expect("signatures");
+    assert!(
+        sigs.iter().any(|s| s["signature"].as_str().is_some_and(
+            |s| s.starts_with("GGML_ASSERT(pos sized by n_tokens) in llama-batch.cpp")
+        ) && s["rows"] == 3),
+        "the assertion is the signature: {sigs:?}"
+    );
+    let dir = std::path::PathBuf::from(j["run_dir"].as_str().expect("run_dir"));
+    let settings: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("settings.json")).expect("settings"))
+            .expect("json");
+    assert_eq!(settings["row_kind"], "embd-pos-n-tokens", "{settings}");
+    // A resume of that run as prompt-cache rows is another run's settings.
+    let id = dir.file_name().and_then(|n| n.to_str()).expect("id");
+    let (code, o) = run("prompt-cache", &["--resume", id]);
+    assert_eq!(code, 2, "{}", report(&o));
+    assert!(crate::stderr(&o).contains("row_kind"), "{}", report(&o));
+    // pos NULL: neither engine dies.
+    let (code, o) = run("embd-pos-null", &[]);
+    assert_eq!(code, 0, "{}", report(&o));
+    let j = crate::json(&o);
+    for a in j["arms"].as_array().expect("arms") {
+        assert_eq!(a["counts"]["crash"], 0, "{a}");
+        assert_eq!(a["counts"]["ok"], 3, "{a}");
+    }
+    // The default records no kind: settings of runs before the option read the same.
+    let (code, o) = run("prompt-cache", &[]);
+    assert_eq!(code, 0, "{}", report(&o));
+    let dir = std::path::PathBuf::from(crate::json(&o)["run_dir"].as_str().expect("run_dir"));
+    let settings: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("settings.json")).expect("settings"))
+            .expect("json");
+    assert!(settings.get("row_kind").is_none(), "{settings}");
+    // A served row is a chat request: another kind is refused before anything starts.
+    let o = fx.run(&[
+        "validate",
+        "--serve",
+        bad.to_str().expect("utf8"),
+        good.to_str().expect("utf8"),
+        "--rows",
+        "1",
+        "--row-kind",
+        "embd-pos-null",
+    ]);
+    assert_eq!(crate::code(&o), 2, "{}", report(&o));
+    assert!(
+        crate::stderr(&o).contains("--row-kind embd-pos-null"),
+        "{}",
+        report(&o)
+    );
+    let o = fx.run(&["validate", "--rows", "1", "--row-kind", "kshift", "x", "y"]);
+    assert_eq!(crate::code(&o), 2, "{}", report(&o));
+}

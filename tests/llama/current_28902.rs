@@ -106,4 +106,53 @@ fn embedding_batches_over_read_pos_on_0_1_135_and_on_0_1_161_only_where_the_patc
             "patched 0.1.161 {scenario}: {sig}"
         );
     }
+
+    // The same as a soak (`validate --row-kind`): every row of the unpatched arm dies of the
+    // over-read, every row of the patched arm completes; with pos NULL neither dies.
+    let soak = |kind: &str| {
+        let o = pinforge(
+            llama_ws(),
+            &[
+                "validate",
+                &unpatched,
+                &patched,
+                "--rows",
+                "12",
+                "--row-kind",
+                kind,
+                "--json",
+            ],
+        );
+        assert_eq!(code(&o), 0, "validate --row-kind {kind}: {}", stderr(&o));
+        let j = json(&o);
+        crate::schemas::validate(&j);
+        let arms = j["arms"].as_array().expect("arms").clone();
+        eprintln!(
+            "MEASURED soak {kind}: {} / {}",
+            arms[0]["counts"], arms[1]["counts"]
+        );
+        (arms[0].clone(), arms[1].clone())
+    };
+    let (control, live) = soak("embd-pos-n-tokens");
+    assert_eq!(control["counts"]["crash"], 12, "{control}");
+    assert!(
+        control["signatures"]
+            .as_array()
+            .is_some_and(|s| s.iter().any(|x| x["signature"]
+                .as_str()
+                .is_some_and(|t| t.starts_with(NEW_SIG)))),
+        "{control}"
+    );
+    assert_eq!(
+        (
+            live["counts"]["crash"].as_u64(),
+            live["counts"]["ok"].as_u64()
+        ),
+        (Some(0), Some(12)),
+        "{live}"
+    );
+    let (control, live) = soak("embd-pos-null");
+    for a in [control, live] {
+        assert_eq!(a["counts"]["ok"], 12, "{a}");
+    }
 }

@@ -64,10 +64,11 @@ impl Scenario {
 }
 
 /// The embedding rows an embedding scenario decodes: fixed, small and varied, so that every
-/// run of every build decodes the same bytes.
-pub(crate) const EMBD_ROWS: usize = 8;
+/// run of every build decodes the same bytes (validate's embedding rows decode them too).
+pub const EMBD_ROWS: usize = 8;
 
-fn embd_rows(n_embd: usize) -> Vec<f32> {
+/// [`EMBD_ROWS`] embedding rows of width `n_embd`, the same bytes on every call.
+pub fn embd_rows(n_embd: usize) -> Vec<f32> {
     (0..EMBD_ROWS * n_embd)
         .map(|i| ((i as f32) * 0.37).sin() * 0.05)
         .collect()

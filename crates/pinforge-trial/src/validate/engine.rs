@@ -29,9 +29,67 @@ pub(crate) use symbols::Symbols;
 /// The context a row runs in (prompt plus budget must fit).
 pub(crate) const N_CTX: usize = 256;
 
+/// What each row of a run drives in the engine (`validate --row-kind`).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum RowKind {
+    /// The prompt-cache path: a saved sequence state restored, the prompt's new part decoded
+    /// (issue #20093's path), beside an uninterrupted decode of the same prompt.
+    #[default]
+    PromptCache,
+    /// A multimodal caller's path: an embedding batch with `pos` NULL (the engine makes the
+    /// positions), then the prompt, twice from an empty memory.
+    EmbdPosNull,
+    /// The same with the `n_tokens` positions `llama_batch_init` allocates (issue #28902: an
+    /// M-RoPE engine reads more planes than that).
+    EmbdPosNTokens,
+}
+
+impl RowKind {
+    /// Every kind, in the order `--help` lists them.
+    pub const ALL: [RowKind; 3] = [
+        RowKind::PromptCache,
+        RowKind::EmbdPosNull,
+        RowKind::EmbdPosNTokens,
+    ];
+
+    /// The name on the command line and in `settings.json`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RowKind::PromptCache => "prompt-cache",
+            RowKind::EmbdPosNull => "embd-pos-null",
+            RowKind::EmbdPosNTokens => "embd-pos-n-tokens",
+        }
+    }
+
+    /// The kind of a name, or an input error listing the kinds.
+    pub fn parse(name: &str) -> Result<RowKind> {
+        RowKind::ALL
+            .into_iter()
+            .find(|k| k.name() == name)
+            .ok_or_else(|| {
+                let all: Vec<&str> = RowKind::ALL.iter().map(|k| k.name()).collect();
+                Error::input(
+                    format!("--row-kind {}", name.escape_debug()),
+                    format!("is not a row kind; the kinds are {}", all.join(", ")),
+                )
+            })
+    }
+
+    /// Whether this is the default (a run that never asked for a kind records none).
+    pub fn is_default(&self) -> bool {
+        *self == RowKind::PromptCache
+    }
+}
+
 /// A row request.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct Request {
+    /// What the row drives.
+    #[serde(default)]
+    pub kind: RowKind,
     /// Row id.
     pub row: u64,
     /// Prompt text.
@@ -250,6 +308,7 @@ impl Death {
     /// harness failure.
     pub(crate) fn is_crash(&self) -> bool {
         smoke::asan_signature(&self.stderr).is_some()
+            || smoke::ggml_abort_signature(&self.stderr).is_some()
             || self.signature.starts_with("killed by signal")
     }
 }
@@ -438,6 +497,9 @@ impl Engine {
         use std::os::unix::process::ExitStatusExt;
         let signature = hang
             .or_else(|| smoke::asan_signature(&stderr))
+            // A failed ggml assertion names itself (as in smoke and `Pinforge-Check`), not
+            // only the SIGABRT it ends in.
+            .or_else(|| smoke::ggml_abort_signature(&stderr))
             .unwrap_or_else(|| match status {
                 Some(s) if s.signal().is_some() => {
                     let sig = s.signal().unwrap_or(0);

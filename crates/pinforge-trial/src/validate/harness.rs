@@ -4,7 +4,7 @@
 //! for the next row, but only after its verified libraries are found to be the same files.
 
 use super::arm::{ArmRecord, FileId, ResolvedArm};
-use super::engine::{Death, Engine, EngineArgs, Request, Spawn, StartFailure, Symbols};
+use super::engine::{Death, Engine, EngineArgs, Request, RowKind, Spawn, StartFailure, Symbols};
 use super::rows::{self, Evidence, Observed, Outcome, Row, RowFile};
 use super::run_dir::{Inputs, RunDir};
 use super::Options;
@@ -116,6 +116,7 @@ pub(super) fn run_rows(
                     prompts: &inputs.prompts,
                     budget: opts.budget,
                     grammar: inputs.schema.is_some(),
+                    kind: opts.row_kind,
                 };
                 let tx = tx.clone();
                 scope.spawn(move || worker.run(&todo, &tx));
@@ -203,6 +204,7 @@ struct Worker<'a> {
     prompts: &'a [String],
     budget: u32,
     grammar: bool,
+    kind: RowKind,
 }
 
 /// A worker's engine across its rows: the process (None until started, and after a death),
@@ -236,11 +238,14 @@ impl Worker<'_> {
             }
             if let Some(e) = slot.engine.as_mut() {
                 let req = Request {
+                    kind: self.kind,
                     row,
                     prompt: prompt.clone(),
-                    // What the row restores is row - 1's state, whoever ran row - 1.
+                    // What the row restores is row - 1's state, whoever ran row - 1 (an
+                    // embedding row restores nothing).
                     previous: row
                         .checked_sub(1)
+                        .filter(|_| self.kind == RowKind::PromptCache)
                         .and_then(|p| self.prompts.get(p as usize))
                         .cloned(),
                     budget: self.budget,

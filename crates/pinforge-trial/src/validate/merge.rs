@@ -468,6 +468,7 @@ mod tests {
             seed: Some(3),
             prompt_set_sha256: psha,
             budget,
+            row_kind: Default::default(),
             schema_sha256: None,
             grammar_sha256: None,
             model: std::fs::canonicalize(&dir)

@@ -38,6 +38,7 @@ pub use evidence::{is_evidence, verify_evidence, EvidenceCheck, EvidenceRef};
 pub(crate) use harness::Throughput;
 pub(crate) use run_dir::check_run_id;
 
+pub use engine::RowKind;
 use pinforge_base::error::{Error, Result};
 use pinforge_base::fsx;
 use pinforge_base::progress::Reporter;
@@ -70,6 +71,8 @@ pub struct Options {
     pub prompts: Option<PathBuf>,
     /// Token budget per row.
     pub budget: u32,
+    /// What each row drives in the engine (`--row-kind`).
+    pub row_kind: RowKind,
     /// JSON schema constraining every row.
     pub schema: Option<PathBuf>,
     /// Engine processes per arm.

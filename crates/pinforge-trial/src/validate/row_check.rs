@@ -211,6 +211,7 @@ mod tests {
             seed: Some(SEED),
             prompt_set_sha256: prompt_sha,
             budget: 16,
+            row_kind: Default::default(),
             schema_sha256: None,
             grammar_sha256: None,
             model,

@@ -30,6 +30,9 @@ pub(crate) struct Settings {
     pub prompt_set_sha256: Sha256,
     /// Token budget.
     pub budget: u32,
+    /// What each row drives (absent: the prompt-cache rows every run before it had).
+    #[serde(default, skip_serializing_if = "engine::RowKind::is_default")]
+    pub row_kind: engine::RowKind,
     /// sha256 of the schema file, when constrained.
     pub schema_sha256: Option<Sha256>,
     /// sha256 of the grammar converted from it.
@@ -170,6 +173,7 @@ impl Inputs {
             seed: opts.prompts.is_none().then_some(opts.seed),
             prompt_set_sha256: self.prompt_sha,
             budget: opts.budget,
+            row_kind: opts.row_kind,
             schema_sha256: self
                 .schema
                 .as_ref()

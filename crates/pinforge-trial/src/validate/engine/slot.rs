@@ -20,7 +20,8 @@
 //! chain of restores upon restored states is not exercised (each restore starts from a state
 //! an uninterrupted decode left), nor is anything else an engine process accumulates.
 
-use super::{Request, Response, N_CTX};
+use super::{Request, Response, RowKind, N_CTX};
+use pinforge_deploy::smoke::{embd_rows, EMBD_ROWS};
 use pinforge_sys::shim::Model;
 use std::ffi::{c_char, CString};
 use std::time::Instant;
@@ -175,6 +176,67 @@ impl<'a> Slot<'a> {
     fn row_inner(&mut self, req: &Request, r: &mut Response) -> std::result::Result<(), String> {
         let prompt = self.tokenize(&req.prompt)?;
         r.tokens_in = prompt.len() as u64;
+        let explicit_pos = match req.kind {
+            RowKind::PromptCache => return self.cache_row(req, &prompt, r),
+            RowKind::EmbdPosNull => false,
+            RowKind::EmbdPosNTokens => true,
+        };
+        // An embedding row: the same batch and prompt twice from an empty memory. Nothing is
+        // saved or restored; the second decode is the reference the first is compared with.
+        self.saved = None;
+        let t_decode = Instant::now();
+        let first = self.embd_path(&prompt, req.budget, explicit_pos)?;
+        r.decode_ms = t_decode.elapsed().as_secs_f64() * 1e3;
+        let reference = self.embd_path(&prompt, req.budget, explicit_pos)?;
+        r.text = self.text(&first.tokens);
+        r.eog = first.eog;
+        r.budget_exhausted = first.exhausted;
+        r.restored = first.tokens;
+        r.reference = reference.tokens;
+        Ok(())
+    }
+
+    /// [`EMBD_ROWS`] embedding rows at position 0 (with `pos` NULL, or with the `n_tokens`
+    /// positions `llama_batch_init` allocates), the prompt after them, and the generation;
+    /// the memory cleared before and after.
+    fn embd_path(
+        &mut self,
+        prompt: &[i32],
+        budget: u32,
+        explicit_pos: bool,
+    ) -> std::result::Result<Generated, String> {
+        if EMBD_ROWS + prompt.len() + budget as usize > N_CTX {
+            return Err(format!(
+                "{EMBD_ROWS} embedding rows, a prompt of {} tokens and a budget of {budget} exceed the context of {N_CTX}",
+                prompt.len()
+            ));
+        }
+        self.clear();
+        let w = self.model.n_embd();
+        if w == 0 {
+            return Err("the model reports an embedding width of 0".into());
+        }
+        let rc = self.model.decode_embd(&embd_rows(w), explicit_pos, 0);
+        if rc != 0 {
+            return Err(format!("llama_decode of the embedding batch returned {rc}"));
+        }
+        self.decode(prompt, EMBD_ROWS)?;
+        // The embedding rows hold cells with no token: -1 keeps the positions right.
+        let mut cells = vec![-1; EMBD_ROWS];
+        cells.extend_from_slice(prompt);
+        let g = self.generate(cells, budget);
+        self.clear();
+        g
+    }
+
+    /// A prompt-cache row: the restored path and the uninterrupted one.
+    fn cache_row(
+        &mut self,
+        req: &Request,
+        prompt: &[i32],
+        r: &mut Response,
+    ) -> std::result::Result<(), String> {
+        let prompt = prompt.to_vec();
         fits(&prompt, req.budget)?;
         // The state this row restores: row - 1's, replayed unless this engine just left it.
         match (&req.previous, req.row.checked_sub(1)) {
