@@ -123,6 +123,11 @@ fn report_of_a_served_run_shows_its_classes_apart_identity_and_crash_evidence() 
         "{page}"
     );
     assert!(page.contains("<title>row 2: follow-on</title>"), "{page}");
+    // The engine-class table points to the served one instead of saying there are no rows.
+    assert!(
+        !page.contains("<p>No rows.</p>") && page.contains("<a href=\"#served\">Served arms</a>"),
+        "{page}"
+    );
     // The hostile model name is text, never markup.
     assert!(!page.contains(HOSTILE) && page.contains("&lt;/script&gt;"));
     // The text form carries the same.

@@ -125,7 +125,13 @@ fn claim(s: &mut String, c: &Claim) {
 fn counts(s: &mut String, r: &Report) {
     s.push_str("<h2 id=\"counts\">Counts per outcome class</h2>\n");
     if r.counts.is_empty() {
-        s.push_str("<p>No rows.</p>\n");
+        // A served run's classes are finer than the engine's (follow-on, router-stop, …):
+        // its counts are the Served arms table, not "no rows".
+        if r.served.is_empty() {
+            s.push_str("<p>No rows.</p>\n");
+        } else {
+            s.push_str("<p>No in-process rows; each served arm counts its classes under <a href=\"#served\">Served arms</a>.</p>\n");
+        }
         return;
     }
     s.push_str("<p>crash (the engine died) and token-budget (a constrained row ran out of budget) are separate classes; error rows are harness failures, left out of every comparison.</p>\n<table><tr><th>arm</th>");
