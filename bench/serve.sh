@@ -30,13 +30,18 @@ for bin in "$@"; do
   b=$(now)
   run=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["run_dir"])' "$tmp/out.json")
   model=$(curl -s "http://127.0.0.1:$port/models" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')
-  python3 - "$run/prompts.jsonl" "$model" "$tmp/bodies" <<'PY'
+  python3 - "$run/prompts.jsonl" "$model" "$tmp/bodies" "$run/grammar.gbnf" <<'PY'
 import json, sys, os
 os.makedirs(sys.argv[3], exist_ok=True)
+# The run's grammar (the served default schema's when none was given), sent as pinforge sends
+# it, so that both loops sample under the same constraint.
+grammar = open(sys.argv[4]).read() if os.path.exists(sys.argv[4]) else None
 for i, l in enumerate(open(sys.argv[1])):
     p = json.loads(l)["prompt"]
     body = {"model": sys.argv[2], "messages": [{"role": "user", "content": p}],
             "max_tokens": 12, "temperature": 0, "stream": False}
+    if grammar is not None:
+        body["grammar"] = grammar
     open(os.path.join(sys.argv[3], "%06d.json" % i), "w").write(json.dumps(body))
 PY
   c=$(now)

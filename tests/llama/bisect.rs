@@ -66,6 +66,38 @@ fn bisect_of_0001_over_0_1_137_to_0_1_140_names_0_1_139_and_writes_it() {
     let mut w = args.to_vec();
     w.retain(|a| *a != "--json");
     w.push("--write");
+    // Killed at each step of the bundle's rewrite: before the swap the header is the old one,
+    // after it the new one; either way the log is this run's (its answer, `written: false`),
+    // never an older run's beside a new header, and no stage is left once a writer runs again.
+    let patch = d.path().join("patches").join(P1);
+    let before = std::fs::read(&patch).expect("patch");
+    use pinforge_base::txn::Step;
+    for &at in pinforge_source::patch::export::BundleWriteStep::ALL {
+        std::fs::write(&patch, &before).expect("restore the patch");
+        std::fs::remove_file(&log).expect("rm log");
+        let o = crate::pinforge_cmd(llama_ws())
+            .args(&w)
+            .env("PINFORGE_CRASH_AT", at.crash_at())
+            .output()
+            .expect("bisect");
+        assert_eq!(
+            o.status.code(),
+            None,
+            "{}: killed: {}",
+            at.crash_at(),
+            stderr(&o)
+        );
+        let kept: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&log).expect("this run's log")).expect("json");
+        assert_eq!(kept["found"], j["found"], "{}", at.crash_at());
+        assert_eq!(kept["written"], false, "{}", at.crash_at());
+        let now = std::fs::read_to_string(&patch).expect("patch");
+        let written = now
+            .lines()
+            .any(|l| l.starts_with("Applied-Upstream:") && l.contains("0.1.139"));
+        assert_eq!(written, at.index() == 2, "{}: {now}", at.crash_at());
+    }
+    std::fs::write(&patch, &before).expect("restore the patch");
     let o = pinforge(llama_ws(), &w);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert!(
@@ -79,6 +111,19 @@ fn bisect_of_0001_over_0_1_137_to_0_1_140_names_0_1_139_and_writes_it() {
         .find(|l| l.starts_with("Applied-Upstream:"))
         .expect("Applied-Upstream line");
     assert!(line.contains("crate llama-cpp-sys-2 0.1.139"), "{line}");
+    let kept: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&log).expect("log")).expect("log json");
+    assert_eq!(kept["written"], true, "{kept:#}");
+    let stages: Vec<String> = std::fs::read_dir(d.path())
+        .expect("ls")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".pinforge-bundle-"))
+        .collect();
+    assert!(
+        stages.is_empty(),
+        "the dead writers' stages are gone: {stages:?}"
+    );
     let lint = pinforge(
         llama_ws(),
         &[

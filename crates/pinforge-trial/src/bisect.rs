@@ -242,16 +242,18 @@ pub fn run(ws: &Workspace, req: &BisectRequest, opts: &BuildOptions) -> Result<B
         });
         match value {
             Ok(v) => {
+                // This run's evidence is kept before the header changes: a process killed
+                // while the bundle is rewritten leaves the log of the probes that decided the
+                // line (saying `written: false`, an under-claim the header then corrects), never
+                // an older run's log beside a new header.
+                keep_log(&log, &report)?;
                 let read = bundle
                     .files
                     .iter()
                     .find(|(id, _)| id.as_str() == req.patch)
                     .map(|(_, p)| p.bytes.as_slice())
                     .unwrap_or_default();
-                if let Err(e) = plan_mod::write_applied_upstream(ws, recipe, &req.patch, read, &v) {
-                    keep_log(&log, &report)?;
-                    return Err(e);
-                }
+                plan_mod::write_applied_upstream(ws, recipe, &req.patch, read, &v)?;
                 report.written = true;
             }
             Err(e) => {
