@@ -100,9 +100,10 @@ fn bad_input_is_refused_naming_the_value_and_nothing_is_written() {
             "{args:?}: something was built or logged"
         );
     }
-    // The bundle is untouched (--write was never reached).
-    let text = std::fs::read_to_string(d.path().join("patches").join(P1)).expect("read");
-    assert!(!text.contains("Applied-Upstream: b"), "{text}");
+    // The bundle is untouched (--write was never reached): the shipped bytes.
+    let text = std::fs::read(d.path().join("patches").join(P1)).expect("read");
+    let shipped = std::fs::read(crate::repo_root().join("patches").join(P1)).expect("shipped");
+    assert_eq!(text, shipped);
 }
 
 // The real output of `bisect --json` with `--vcs-repo` needs a clone of the crate's repository
@@ -126,6 +127,16 @@ fn the_recorded_real_bisect_validates_against_its_schema_and_says_what_the_guide
     assert!(probes.len() <= doc["bound"].as_u64().expect("bound") as usize);
     let marks: Vec<&str> = probes.iter().filter_map(|p| p["mark"].as_str()).collect();
     assert_eq!(marks, ["bad", "good", "good", "good"]);
+    // The run that wrote 0001's header (`--write`, every build current): the shipped header
+    // carries its line.
+    assert_eq!(doc["written"], true);
+    let line = doc["applied_upstream"].as_str().expect("applied_upstream");
+    let shipped =
+        std::fs::read_to_string(crate::repo_root().join("patches").join(P1)).expect("read 0001");
+    assert!(
+        shipped.contains(&format!("\nApplied-Upstream: {line}\n")),
+        "patches/{P1} does not carry its bisect's line: {line}"
+    );
 }
 
 // issue #39 §3: 0003's Applied-Upstream is the one its bisect wrote, not a bracket. The

@@ -70,7 +70,13 @@ fn bisect_of_0001_over_0_1_137_to_0_1_140_names_0_1_139_and_writes_it() {
     // after it the new one; either way the log is this run's (its answer, `written: false`),
     // never an older run's beside a new header, and no stage is left once a writer runs again.
     let patch = d.path().join("patches").join(P1);
-    let before = std::fs::read(&patch).expect("patch");
+    // The header as it was before any bisect wrote it (the shipped one carries the line of
+    // the run with the crate's repository, 2026-12-07).
+    let before: String = std::fs::read_to_string(&patch)
+        .expect("patch")
+        .split_inclusive('\n')
+        .filter(|l| !l.starts_with("Applied-Upstream:"))
+        .collect();
     use pinforge_base::txn::Step;
     for &at in pinforge_source::patch::export::BundleWriteStep::ALL {
         std::fs::write(&patch, &before).expect("restore the patch");
@@ -96,6 +102,9 @@ fn bisect_of_0001_over_0_1_137_to_0_1_140_names_0_1_139_and_writes_it() {
             .lines()
             .any(|l| l.starts_with("Applied-Upstream:") && l.contains("0.1.139"));
         assert_eq!(written, at.index() == 2, "{}: {now}", at.crash_at());
+        if at.index() == 1 {
+            assert_eq!(now, before, "step 1: the bundle is the old one");
+        }
     }
     std::fs::write(&patch, &before).expect("restore the patch");
     let o = pinforge(llama_ws(), &w);
