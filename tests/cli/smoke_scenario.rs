@@ -218,6 +218,19 @@ fn validate_rows_of_an_embedding_kind_crash_the_engine_that_dies_on_that_path() 
     let (code, o) = run("prompt-cache", &["--resume", id]);
     assert_eq!(code, 2, "{}", report(&o));
     assert!(crate::stderr(&o).contains("row_kind"), "{}", report(&o));
+    // And the other way round: a prompt-cache run resumed as embedding rows names the kind
+    // too (the default is not recorded, so only the new side holds the key).
+    let (code, o) = run("prompt-cache", &[]);
+    assert_eq!(code, 0, "{}", report(&o));
+    let pc = std::path::PathBuf::from(crate::json(&o)["run_dir"].as_str().expect("run_dir"));
+    let pc_id = pc
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("id")
+        .to_string();
+    let (code, o) = run("embd-pos-null", &["--resume", &pc_id]);
+    assert_eq!(code, 2, "{}", report(&o));
+    assert!(crate::stderr(&o).contains("in: row_kind"), "{}", report(&o));
     // pos NULL: neither engine dies.
     let (code, o) = run("embd-pos-null", &[]);
     assert_eq!(code, 0, "{}", report(&o));

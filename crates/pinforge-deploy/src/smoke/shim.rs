@@ -19,7 +19,9 @@ const TARGET: &str = env!("PINFORGE_TARGET");
 /// serves every workspace.
 pub fn shim_cache(ws_root: &Path) -> Result<PathBuf> {
     let build = ws_root.join("build");
-    if std::fs::symlink_metadata(&build).is_ok_and(|m| m.is_dir()) {
+    // Followed: a `build/` that links to a folder elsewhere (a scratch disk) is the
+    // workspace's build folder, as every build command takes it.
+    if std::fs::metadata(&build).is_ok_and(|m| m.is_dir()) {
         return Ok(build.join(".smoke"));
     }
     Ok(fsx::user_cache_dir("smoke shim cache")

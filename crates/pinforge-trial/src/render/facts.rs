@@ -53,6 +53,10 @@ pub(super) fn run_claim(v: &RunView) -> Claim {
         .map(|a| format!("{} ({}, {})", a.name, a.build, a.source))
         .collect();
     let mut facts = Vec::new();
+    // What the rows drove, when not the prompt-cache path every earlier run had.
+    if !s.row_kind.is_default() {
+        facts.push(("row kind".to_string(), s.row_kind.name().to_string()));
+    }
     // A merged run names the shards it was joined from (issue #35): which fleet runs, by id
     // and by the digest of the evidence the merge verified.
     if !v.evidence.shards.is_empty() {

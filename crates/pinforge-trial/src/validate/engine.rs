@@ -308,8 +308,8 @@ impl Death {
     /// harness failure.
     pub(crate) fn is_crash(&self) -> bool {
         smoke::asan_signature(&self.stderr).is_some()
-            || smoke::ggml_abort_signature(&self.stderr).is_some()
             || self.signature.starts_with("killed by signal")
+            || self.signature.starts_with("GGML_")
     }
 }
 
@@ -498,8 +498,12 @@ impl Engine {
         let signature = hang
             .or_else(|| smoke::asan_signature(&stderr))
             // A failed ggml assertion names itself (as in smoke and `Pinforge-Check`), not
-            // only the SIGABRT it ends in.
-            .or_else(|| smoke::ggml_abort_signature(&stderr))
+            // only the SIGABRT it ends in; only a process that died of a signal aborted.
+            .or_else(|| {
+                status
+                    .and_then(|s| s.signal())
+                    .and_then(|_| smoke::ggml_abort_signature(&stderr))
+            })
             .unwrap_or_else(|| match status {
                 Some(s) if s.signal().is_some() => {
                     let sig = s.signal().unwrap_or(0);

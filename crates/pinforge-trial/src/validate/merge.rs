@@ -253,7 +253,7 @@ fn check_consistent(shards: &[Loaded]) -> Result<()> {
                 ),
             )
             .with_hint(
-                "every shard must run the same arms, rows, seed/prompts, budget, schema and model",
+                "every shard must run the same arms, rows, seed/prompts, budget, row kind, schema and model",
             ));
         }
     }

@@ -361,7 +361,9 @@ impl RunDir {
                     differing_keys(&old, &new).join(", ")
                 ),
             )
-            .with_hint("resume with the same arms, rows, seed/prompts, budget, schema and model"));
+            .with_hint(
+                "resume with the same arms, rows, seed/prompts, budget, row kind, schema and model",
+            ));
         }
         let run = RunDir {
             id: id.to_string(),
@@ -486,11 +488,15 @@ pub(super) fn differing_keys(old: &Settings, new: &Settings) -> Vec<String> {
     let a = serde_json::to_value(old).unwrap_or_default();
     let b = serde_json::to_value(new).unwrap_or_default();
     match (a, b) {
-        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => a
-            .iter()
-            .filter(|(k, v)| b.get(*k) != Some(*v))
-            .map(|(k, _)| k.clone())
-            .collect(),
+        // Both sides' keys: a setting recorded only when not its default (`row_kind`) is
+        // absent from one side when the other names it.
+        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+            let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+            keys.into_iter()
+                .filter(|k| a.get(*k) != b.get(*k))
+                .cloned()
+                .collect()
+        }
         _ => vec![],
     }
 }

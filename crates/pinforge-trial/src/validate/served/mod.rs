@@ -364,6 +364,15 @@ fn write_presets(
     let ini = cfg.to_ini()?;
     let p = run.dir.join("presets.ini");
     if let (Some(id), Some(old)) = (resuming, fsx::read_if_present(&p)?) {
+        if old.starts_with(b"version = 1\n") && old.ends_with(ini.as_bytes()) {
+            return Err(Error::input(
+                p.display(),
+                "was written by an earlier pinforge: its `version = 1` line made the router serve a third preset, and its rows were sent with response_format, not the run's grammar",
+            )
+            .with_hint(format!(
+                "start a new run instead of --resume {id}: its rows would not be one run's"
+            )));
+        }
         if old != ini.as_bytes() {
             return Err(Error::input(
                 p.display(),

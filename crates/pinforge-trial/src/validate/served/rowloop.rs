@@ -386,7 +386,6 @@ mod tests {
         let body = request(&plan, "hi", "tiny-a");
         assert_eq!(body["grammar"], "root ::= \"{}\"", "{body}");
         assert!(body.get("response_format").is_none(), "{body}");
-        assert!(body.get("json_schema").is_none(), "{body}");
         assert_eq!(body["max_tokens"], 24);
         assert_eq!(body["stream_options"]["include_usage"], true);
         let free = RowPlan {
