@@ -205,20 +205,23 @@ fn validate_in_a_soak_folder_creates_no_build_folder_there() {
     let soak = st.fx.dir.path().join("soak");
     let cache = st.fx.dir.path().join("xdg-cache");
     std::fs::create_dir_all(&soak).expect("mkdir");
-    let o = crate::pinforge_cmd(&soak)
-        .env("XDG_CACHE_HOME", &cache)
-        .args([
-            "validate",
-            &st.arms[0],
-            &st.arms[1],
-            "--rows",
-            "2",
-            "--arch",
-            "qwen2",
-            "--json",
-        ])
-        .output()
-        .expect("run pinforge");
+    let validate = |xdg: &std::ffi::OsStr, rows: &str| {
+        crate::pinforge_cmd(&soak)
+            .env("XDG_CACHE_HOME", xdg)
+            .args([
+                "validate",
+                &st.arms[0],
+                &st.arms[1],
+                "--rows",
+                rows,
+                "--arch",
+                "qwen2",
+                "--json",
+            ])
+            .output()
+            .expect("run pinforge")
+    };
+    let o = validate(cache.as_os_str(), "2");
     assert_eq!(code(&o), 0, "{}", report(&o));
     let top: BTreeSet<String> = std::fs::read_dir(&soak)
         .expect("soak")
@@ -236,20 +239,7 @@ fn validate_in_a_soak_folder_creates_no_build_folder_there() {
         .collect();
     assert_eq!(shims.len(), 2, "one shim per arm's build folder: {shims:?}");
     // A relative XDG_CACHE_HOME is ignored (the XDG rule): HOME's cache is used instead.
-    let o = crate::pinforge_cmd(&soak)
-        .env("XDG_CACHE_HOME", "relative")
-        .args([
-            "validate",
-            &st.arms[0],
-            &st.arms[1],
-            "--rows",
-            "1",
-            "--arch",
-            "qwen2",
-            "--json",
-        ])
-        .output()
-        .expect("run pinforge");
+    let o = validate(std::ffi::OsStr::new("relative"), "1");
     assert_eq!(code(&o), 0, "{}", report(&o));
     assert!(!soak.join("relative").exists() && !soak.join("build").exists());
 }

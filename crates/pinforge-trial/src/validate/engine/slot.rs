@@ -188,12 +188,17 @@ impl<'a> Slot<'a> {
         let first = self.embd_path(&prompt, req.budget, explicit_pos)?;
         r.decode_ms = t_decode.elapsed().as_secs_f64() * 1e3;
         let reference = self.embd_path(&prompt, req.budget, explicit_pos)?;
-        r.text = self.text(&first.tokens);
-        r.eog = first.eog;
-        r.budget_exhausted = first.exhausted;
-        r.restored = first.tokens;
-        r.reference = reference.tokens;
+        self.answer(r, first, reference);
         Ok(())
+    }
+
+    /// The row's answer from its compared path (`restored`) and its reference.
+    fn answer(&self, r: &mut Response, compared: Generated, reference: Generated) {
+        r.text = self.text(&compared.tokens);
+        r.eog = compared.eog;
+        r.budget_exhausted = compared.exhausted;
+        r.restored = compared.tokens;
+        r.reference = reference.tokens;
     }
 
     /// [`EMBD_ROWS`] embedding rows at position 0 (with `pos` NULL, or with the `n_tokens`
@@ -257,11 +262,7 @@ impl<'a> Slot<'a> {
         r.decode_ms = t_decode.elapsed().as_secs_f64() * 1e3;
         // The uninterrupted reference, whose state the next row restores.
         let reference = self.fresh(&prompt, req.budget, req.row)?;
-        r.text = self.text(&restored.tokens);
-        r.eog = restored.eog;
-        r.budget_exhausted = restored.exhausted;
-        r.restored = restored.tokens;
-        r.reference = reference.tokens;
+        self.answer(r, restored, reference);
         Ok(())
     }
 
