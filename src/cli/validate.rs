@@ -53,7 +53,7 @@ pub struct ValidateArgs {
     /// with pos NULL or with the n_tokens positions llama_batch_init allocates, then the
     /// prompt, issue #28902's path); not with --serve or --endpoint
     #[arg(long, value_name = "KIND", default_value = "prompt-cache",
-          value_parser = ["prompt-cache", "embd-pos-null", "embd-pos-n-tokens"])]
+          value_parser = clap::builder::PossibleValuesParser::new(validate::RowKind::ALL.map(validate::RowKind::name)))]
     pub row_kind: String,
     /// Constrain every row with this JSON schema (converted to a grammar for the engine's
     /// own grammar sampler)

@@ -21,6 +21,6 @@ pub use run::{model_file, run, SmokeOptions, SmokeReport, Verdict};
 pub use sanitizer::{
     asan_signature, engine_env_symbolized, ggml_abort_signature, without_shadow_legend, ASAN_EXIT,
 };
-pub use scenario::{embd_rows, Scenario, EMBD_ROWS, SCENARIOS};
+pub use scenario::{decode_embd_batch, Scenario, EMBD_ROWS, SCENARIOS};
 pub use shim::{shim_cache, shim_for};
 pub use target::{target_from_installed, target_from_manifest, SmokeTarget};

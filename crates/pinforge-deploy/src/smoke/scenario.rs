@@ -68,7 +68,7 @@ impl Scenario {
 pub const EMBD_ROWS: usize = 8;
 
 /// [`EMBD_ROWS`] embedding rows of width `n_embd`, the same bytes on every call.
-pub fn embd_rows(n_embd: usize) -> Vec<f32> {
+fn embd_rows(n_embd: usize) -> Vec<f32> {
     (0..EMBD_ROWS * n_embd)
         .map(|i| ((i as f32) * 0.37).sin() * 0.05)
         .collect()
@@ -140,10 +140,10 @@ pub(crate) fn kshift(model: &Model<'_>, prompt: &[i32], n: usize) -> Result<Ran,
     })
 }
 
-/// The embedding batch at position 0 (`pos` NULL or of `n_tokens` entries), then `n` greedy
-/// tokens after it.
-pub(crate) fn embd(model: &Model<'_>, n: usize, explicit_pos: bool) -> Result<Ran, String> {
-    model.clear();
+/// Decode the [`EMBD_ROWS`] embedding rows at position 0 of sequence 0, with `pos` NULL or
+/// with the `n_tokens` positions `llama_batch_init` allocates (smoke's scenarios and
+/// validate's embedding rows); the model's width, for the note.
+pub fn decode_embd_batch(model: &Model<'_>, explicit_pos: bool) -> Result<usize, String> {
     let w = model.n_embd();
     if w == 0 {
         return Err("the model reports an embedding width of 0".into());
@@ -152,6 +152,14 @@ pub(crate) fn embd(model: &Model<'_>, n: usize, explicit_pos: bool) -> Result<Ra
     if rc != 0 {
         return Err(format!("llama_decode of the embedding batch returned {rc}"));
     }
+    Ok(w)
+}
+
+/// The embedding batch at position 0 (`pos` NULL or of `n_tokens` entries), then `n` greedy
+/// tokens after it.
+pub(crate) fn embd(model: &Model<'_>, n: usize, explicit_pos: bool) -> Result<Ran, String> {
+    model.clear();
+    let w = decode_embd_batch(model, explicit_pos)?;
     let mut t = argmax(&last_logits(model)?);
     let mut out = Vec::new();
     for i in 0..n {

@@ -21,7 +21,7 @@
 //! an uninterrupted decode left), nor is anything else an engine process accumulates.
 
 use super::{Request, Response, RowKind, N_CTX};
-use pinforge_deploy::smoke::{embd_rows, EMBD_ROWS};
+use pinforge_deploy::smoke::{decode_embd_batch, EMBD_ROWS};
 use pinforge_sys::shim::Model;
 use std::ffi::{c_char, CString};
 use std::time::Instant;
@@ -217,14 +217,7 @@ impl<'a> Slot<'a> {
             ));
         }
         self.clear();
-        let w = self.model.n_embd();
-        if w == 0 {
-            return Err("the model reports an embedding width of 0".into());
-        }
-        let rc = self.model.decode_embd(&embd_rows(w), explicit_pos, 0);
-        if rc != 0 {
-            return Err(format!("llama_decode of the embedding batch returned {rc}"));
-        }
+        decode_embd_batch(&self.model, explicit_pos)?;
         self.decode(prompt, EMBD_ROWS)?;
         // The embedding rows hold cells with no token: -1 keeps the positions right.
         let mut cells = vec![-1; EMBD_ROWS];
