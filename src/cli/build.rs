@@ -42,6 +42,10 @@ pub struct CacheArgs {
     /// Shared compile cache backend, e.g. redis://127.0.0.1:6379 [env: PINFORGE_CACHE_REMOTE]
     #[arg(long, value_name = "URL")]
     pub cache_remote: Option<String>,
+    /// Distribute the compiles that miss the cache through an sccache-dist scheduler, e.g.
+    /// http://10.0.0.5:10600; its client token in PINFORGE_DIST_TOKEN [env: PINFORGE_DIST]
+    #[arg(long, value_name = "URL")]
+    pub dist: Option<String>,
 }
 
 impl CacheArgs {
@@ -56,6 +60,9 @@ impl CacheArgs {
         }
         if let Some(r) = &self.cache_remote {
             s.remote = Some(r.clone());
+        }
+        if let Some(d) = &self.dist {
+            s.dist = Some(d.clone());
         }
         s
     }
@@ -144,6 +151,9 @@ fn render_build(o: &BuildOutcome, because: &[String], verbosity: Verbosity) {
         );
     }
     outln!("  cache      {}", o.compile_cache.summary());
+    if let Some(d) = &o.dist {
+        outln!("  dist       {}", d.summary());
+    }
     outln!("  log        {}", o.log.display());
 }
 

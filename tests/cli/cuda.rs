@@ -326,6 +326,26 @@ fn a_build_with_a_provisioned_toolkit_records_it_and_never_its_cache_path() {
     }
 }
 
+// issue #38: nvcc's deterministic-launch settings do not reach a build server, so a
+// distributed CUDA build is refused before anything is touched, naming the toolchain.
+#[test]
+fn a_distributed_cuda_build_is_refused_before_vendor_is_touched() {
+    let t = Tiny::new();
+    let cache = fake_toolkit(&t.ws);
+    cuda_recipe(&t, "cuda-toolkit = \"fake-13.1.1\"");
+    let o = pinforge_cmd(&t.ws)
+        .env("PINFORGE_TOOLKIT_CACHE", &cache)
+        .env("PINFORGE_DIST_TOKEN", "t")
+        .args(["build", "recipes/tinycuda.toml", "--dist", "http://127.0.0.1:1"])
+        .output()
+        .expect("run");
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("distributed CUDA build is not supported yet"), "{e}");
+    assert!(e.contains("hint:"), "{e}");
+    assert!(!t.ws.join("build/tinycuda").exists(), "nothing built");
+}
+
 #[test]
 fn a_missing_system_toolkit_is_an_input_error_that_says_where_pinforge_looked() {
     let t = Tiny::new();

@@ -30,6 +30,7 @@ mod bundle;
 mod compile_cache;
 mod cuda;
 mod diff;
+mod dist;
 mod export_txn;
 mod flip;
 mod flip_txn;

@@ -6,6 +6,7 @@
 
 pub(crate) mod audit_check;
 pub(crate) mod cuda;
+pub(crate) mod dist;
 pub(crate) mod flip;
 pub(crate) mod report;
 pub(crate) mod schemas;

@@ -24,6 +24,7 @@ mod bisect;
 mod cuda;
 mod cuda_repro;
 mod current_28902;
+mod dist;
 mod flip;
 mod flip_soak;
 mod install_server;

@@ -186,6 +186,12 @@ pub fn resolve(tc: &Toolchain, extra: &[PathBuf]) -> Result<ResolvedToolchain> {
     })
 }
 
+/// Probe a tool outside the toolchain's roles whose `--version` prints `NAME VERSION` (the
+/// distributed compile's sccache), as Ninja and ccache are probed.
+pub(crate) fn probe_plain(path: &Path) -> Result<ToolRecord> {
+    probe(Role::Ninja, path)
+}
+
 /// Ask a tool for its version and hash it.
 fn probe(role: Role, path: &Path) -> Result<ToolRecord> {
     let mut cmd = Command::new(path);

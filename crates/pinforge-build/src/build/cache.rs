@@ -64,6 +64,9 @@ pub struct Settings {
     pub dir: Option<PathBuf>,
     /// Remote backend, as ccache's `remote_storage` takes it.
     pub remote: Option<String>,
+    /// The sccache-dist scheduler a build distributes its compiles to (`--dist`,
+    /// `PINFORGE_DIST`; see [`super::dist`]); None: every compile runs here.
+    pub dist: Option<String>,
 }
 
 impl Settings {
@@ -79,6 +82,9 @@ impl Settings {
                 .filter(|v| !v.is_empty())
                 .map(PathBuf::from),
             remote: std::env::var(REMOTE_ENV).ok().filter(|v| !v.is_empty()),
+            dist: std::env::var(super::dist::DIST_ENV)
+                .ok()
+                .filter(|v| !v.is_empty()),
         }
     }
 
@@ -86,6 +92,9 @@ impl Settings {
     pub fn check(&self) -> Result<()> {
         if let Some(r) = &self.remote {
             check_remote(r)?;
+        }
+        if let Some(d) = &self.dist {
+            super::dist::check_url(d)?;
         }
         config_value(&self.local_dir()?, "compile cache folder")
     }
@@ -157,6 +166,7 @@ impl CompileCache {
         hashed_path: Option<&Path>,
         vdir: &Path,
         ignore: &[String],
+        prefix: Option<&Path>,
     ) -> Result<CompileCache> {
         let tool = tools.tool(Role::Ccache)?.clone();
         let root = settings.local_dir()?;
@@ -202,6 +212,12 @@ impl CompileCache {
             "absolute_paths_in_stderr = true".to_string(),
         ];
         lines.extend(optional_lines(&base_dirs, ignore, settings));
+        if let Some(p) = prefix {
+            // A miss compiles through sccache-dist (see `super::dist`); hits and the key are
+            // ccache's as in a local build.
+            config_value(p, "distributed compile launcher")?;
+            lines.push(format!("prefix_command = {}", p.display()));
+        }
         let mut body = lines.join("\n");
         body.push('\n');
         pinforge_base::fsx::write_atomic(&config, body.as_bytes())?;
@@ -398,7 +414,12 @@ fn optional_lines(base_dirs: &[PathBuf], ignore: &[String], settings: &Settings)
     if !settings.enabled {
         lines.push("recache = true".into());
     } else if let Some(r) = &settings.remote {
-        lines.push(format!("remote_storage = {r}"));
+        // A distributed build reads the shared cache but never writes to it: an object a
+        // build server returned must not reach other machines' builds (`super::dist`).
+        match settings.dist {
+            Some(_) => lines.push(format!("remote_storage = {r}|read-only")),
+            None => lines.push(format!("remote_storage = {r}")),
+        }
     }
     lines
 }
@@ -612,6 +633,7 @@ mod tests {
             enabled: true,
             dir: Some(PathBuf::from("/c")),
             remote: None,
+            dist: None,
         };
         assert_eq!(s.local_dir().expect("dir"), PathBuf::from("/c"));
     }

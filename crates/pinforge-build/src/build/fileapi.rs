@@ -34,6 +34,9 @@ pub(crate) struct Target {
     pub artifacts: Vec<PathBuf>,
     /// Ids of the in-project targets it depends on.
     pub dependencies: Vec<String>,
+    /// The compile command fragments of its sources (flags, defines excluded), in CMake's
+    /// order: what a distributed build checks for debug information.
+    pub compile_flags: Vec<String>,
 }
 
 impl Target {
@@ -114,6 +117,19 @@ struct RawTarget {
     artifacts: Vec<RawArtifact>,
     #[serde(default)]
     dependencies: Vec<RawDependency>,
+    #[serde(default, rename = "compileGroups")]
+    compile_groups: Vec<RawCompileGroup>,
+}
+
+#[derive(Deserialize)]
+struct RawCompileGroup {
+    #[serde(default, rename = "compileCommandFragments")]
+    fragments: Vec<RawFragment>,
+}
+
+#[derive(Deserialize)]
+struct RawFragment {
+    fragment: String,
 }
 
 #[derive(Deserialize)]
@@ -218,6 +234,12 @@ pub(crate) fn read(cmake_dir: &Path) -> Result<CodeModel> {
                 kind: rt.kind,
                 artifacts,
                 dependencies: rt.dependencies.into_iter().map(|d| d.id).collect(),
+                compile_flags: rt
+                    .compile_groups
+                    .into_iter()
+                    .flat_map(|g| g.fragments)
+                    .map(|f| f.fragment)
+                    .collect(),
             },
         );
     }

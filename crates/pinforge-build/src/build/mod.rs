@@ -14,6 +14,7 @@
 
 pub mod cache;
 mod configure;
+pub mod dist;
 pub(crate) mod fileapi;
 pub mod fixed;
 mod gated;
@@ -39,6 +40,7 @@ use pinforge_source::recipe::{PatchSelection, Recipe, Variant};
 use pinforge_source::upstream::{self, Tree};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
+use std::process::Command;
 use std::time::Instant;
 
 /// Where the prefix maps send the source and build folders inside the binaries.
@@ -126,6 +128,9 @@ pub struct BuildOutcome {
     pub seconds: f64,
     /// What the compile cache did for this build.
     pub compile_cache: cache::Stats,
+    /// Where the compiles ran, for a distributed build (`--dist`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dist: Option<dist::Stats>,
 }
 
 /// Options for [`build`].
@@ -187,15 +192,21 @@ pub fn build(
     };
 
     let site = Site::prepare(&job, &opts.compile_cache, reporter)?;
+    let dist_status = site.start_dist(reporter)?;
     let cmake_args = configure(&job, &site, reporter)?;
     let install_targets = install_targets(&job, &site)?;
     let (steps_run, compile_cache) = ninja(&job, &site, &install_targets, opts.jobs, reporter)?;
+    let dist = site.finish_dist(dist_status, reporter)?;
     let (staging, model) = install_into_stage(&job, &site, reporter)?;
     let machine_paths = scan_machine_paths(&job, &site, reporter)?;
     let staged = collect(&job, &site, &model, machine_paths, reporter)?;
     let inputs = record::inputs(&job, cmake_args)?;
     let (subjects, rules_used) = record::subjects(&staged, &site, reporter)?;
-    let byproducts = record::byproducts(&staged, &rules_used, &compile_cache, &job.tools, &site)?;
+    let mut byproducts =
+        record::byproducts(&staged, &rules_used, &compile_cache, &job.tools, &site)?;
+    if let (Some(d), Some(s)) = (&site.dist, &dist) {
+        byproducts.push(s.byproduct(&d.tool));
+    }
 
     let input_digest = inputs.input_digest;
     let statement = record::statement(subjects, inputs, &staging, started_on, byproducts);
@@ -224,6 +235,7 @@ pub fn build(
         steps_run,
         seconds: started.elapsed().as_secs_f64(),
         compile_cache,
+        dist,
     };
     // A stamp that cannot be written only costs the next build its fast path.
     let _ = stamp::write(
@@ -266,6 +278,9 @@ fn resolve_tools(
         })?;
     let tools = toolchain::resolve(&toolchain, &ws.tool_dirs())?;
     compile_cache.check()?;
+    if compile_cache.dist.is_some() && tools.has(Role::Nvcc) {
+        return Err(dist::refuse_cuda(&variant.toolchain.name));
+    }
     Ok((tools, toolkit))
 }
 
@@ -328,6 +343,8 @@ struct Site {
     log: Log,
     paths: fixed::BuildPaths,
     cache: cache::CompileCache,
+    /// The distributed compile of a `--dist` build.
+    dist: Option<dist::Dist>,
 }
 
 impl Site {
@@ -377,6 +394,10 @@ impl Site {
             }
             None => (job.ws.root(), Vec::new()),
         };
+        let dist = match &settings.dist {
+            Some(url) => Some(dist::Dist::prepare(url, vdir, &job.ws.tool_dirs())?),
+            None => None,
+        };
         let cache = cache::CompileCache::prepare(
             settings,
             &job.tools,
@@ -384,6 +405,7 @@ impl Site {
             paths.root.as_deref().filter(|_| nvcc),
             vdir,
             &ignored,
+            dist.as_ref().map(|d| d.tool.path.as_path()),
         )?;
         let seen_src = if paths.fixed() {
             paths.src.clone()
@@ -398,7 +420,17 @@ impl Site {
             log,
             paths,
             cache,
+            dist,
         })
+    }
+
+    /// Point a CMake or Ninja run at the compile cache's configuration and, for a
+    /// distributed build, at its sccache.
+    fn apply(&self, cmd: &mut Command) {
+        self.cache.apply(cmd);
+        if let Some(d) = &self.dist {
+            d.apply(cmd);
+        }
     }
 }
 
@@ -450,7 +482,7 @@ fn configure(job: &Job, site: &Site, reporter: &dyn Reporter) -> Result<Vec<Stri
         // --fresh: CMake keeps option values in its cache, so an option the recipe no longer
         // sets (or a default that depends on the environment) would otherwise survive.
         cmd.arg("--fresh").args(&actual);
-        site.cache.apply(&mut cmd);
+        site.apply(&mut cmd);
         site.log
             .note(&forced.iter().map(gated::Forced::why).collect::<Vec<_>>());
         run_logged(&mut cmd, &[], &site.log, reporter).map_err(|e| {
@@ -497,7 +529,12 @@ fn ninja(
     }
     cmd.args(&job.variant.targets).args(install_targets);
     site.cache.reset()?;
-    site.cache.apply(&mut cmd);
+    if let Some(d) = &site.dist {
+        let built = [&job.variant.targets[..], install_targets].concat();
+        dist::refuse_debug_info(&fileapi::read(&site.cmake_dir)?, &built)?;
+        d.zero()?;
+    }
+    site.apply(&mut cmd);
     let ran = run_logged(&mut cmd, &[], &site.log, reporter);
     // Before `?`: with the cache off, reading the counts also removes the throwaway store,
     // which a failed build must not leave behind either.

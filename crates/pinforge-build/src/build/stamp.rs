@@ -222,7 +222,7 @@ fn key(
         search_dirs(ws),
         // The compile cache's settings: a no-op reports them, so another setting (--no-cache,
         // another folder or backend) takes the full path and reports what it was asked for.
-        (cache.enabled, &cache.dir, &cache.remote),
+        (cache.enabled, &cache.dir, &cache.remote, &cache.dist),
         // A provisioned CUDA toolkit lives in this cache: another one is another build.
         crate::cudakit::default_cache_dir().ok(),
         // Turning the fixed build path off (or on) changes every path the build names.
@@ -432,6 +432,7 @@ mod tests {
             enabled: true,
             dir: None,
             remote: None,
+            dist: None,
         };
         let recipe = Recipe::embedded_default().expect("recipe");
         let v = recipe.variant("patched").expect("variant").clone();
