@@ -336,12 +336,20 @@ fn a_distributed_cuda_build_is_refused_before_vendor_is_touched() {
     let o = pinforge_cmd(&t.ws)
         .env("PINFORGE_TOOLKIT_CACHE", &cache)
         .env("PINFORGE_DIST_TOKEN", "t")
-        .args(["build", "recipes/tinycuda.toml", "--dist", "http://127.0.0.1:1"])
+        .args([
+            "build",
+            "recipes/tinycuda.toml",
+            "--dist",
+            "http://127.0.0.1:1",
+        ])
         .output()
         .expect("run");
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     let e = stderr(&o);
-    assert!(e.contains("distributed CUDA build is not supported yet"), "{e}");
+    assert!(
+        e.contains("distributed CUDA build is not supported yet"),
+        "{e}"
+    );
     assert!(e.contains("hint:"), "{e}");
     assert!(!t.ws.join("build/tinycuda").exists(), "nothing built");
 }

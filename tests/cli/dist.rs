@@ -174,7 +174,11 @@ fn a_project_built_through_a_loopback_farm_is_byte_identical_to_a_local_build() 
         "  dist       6 of 6 compiles on 1 build server ({})",
         fleet.server_addr
     );
-    assert!(stdout(&o).lines().any(|l| l == want), "{want}\n{}", stdout(&o));
+    assert!(
+        stdout(&o).lines().any(|l| l == want),
+        "{want}\n{}",
+        stdout(&o)
+    );
     // The manifest's run details name the scheduler and the counts, never the token.
     let m: Value =
         serde_json::from_slice(&std::fs::read(manifest(&there, "release")).expect("manifest"))
@@ -280,6 +284,8 @@ fn distributed_build_inputs_are_refused_with_exit_2() {
         "{}",
         stderr(&no_token)
     );
+    // Refused before the pin is fetched or a folder made.
+    assert!(!ws.join("vendor").exists() && !ws.join("build").exists());
     for (url, why) in [
         ("http://u:secret@127.0.0.1:1", "credentials"),
         (
@@ -313,5 +319,5 @@ fn distributed_build_inputs_are_refused_with_exit_2() {
         "{}",
         stderr(&o)
     );
-    assert!(!manifest(&ws, "release").exists());
+    assert!(!ws.join("vendor").exists() && !ws.join("build").exists());
 }

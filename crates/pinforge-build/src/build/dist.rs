@@ -180,9 +180,30 @@ pub(crate) fn check_url(url: &str) -> Result<()> {
     Ok(())
 }
 
-impl Dist {
-    /// Find and check sccache, and write its client configuration into `vdir`.
-    pub(crate) fn prepare(scheduler: &str, vdir: &Path, tool_dirs: &[PathBuf]) -> Result<Dist> {
+/// What a `--dist` build checked before anything is touched: the scheduler URL, the token and
+/// the pinned sccache.
+#[derive(Debug, Clone)]
+pub(crate) struct Preflight {
+    scheduler: String,
+    token: String,
+    tool: ToolRecord,
+}
+
+impl Preflight {
+    /// For a `--dist` build: refuse a CUDA toolchain, a bad URL, a missing token and any sccache
+    /// but the pinned one, before vendor/ is touched. None for a local build.
+    pub(crate) fn check(
+        settings: &super::cache::Settings,
+        tools: &crate::toolchain::ResolvedToolchain,
+        variant: &pinforge_source::recipe::Variant,
+        tool_dirs: &[PathBuf],
+    ) -> Result<Option<Preflight>> {
+        let Some(scheduler) = &settings.dist else {
+            return Ok(None);
+        };
+        if tools.has(crate::toolchain::Role::Nvcc) {
+            return Err(refuse_cuda(&variant.toolchain.name));
+        }
         check_url(scheduler)?;
         let token = std::env::var(TOKEN_ENV)
             .ok()
@@ -190,7 +211,9 @@ impl Dist {
             .ok_or_else(|| {
                 Error::input(
                     format!("--dist {scheduler}"),
-                    format!("a distributed build needs the scheduler's client token in {TOKEN_ENV}"),
+                    format!(
+                        "a distributed build needs the scheduler's client token in {TOKEN_ENV}"
+                    ),
                 )
                 .with_hint(format!(
                     "export {TOKEN_ENV}=… (the `client_auth` token of the scheduler's configuration)"
@@ -219,15 +242,26 @@ impl Dist {
             )
             .with_hint(HINT));
         }
+        Ok(Some(Preflight {
+            scheduler: scheduler.clone(),
+            token,
+            tool,
+        }))
+    }
+}
+
+impl Dist {
+    /// Write sccache's client configuration into `vdir` and pick the server's port.
+    pub(crate) fn prepare(p: &Preflight, vdir: &Path) -> Result<Dist> {
         let conf = vdir.join(CONF);
         let scratch = vdir.join(SCRATCH);
-        let body = client_config(scheduler, &token, &scratch)?;
+        let body = client_config(&p.scheduler, &p.token, &scratch)?;
         // 0600: the file holds the token.
         pinforge_base::fsx::write_atomic_mode(&conf, body.as_bytes(), 0o600)?;
         let port = free_port()?;
         Ok(Dist {
-            tool,
-            scheduler: scheduler.to_string(),
+            tool: p.tool.clone(),
+            scheduler: p.scheduler.clone(),
             conf,
             scratch,
             port,

@@ -176,6 +176,7 @@ pub fn build(
 
     // Everything that can be refused is checked before vendor/ is touched.
     let (tools, toolkit) = resolve_tools(ws, variant, &opts.compile_cache, reporter)?;
+    let dist = dist::Preflight::check(&opts.compile_cache, &tools, variant, &ws.tool_dirs())?;
     let bundle = bundle_needed(recipe, variant)?;
     let patches = choose_patches(variant, bundle.as_ref())?;
     let tree = materialize(ws, recipe, &patches, reporter)?;
@@ -187,6 +188,7 @@ pub fn build(
         vdir: ws.variant_dir(&recipe.name, variant.name.as_str()),
         tools,
         toolkit,
+        dist,
         patches,
         tree,
     };
@@ -261,6 +263,8 @@ struct Job<'a> {
     toolkit: Option<Toolkit>,
     patches: Vec<&'a PatchFile>,
     tree: Tree,
+    /// A `--dist` build's checked scheduler, token and sccache.
+    dist: Option<dist::Preflight>,
 }
 
 /// Resolve the toolchain and the CUDA toolkit (provisioned if the toolchain names a lock),
@@ -278,9 +282,6 @@ fn resolve_tools(
         })?;
     let tools = toolchain::resolve(&toolchain, &ws.tool_dirs())?;
     compile_cache.check()?;
-    if compile_cache.dist.is_some() && tools.has(Role::Nvcc) {
-        return Err(dist::refuse_cuda(&variant.toolchain.name));
-    }
     Ok((tools, toolkit))
 }
 
@@ -394,8 +395,8 @@ impl Site {
             }
             None => (job.ws.root(), Vec::new()),
         };
-        let dist = match &settings.dist {
-            Some(url) => Some(dist::Dist::prepare(url, vdir, &job.ws.tool_dirs())?),
+        let dist = match &job.dist {
+            Some(p) => Some(dist::Dist::prepare(p, vdir)?),
             None => None,
         };
         let cache = cache::CompileCache::prepare(
