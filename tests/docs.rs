@@ -95,6 +95,79 @@ fn docs_links_resolve() {
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }
 
+/// A script or manifest a page shows is a real file that tests run (`docs/guide/slurm/`,
+/// `docs/guide/k8s/`), shown under a line that links it, ``[`F`](F):``: the block there is the
+/// file byte for byte, and every such file is shown by a page. The book is read as plain
+/// Markdown on the forge, so an mdBook `{{#include}}` would show as its own text there.
+#[test]
+fn shown_files_equal_the_files_the_tests_run() {
+    use std::collections::BTreeSet;
+    use std::path::Path;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages = Vec::new();
+    markdown_files(&root.join("docs"), &mut pages);
+    let mut shown = BTreeSet::new();
+    let mut differ = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).expect("read page");
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let Some(target) = line
+                .strip_prefix("[`")
+                .and_then(|l| l.split_once("`]("))
+                .and_then(|(name, rest)| {
+                    let target = rest.split_once(')')?.0;
+                    (name == target).then_some(target)
+                })
+            else {
+                continue;
+            };
+            let file = page.parent().expect("page folder").join(target);
+            let at = format!(
+                "{}:{}",
+                page.strip_prefix(root).unwrap_or(page).display(),
+                i + 1
+            );
+            // The fence follows the link line after one blank line.
+            if !lines.get(i + 2).is_some_and(|l| l.starts_with("```")) {
+                differ.push(format!("{at}: no code block under the link to {target}"));
+                continue;
+            }
+            let body: String = lines[i + 3..]
+                .iter()
+                .take_while(|l| !l.starts_with("```"))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            match std::fs::read_to_string(&file) {
+                Ok(want) if want == body => {}
+                Ok(_) => differ.push(format!(
+                    "{at}: the block differs from {} (copy the file into the page)",
+                    file.display()
+                )),
+                Err(e) => differ.push(format!("{at}: {}: {e}", file.display())),
+            }
+            shown.insert(std::fs::canonicalize(&file).unwrap_or(file));
+        }
+    }
+    for folder in ["docs/guide/slurm", "docs/guide/k8s"] {
+        for e in std::fs::read_dir(root.join(folder))
+            .expect(folder)
+            .flatten()
+        {
+            let p = std::fs::canonicalize(e.path()).expect("canonicalize");
+            if !shown.contains(&p) {
+                differ.push(format!("{}: shown by no page", p.display()));
+            }
+        }
+    }
+    assert!(
+        shown.len() >= 4,
+        "only {} shown files found: {shown:?}",
+        shown.len()
+    );
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
+}
+
 fn markdown_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
     let mut entries: Vec<_> = std::fs::read_dir(dir)
         .expect("read docs")

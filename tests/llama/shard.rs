@@ -4,11 +4,8 @@
 //! verified stub engines (fast: no llama.cpp build).
 //! These are the tests that build real llama.cpp; the rest are in `tests/cli/shard.rs`.
 
-use crate::common::shard::{run_dir, validate};
+use crate::common::shard::{row_facts, run_dir, validate};
 use crate::{code, llama_build, llama_ws, pinforge, stderr};
-use serde_json::Value;
-use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Instant;
 
 fn manifest(variant: &str) -> String {
@@ -17,31 +14,6 @@ fn manifest(variant: &str) -> String {
         .join(format!("build/mrope-cpu/{variant}/manifest.json"))
         .display()
         .to_string()
-}
-
-/// What a row's outcome and tokens are, keyed by (arm, row): everything a row records except
-/// its timings and how many rows its engine had run (which differ by design between splits).
-fn row_facts(dir: &Path) -> BTreeMap<(String, u64), Value> {
-    std::fs::read_to_string(dir.join("rows.jsonl"))
-        .expect("rows")
-        .lines()
-        .map(|l| {
-            let mut r: Value = serde_json::from_str(l).expect("row");
-            let key = (
-                r["arm"].as_str().expect("arm").to_string(),
-                r["row"].as_u64().expect("row"),
-            );
-            let o = r.as_object_mut().expect("row object");
-            for k in ["wall_ms", "tokens_per_second"] {
-                o.remove(k);
-            }
-            let ev = o["evidence"].as_object_mut().expect("evidence");
-            for k in ["engine_ms", "decode_ms", "rows_since_restart", "detail"] {
-                ev.remove(k);
-            }
-            (key, r)
-        })
-        .collect()
 }
 
 // issue #21 "A 200-row run as `--shard 0/2` and `--shard 1/2`, merged, equal to the unsharded

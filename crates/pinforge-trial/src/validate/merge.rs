@@ -18,6 +18,16 @@
 //! it, then one `renameat2(RENAME_NOREPLACE)` to OUT (the commit point, `merge:3` after it)
 //! and fsync of the parent. A crash before the rename leaves OUT absent and only a dot-folder
 //! a rerun ignores; a merge never replaces an existing folder.
+//!
+//! Re-running a merge is a no-op (a scheduler's merge job re-run after a failure elsewhere, or
+//! the kill after the commit point): when OUT already holds the merge of exactly these shards
+//! (the same shard evidence by sha256, the same settings, rows and summary, and its own evidence
+//! verifies now) nothing is written and the report says `unchanged`. Any other folder at OUT is
+//! refused with the difference named.
+//!
+//! A shard may be given as its run folder, its `evidence.json`, or the `validate --json`
+//! document it printed (`shards/INDEX.json` of a Slurm array or Kubernetes Indexed Job), whose
+//! `run_dir` names the folder: the merge job then needs no JSON tool to find the runs.
 
 use super::evidence::{self, EvidenceManifest, EvidenceRef, ShardEvidence};
 use super::rows::{self, Row};
@@ -37,7 +47,8 @@ use std::path::{Path, PathBuf};
 /// What to merge.
 #[derive(Debug, Clone)]
 pub struct MergeOptions {
-    /// The shard run folders (or their evidence.json).
+    /// The shard run folders (or their evidence.json, or the `validate --json` document each
+    /// shard printed).
     pub runs: Vec<PathBuf>,
     /// The merged run folder to create (default: a new run under `<workspace>/validate/`).
     pub out: Option<PathBuf>,
@@ -59,6 +70,10 @@ pub struct MergeReport {
     pub evidence: EvidenceRef,
     /// The shards merged, by index.
     pub shards: Vec<ShardEvidence>,
+    /// OUT already held the merge of exactly these shards: nothing was written. Not in the
+    /// JSON document, whose shape is the same either way (the CLI says it on stderr).
+    #[serde(skip)]
+    pub unchanged: bool,
 }
 
 /// One shard, verified and read.
@@ -86,15 +101,25 @@ pub fn merge(opts: &MergeOptions) -> Result<MergeReport> {
         fsx::create_dir_all(&parent)?;
     }
     let _lock = fsx::DirLock::acquire(&parent)?;
-    if std::fs::symlink_metadata(&out).is_ok() {
-        return Err(
-            Error::input(out.display(), "already exists; a merge never replaces it")
-                .with_hint("give another -o, or move that folder away"),
-        );
-    }
+    // Whether OUT exists is decided under the lock; the shards are verified either way, so a
+    // re-run merge checks everything a first one does before it may call itself a no-op.
+    let exists = std::fs::symlink_metadata(&out).is_ok();
     let shards = load_all(&opts.runs)?;
     check_consistent(&shards)?;
-    write(&shards, &out, &id)
+    let plan = plan(&shards, &out)?;
+    if exists {
+        return match existing_merge(&plan, &out, &id)? {
+            Ok(evidence) => Ok(plan.report(&out, &id, evidence, true)),
+            Err(why) => Err(Error::input(
+                out.display(),
+                format!(
+                    "already exists and is not the merge of these shards ({why}); a merge never replaces it"
+                ),
+            )
+            .with_hint("give another -o, or move that folder away")),
+        };
+    }
+    write(&shards, plan, &out, &id)
 }
 
 /// The merged folder and its id: `-o OUT`, or `<workspace>/validate/STAMP-DIGEST-merged`.
@@ -126,11 +151,7 @@ fn load_all(runs: &[PathBuf]) -> Result<Vec<Loaded>> {
     let mut out = Vec::new();
     for given in runs {
         let shown_given = shown(&given.display().to_string()).into_owned();
-        let dir = if given.file_name().is_some_and(|n| n == "evidence.json") {
-            fsx::parent_of(given)
-        } else {
-            given.clone()
-        };
+        let dir = shard_dir(given, &shown_given)?;
         if !record::real_folder(&dir)? {
             return Err(Error::input(&shown_given, "no run folder here"));
         }
@@ -144,6 +165,63 @@ fn load_all(runs: &[PathBuf]) -> Result<Vec<Loaded>> {
         out.push(load(&canon_dir(&dir)?, shown_given)?);
     }
     Ok(out)
+}
+
+/// The largest `validate --json` document read as a shard (its summary and two arms').
+const MAX_DOCUMENT: u64 = 16 << 20;
+
+/// The run folder of a shard as given: the folder itself, its `evidence.json`, or a file
+/// holding the `validate --json` document the shard printed (its `run_dir`).
+fn shard_dir(given: &Path, shown_given: &str) -> Result<PathBuf> {
+    if given.file_name().is_some_and(|n| n == "evidence.json") {
+        return Ok(fsx::parent_of(given));
+    }
+    // Anything but a regular file is checked as a folder (a link or FIFO is refused there).
+    let Some(meta) = std::fs::symlink_metadata(given)
+        .ok()
+        .filter(|m| m.is_file())
+    else {
+        return Ok(given.to_path_buf());
+    };
+    let not_a_shard = |why: String| {
+        Error::input(
+            shown_given,
+            format!("is not a shard's `validate --json` document: {why}"),
+        )
+        .with_hint(
+            "give each shard's run folder, its evidence.json, or the file its `validate --shard I/N --json` wrote",
+        )
+    };
+    // A document is a few KiB; a model or rows file given by mistake is not read whole.
+    if meta.len() > MAX_DOCUMENT {
+        return Err(not_a_shard(format!(
+            "it is {} bytes, more than a document's {MAX_DOCUMENT}",
+            meta.len()
+        )));
+    }
+    let bytes = fsx::read(given)?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        // A shard that failed before its document (exit 2 or 3) leaves its output file empty;
+        // why is on its stderr (Slurm: the array's --error file).
+        return Err(not_a_shard(
+            "it is empty (that shard printed no document: its error output says why)".into(),
+        ));
+    }
+    let doc: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| not_a_shard(format!("not JSON ({e})")))?;
+    let schema = doc.get("schema").and_then(|v| v.as_str()).unwrap_or("");
+    if schema != pinforge_record::schema_id::VALIDATE {
+        return Err(not_a_shard(format!(
+            "its schema is {:?}, not {}",
+            shown(schema),
+            pinforge_record::schema_id::VALIDATE
+        )));
+    }
+    let run_dir = doc
+        .get("run_dir")
+        .and_then(|v| v.as_str())
+        .ok_or_else(|| not_a_shard("it has no run_dir".into()))?;
+    Ok(PathBuf::from(run_dir))
 }
 
 /// The folder with every link resolved (`real_folder` found it a real folder, not a link).
@@ -299,8 +377,189 @@ fn checked_copy(from: &Path, want: Sha256, to: &Path) -> Result<()> {
     fsx::write_atomic(to, &bytes)
 }
 
+/// What a merge of `shards` into `out` holds, computed before anything is written: what a
+/// fresh merge stages and what a re-run compares an existing folder with.
+struct Plan {
+    settings: Settings,
+    settings_bytes: Vec<u8>,
+    rows_bytes: Vec<u8>,
+    derived: Derived,
+    summary_bytes: Vec<u8>,
+    refs: Vec<ShardEvidence>,
+    jobs: u32,
+    /// The generated tiny model lives in the first shard's folder (the merge gets its copy).
+    own_model: bool,
+}
+
+impl Plan {
+    fn report(self, out: &Path, id: &str, evidence: Sha256, unchanged: bool) -> MergeReport {
+        MergeReport {
+            run: id.to_string(),
+            run_dir: out.to_path_buf(),
+            derived: self.derived,
+            evidence: EvidenceRef {
+                manifest: out.join("evidence.json"),
+                sha256: evidence,
+            },
+            shards: self.refs,
+            unchanged,
+        }
+    }
+}
+
+/// The merged settings, rows and summary, and the shard references.
+fn plan(shards: &[Loaded], out: &Path) -> Result<Plan> {
+    let first = &shards[0];
+    let fs = &first.ev.settings;
+    let own_model = std::fs::canonicalize(&fs.model).ok() == Some(first.dir.join("model.gguf"));
+    let settings = Settings {
+        shard: None,
+        model: if own_model {
+            out.join("model.gguf")
+        } else {
+            fs.model.clone()
+        },
+        ..fs.clone()
+    };
+    let settings_bytes = canonical(&settings)?;
+    let order: BTreeMap<&str, usize> = settings
+        .arms
+        .iter()
+        .enumerate()
+        .map(|(i, a)| (a.name.as_str(), i))
+        .collect();
+    let mut all: Vec<&Row> = shards.iter().flat_map(|s| &s.rows).collect();
+    all.sort_by_key(|r| {
+        (
+            r.row,
+            order.get(r.arm.as_str()).copied().unwrap_or(usize::MAX),
+        )
+    });
+    let mut rows_bytes = Vec::new();
+    for r in &all {
+        rows_bytes
+            .extend(serde_json::to_vec(r).map_err(|e| Error::Internal(format!("row JSON: {e}")))?);
+        rows_bytes.push(b'\n');
+    }
+    let rows: Vec<Row> = all.into_iter().cloned().collect();
+    let derived = summary::derive(&settings.arm_ids(), &rows);
+    let summary_bytes = canonical(&derived)?;
+    let mut refs: Vec<ShardEvidence> = shards
+        .iter()
+        .map(|s| {
+            Ok(ShardEvidence {
+                shard: s.shard,
+                run: s.ev.run.clone(),
+                evidence: fsx::absolute(&s.dir.join("evidence.json"))?,
+                sha256: s.ev_sha,
+            })
+        })
+        .collect::<Result<_>>()?;
+    refs.sort_by_key(|r| r.shard);
+    Ok(Plan {
+        settings,
+        settings_bytes,
+        rows_bytes,
+        derived,
+        summary_bytes,
+        refs,
+        jobs: shards.iter().map(|s| s.ev.jobs).max().unwrap_or(1),
+        own_model,
+    })
+}
+
+/// Whether the existing `out` is the merge `plan` describes: `Ok(sha256 of its evidence)`
+/// when it is (merged from the same shard evidence, the same settings, rows and summary, and
+/// its evidence verifies now), or `Err(the first difference)`, worded for the refusal.
+fn existing_merge(
+    plan: &Plan,
+    out: &Path,
+    id: &str,
+) -> Result<std::result::Result<Sha256, String>> {
+    if !record::real_folder(out)? {
+        return Ok(Err("it is no folder".into()));
+    }
+    let Some(ev_bytes) = fsx::read_if_present(&out.join("evidence.json"))? else {
+        return Ok(Err("it holds no evidence.json".into()));
+    };
+    let Ok(ev) = serde_json::from_slice::<EvidenceManifest>(&ev_bytes) else {
+        return Ok(Err(
+            "its evidence.json is not a validate evidence manifest".into()
+        ));
+    };
+    if ev.shards.is_empty() {
+        return Ok(Err("it is a run, not a merge".into()));
+    }
+    if ev.shards != plan.refs {
+        return Ok(Err(shards_differ(&ev.shards, &plan.refs)));
+    }
+    if ev.run != id {
+        return Ok(Err(format!("its evidence names run {}", shown(&ev.run))));
+    }
+    if ev.settings != plan.settings {
+        return Ok(Err(format!(
+            "its settings differ in: {}",
+            differing_keys(&plan.settings, &ev.settings).join(", ")
+        )));
+    }
+    for (file, bytes) in [
+        ("settings.json", &plan.settings_bytes),
+        ("rows.jsonl", &plan.rows_bytes),
+        ("summary.json", &plan.summary_bytes),
+    ] {
+        if ev.files.get(file) != Some(&Sha256::of_bytes(bytes)) {
+            return Ok(Err(format!("its {file} is not the merge of these shards")));
+        }
+    }
+    // The recorded digests match what this merge would write; the files on disk must match
+    // the record too (and each shard's evidence its digest), or the folder was changed since.
+    // A file there that does not even parse is a difference too, not this merge's error.
+    let check = match evidence::verify_evidence(out) {
+        Ok(check) => check,
+        Err(e) => return Ok(Err(format!("its evidence does not verify: {e}"))),
+    };
+    if !check.ok {
+        let what: Vec<String> = check
+            .mismatches
+            .iter()
+            .map(|m| format!("{} ({})", m.path, m.role))
+            .collect();
+        return Ok(Err(format!(
+            "its evidence does not verify: {}",
+            if what.is_empty() {
+                "a required run file is missing".to_string()
+            } else {
+                shown(&what.join(", ")).into_owned()
+            }
+        )));
+    }
+    Ok(Ok(Sha256::of_bytes(&ev_bytes)))
+}
+
+/// The first shard whose evidence differs between an existing merge and this one.
+fn shards_differ(had: &[ShardEvidence], given: &[ShardEvidence]) -> String {
+    let count = given.first().map_or(0, |g| g.shard.count);
+    if had.iter().any(|h| h.shard.count != count) || had.len() != given.len() {
+        let was = had.first().map_or(0, |h| h.shard.count);
+        return format!("it was merged from {} shard(s) of {was}", had.len());
+    }
+    for (h, g) in had.iter().zip(given) {
+        if h != g {
+            return format!(
+                "its shard {} is run {} (evidence sha256 {}), not run {} (sha256 {})",
+                g.shard,
+                shown(&h.run),
+                h.sha256.short(12),
+                shown(&g.run),
+                g.sha256.short(12)
+            );
+        }
+    }
+    "it was merged from other shards".into()
+}
+
 /// Stage the merged run beside `out`, then rename it into place.
-fn write(shards: &[Loaded], out: &Path, id: &str) -> Result<MergeReport> {
+fn write(shards: &[Loaded], plan: Plan, out: &Path, id: &str) -> Result<MergeReport> {
     let parent = fsx::parent_of(out);
     let stage = parent.join(format!(".{id}.merge-{}", std::process::id()));
     std::fs::create_dir(&stage).at("create", &stage)?;
@@ -319,70 +578,27 @@ fn write(shards: &[Loaded], out: &Path, id: &str) -> Result<MergeReport> {
             checked_copy(&first.dir.join(name), want, &stage.join(name))?;
         }
     }
-    // The generated tiny model lives in the run folder: the merged run gets its own copy.
-    let own_model = std::fs::canonicalize(&fs.model).ok() == Some(first.dir.join("model.gguf"));
-    let model = if own_model {
+    if plan.own_model {
         checked_copy(
             &first.dir.join("model.gguf"),
             fs.model_sha256,
             &stage.join("model.gguf"),
         )?;
-        out.join("model.gguf")
-    } else {
-        fs.model.clone()
-    };
-    MergeStep::ModelStaged.reached();
-    let settings = Settings {
-        shard: None,
-        model,
-        ..fs.clone()
-    };
-    fsx::write_atomic(&stage.join("settings.json"), &canonical(&settings)?)?;
-    let order: BTreeMap<&str, usize> = settings
-        .arms
-        .iter()
-        .enumerate()
-        .map(|(i, a)| (a.name.as_str(), i))
-        .collect();
-    let mut all: Vec<&Row> = shards.iter().flat_map(|s| &s.rows).collect();
-    all.sort_by_key(|r| {
-        (
-            r.row,
-            order.get(r.arm.as_str()).copied().unwrap_or(usize::MAX),
-        )
-    });
-    let mut bytes = Vec::new();
-    for r in &all {
-        bytes.extend(serde_json::to_vec(r).map_err(|e| Error::Internal(format!("row JSON: {e}")))?);
-        bytes.push(b'\n');
     }
-    fsx::write_atomic(&stage.join("rows.jsonl"), &bytes)?;
-    let rows: Vec<Row> = all.into_iter().cloned().collect();
-    let derived = summary::derive(&settings.arm_ids(), &rows);
-    fsx::write_atomic(&stage.join("summary.json"), &canonical(&derived)?)?;
-    let mut refs: Vec<ShardEvidence> = shards
-        .iter()
-        .map(|s| {
-            Ok(ShardEvidence {
-                shard: s.shard,
-                run: s.ev.run.clone(),
-                evidence: fsx::absolute(&s.dir.join("evidence.json"))?,
-                sha256: s.ev_sha,
-            })
-        })
-        .collect::<Result<_>>()?;
-    refs.sort_by_key(|r| r.shard);
-    let jobs = shards.iter().map(|s| s.ev.jobs).max().unwrap_or(1);
+    MergeStep::ModelStaged.reached();
+    fsx::write_atomic(&stage.join("settings.json"), &plan.settings_bytes)?;
+    fsx::write_atomic(&stage.join("rows.jsonl"), &plan.rows_bytes)?;
+    fsx::write_atomic(&stage.join("summary.json"), &plan.summary_bytes)?;
     let run = RunDir {
         id: id.to_string(),
         dir: stage.clone(),
-        settings,
+        settings: plan.settings.clone(),
         _lock: None,
     };
     let staged = evidence::write_with_shards(
         &run,
-        jobs,
-        refs.clone(),
+        plan.jobs,
+        plan.refs.clone(),
         // `validate merge` takes no --sign: its evidence is written plainly, as before.
         &Signer::none(),
     )?;
@@ -393,16 +609,7 @@ fn write(shards: &[Loaded], out: &Path, id: &str) -> Result<MergeReport> {
     fsx::rename_noreplace(&stage, out)?;
     fsx::sync_dir(&parent)?;
     MergeStep::Committed.reached();
-    Ok(MergeReport {
-        run: id.to_string(),
-        run_dir: out.to_path_buf(),
-        derived,
-        evidence: EvidenceRef {
-            manifest: out.join("evidence.json"),
-            sha256: staged.sha256,
-        },
-        shards: refs,
-    })
+    Ok(plan.report(out, id, staged.sha256, false))
 }
 
 pinforge_base::steps! {
@@ -593,5 +800,109 @@ mod tests {
             .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
             .collect();
         assert!(left.is_empty(), "no staging left behind");
+    }
+
+    /// Every file of a folder and its bytes.
+    fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+        std::fs::read_dir(dir)
+            .expect("ls")
+            .map(|e| e.expect("entry").path())
+            .map(|p| {
+                let name = p.file_name().expect("name").to_string_lossy().into_owned();
+                (name, std::fs::read(&p).expect("read"))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_rerun_into_the_same_merge_is_a_no_op_and_any_other_folder_is_refused() {
+        let ws = tempfile::tempdir().expect("ws");
+        let a = sealed(ws.path(), "s0", sh(0, 2), 16);
+        let b = sealed(ws.path(), "s1", sh(1, 2), 16);
+        let b_again = sealed(ws.path(), "r1", sh(1, 2), 16);
+        let first = merge(&opts(ws.path(), &[&a, &b], "m")).expect("merge");
+        assert!(!first.unchanged);
+        let m = ws.path().join("m");
+        let before = files(&m);
+        // The same shards in another order (and one by its evidence.json): nothing written, the
+        // same report.
+        let ev = b.join("evidence.json");
+        let again = merge(&opts(ws.path(), &[&ev, &a], "m")).expect("rerun");
+        assert!(again.unchanged);
+        assert_eq!(
+            serde_json::to_value(&again).expect("json"),
+            serde_json::to_value(&first).expect("json"),
+            "the same document"
+        );
+        assert_eq!(files(&m), before, "nothing written");
+        // Another run of shard 1: refused, naming it.
+        let e = merge(&opts(ws.path(), &[&a, &b_again], "m")).expect_err("other shard");
+        assert_eq!(e.exit_code(), 2, "{e}");
+        let text = format!("{e} {}", e.hint().unwrap_or_default());
+        for want in [
+            "already exists",
+            "shard 1/2 is run s1",
+            "not run r1",
+            "give another -o",
+        ] {
+            assert!(text.contains(want), "{want}: {text}");
+        }
+        // A folder that is no merge, and a merge changed since: refused, each with its reason.
+        std::fs::create_dir(ws.path().join("plain")).expect("mkdir");
+        let e = merge(&opts(ws.path(), &[&a, &b], "plain")).expect_err("plain");
+        assert!(e.to_string().contains("holds no evidence.json"), "{e}");
+        let e = merge(&opts(ws.path(), &[&a, &b], "s0")).expect_err("a run");
+        assert!(e.to_string().contains("a run, not a merge"), "{e}");
+        std::fs::write(m.join("summary.json"), b"{}").expect("damage");
+        let e = merge(&opts(ws.path(), &[&a, &b], "m")).expect_err("changed");
+        assert!(e.to_string().contains("does not verify"), "{e}");
+        assert_eq!(files(&m).len(), before.len(), "nothing added");
+        let staged: Vec<_> = std::fs::read_dir(ws.path())
+            .expect("ls")
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
+            .collect();
+        assert!(staged.is_empty(), "no staging left behind");
+    }
+
+    #[test]
+    fn a_shard_may_be_given_as_the_document_it_printed() {
+        let ws = tempfile::tempdir().expect("ws");
+        let a = sealed(ws.path(), "s0", sh(0, 2), 16);
+        let b = sealed(ws.path(), "s1", sh(1, 2), 16);
+        let doc = |name: &str, body: String| {
+            let p = ws.path().join(name);
+            std::fs::write(&p, body).expect("doc");
+            p
+        };
+        let of = |dir: &Path| {
+            format!(
+                "{{\"schema\": \"pinforge.validate/v1\", \"run_dir\": {}}}\n",
+                serde_json::to_string(&dir.display().to_string()).expect("json")
+            )
+        };
+        let da = doc("0.json", of(&a));
+        let db = doc("1.json", of(&b));
+        let rep = merge(&opts(ws.path(), &[&da, &db], "m")).expect("merge");
+        assert_eq!(rep.shards.len(), 2);
+        assert!(
+            evidence::verify_evidence(&ws.path().join("m"))
+                .expect("verify")
+                .ok
+        );
+        for (body, why) in [
+            (String::new(), "it is empty"),
+            ("not json".to_string(), "not JSON"),
+            (
+                "{\"schema\": \"pinforge.validate-merge/v1\"}".to_string(),
+                "not pinforge.validate/v1",
+            ),
+        ] {
+            let bad = doc("bad.json", body);
+            let e = merge(&opts(ws.path(), &[&da, &bad], "n")).expect_err(why);
+            assert_eq!(e.exit_code(), 2, "{e}");
+            assert!(e.to_string().contains(why), "{why}: {e}");
+            assert!(!ws.path().join("n").exists());
+        }
     }
 }
