@@ -283,8 +283,7 @@ impl Dist {
             // Every call compiles (remotely when it can): ccache is the one cache.
             .env("SCCACHE_RECACHE", "1")
             // The server is stopped at the end of the build; this only bounds a killed one.
-            .env("SCCACHE_IDLE_TIMEOUT", "600")
-            .env("SCCACHE_NO_DAEMON", "0");
+            .env("SCCACHE_IDLE_TIMEOUT", "600");
     }
 
     /// Start this build's sccache server through `command` (inside the build's mount
@@ -298,12 +297,18 @@ impl Dist {
         Ok(self.status())
     }
 
+    /// A client call of this build's sccache (`--dist-status`, `--zero-stats`, …), outside the
+    /// mount namespace: it only talks to the server over its port.
+    fn client(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(&self.tool.path);
+        cmd.args(args);
+        self.apply(&mut cmd);
+        cmd
+    }
+
     /// What the scheduler says, in one line (sccache's `--dist-status` JSON).
     fn status(&self) -> String {
-        let mut cmd = Command::new(&self.tool.path);
-        cmd.arg("--dist-status");
-        self.apply(&mut cmd);
-        match pinforge_base::process::run(&mut cmd, HINT) {
+        match pinforge_base::process::run(&mut self.client(&["--dist-status"]), HINT) {
             Ok(out) => status_line(&String::from_utf8_lossy(&out.stdout)),
             Err(e) => format!("no status: {e}"),
         }
@@ -311,17 +316,12 @@ impl Dist {
 
     /// Zero the server's counters (before Ninja: CMake's checks are not the build's).
     pub(crate) fn zero(&self) -> Result<()> {
-        let mut cmd = Command::new(&self.tool.path);
-        cmd.arg("--zero-stats");
-        self.apply(&mut cmd);
-        pinforge_base::process::run(&mut cmd, HINT).map(|_| ())
+        pinforge_base::process::run(&mut self.client(&["--zero-stats"]), HINT).map(|_| ())
     }
 
     /// This build's counts, then stop the server and remove the configuration and scratch.
     pub(crate) fn finish(&self, status: String) -> Result<Stats> {
-        let mut cmd = Command::new(&self.tool.path);
-        cmd.args(["--show-stats", "--stats-format=json"]);
-        self.apply(&mut cmd);
+        let mut cmd = self.client(&["--show-stats", "--stats-format=json"]);
         let counts = pinforge_base::process::run(&mut cmd, HINT)
             .and_then(|out| parse_stats(&String::from_utf8_lossy(&out.stdout)));
         self.stop();
@@ -344,10 +344,8 @@ impl Dist {
         if self.stopped.replace(true) {
             return;
         }
-        let mut cmd = Command::new(&self.tool.path);
-        cmd.arg("--stop-server");
-        self.apply(&mut cmd);
-        let _ = cmd
+        let _ = self
+            .client(&["--stop-server"])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .status();

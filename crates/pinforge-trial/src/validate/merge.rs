@@ -229,30 +229,33 @@ fn canon_dir(dir: &Path) -> Result<PathBuf> {
     std::fs::canonicalize(dir).at("resolve", dir)
 }
 
+/// Why evidence that did not verify failed: its mismatching files, or a missing run file.
+fn not_verified(check: &evidence::EvidenceCheck) -> String {
+    let what: Vec<String> = check
+        .mismatches
+        .iter()
+        .map(|m| format!("{} ({})", m.path, m.role))
+        .collect();
+    format!(
+        "its evidence does not verify: {}",
+        if what.is_empty() {
+            "a required run file is missing".to_string()
+        } else {
+            shown(&what.join(", ")).into_owned()
+        }
+    )
+}
+
 /// Verify one shard's evidence now, then read its manifest and rows (the rows' bytes must be
 /// the ones the manifest records).
 fn load(dir: &Path, given: String) -> Result<Loaded> {
     let check = evidence::verify_evidence(dir)?;
     if !check.ok {
-        let what: Vec<String> = check
-            .mismatches
-            .iter()
-            .map(|m| format!("{} ({})", m.path, m.role))
-            .collect();
-        return Err(Error::check(
-            &given,
-            format!(
-                "its evidence does not verify: {}",
-                if what.is_empty() {
-                    "a required run file is missing".to_string()
-                } else {
-                    shown(&what.join(", ")).into_owned()
-                }
-            ),
-        )
-        .with_hint(format!(
-            "`pinforge verify {given}` shows every finding; rerun that shard"
-        )));
+        return Err(
+            Error::check(&given, not_verified(&check)).with_hint(format!(
+                "`pinforge verify {given}` shows every finding; rerun that shard"
+            )),
+        );
     }
     let ev_bytes = fsx::read(&dir.join("evidence.json"))?;
     let ev: EvidenceManifest = serde_json::from_slice(&ev_bytes)
@@ -519,19 +522,7 @@ fn existing_merge(
         Err(e) => return Ok(Err(format!("its evidence does not verify: {e}"))),
     };
     if !check.ok {
-        let what: Vec<String> = check
-            .mismatches
-            .iter()
-            .map(|m| format!("{} ({})", m.path, m.role))
-            .collect();
-        return Ok(Err(format!(
-            "its evidence does not verify: {}",
-            if what.is_empty() {
-                "a required run file is missing".to_string()
-            } else {
-                shown(&what.join(", ")).into_owned()
-            }
-        )));
+        return Ok(Err(not_verified(&check)));
     }
     Ok(Ok(Sha256::of_bytes(&ev_bytes)))
 }
