@@ -1,4 +1,5 @@
-//! `pinforge bisect RECIPE --patch FILE --range crate:NAME@OLD..NEW` (issue #39 §2): the first
+//! `pinforge bisect RECIPE --patch FILE --range crate:NAME@OLD..NEW|git:URL@OLD..NEW` (issue
+//! #39 §2): the first
 //! pin of a range where the patch's defect is gone without the patch, found by building and
 //! smoking its `Pinforge-Check` as `git bisect run` would, with every probe kept as evidence.
 //! Exit 0 for an exact answer (a pin that shows the defect right before one that runs clean),
@@ -12,6 +13,7 @@ use pinforge_base::text;
 use pinforge_base::workspace::Workspace;
 use pinforge_source::audit;
 use pinforge_source::bisect::search::Found;
+use pinforge_source::bisect::RangeKind;
 use pinforge_source::recipe::Recipe;
 use pinforge_trial::bisect::{self as run_mod, BisectReport, BisectRequest};
 use std::path::PathBuf;
@@ -25,13 +27,14 @@ pub struct BisectArgs {
     /// Pinforge-Check)
     #[arg(long)]
     pub patch: String,
-    /// The releases to search: crate:NAME@OLD..NEW (both ends included; yanked releases are
-    /// left out)
+    /// The pins to search, both ends included: crate:NAME@OLD..NEW (the registry's releases;
+    /// yanked ones are left out) or git:URL@OLD..NEW (the commits of the first-parent line
+    /// between two tags or commits of a repository; a local clone is fastest)
     #[arg(long)]
     pub range: String,
     /// A clone of the crate's source repository (git directory or work tree): releases are
     /// then ordered by the upstream commit each vendors, and releases vendoring one commit are
-    /// built once
+    /// built once (crate ranges only)
     #[arg(long, value_name = "DIR")]
     pub vcs_repo: Option<PathBuf>,
     /// Write the answer into the patch's header as Applied-Upstream (only for an exact answer)
@@ -90,13 +93,20 @@ fn render(r: &BisectReport) {
         s(&r.plan.range),
         s(&r.check)
     );
-    outln!(
-        "  {} releases in {} groups by {}; at most {} probes without skips",
-        r.plan.pins.len(),
-        r.plan.groups.len(),
-        s(&r.plan.order),
-        r.bound
-    );
+    match r.plan.kind {
+        RangeKind::Git => outln!(
+            "  {} commits in upstream order; at most {} probes without skips",
+            r.plan.pins.len(),
+            r.bound
+        ),
+        RangeKind::Crate => outln!(
+            "  {} releases in {} groups by {}; at most {} probes without skips",
+            r.plan.pins.len(),
+            r.plan.groups.len(),
+            s(&r.plan.order),
+            r.bound
+        ),
+    }
     for n in &r.plan.notes {
         outln!("  note: {}", s(n));
     }
@@ -119,11 +129,15 @@ fn render(r: &BisectReport) {
     let name = |n: &Option<run_mod::Named>| {
         n.as_ref()
             .map(|n| {
-                let up = n
-                    .upstream
-                    .as_deref()
-                    .map(|u| format!(" (vendors {})", &u[..u.len().min(12)]))
-                    .unwrap_or_default();
+                let first = n.releases.first().map(String::as_str).unwrap_or_default();
+                let up = match (n.tags.first(), n.upstream.as_deref()) {
+                    (Some(t), _) => format!(" ({t})"),
+                    // A git range's release is the commit itself.
+                    (None, Some(u)) if !u.starts_with(first) => {
+                        format!(" (vendors {})", &u[..u.len().min(12)])
+                    }
+                    _ => String::new(),
+                };
                 format!("{}{up}", n.releases.join("/"))
             })
             .unwrap_or_default()

@@ -1,5 +1,6 @@
-//! `bisect` (issue #39 §2) refuses what it cannot search before anything is fetched or built:
-//! a range that is not `crate:NAME@OLD..NEW` or runs backwards, a patch the series does not
+//! `bisect` (issue #39 §2) refuses what it cannot search before anything is built: a range
+//! that is not `crate:NAME@OLD..NEW` or `git:URL@OLD..NEW` or runs backwards, a repository
+//! that cannot be fetched (leaving no cache repository), a `--vcs-repo` beside a git range, a patch the series does not
 //! list or that declares no `Pinforge-Check`, a `--vcs-repo` that is not a repository. Each is
 //! exit 2 naming the value, with nothing written under the workspace. The real bisect of 0001
 //! over 0.1.137..0.1.144 (four ASan builds) is measured in docs/guide/audit-and-rebase.md.
@@ -18,6 +19,7 @@ fn bad_input_is_refused_naming_the_value_and_nothing_is_written() {
     let recipe = recipe.to_str().expect("utf8");
     let ws = tempfile::tempdir().expect("ws");
     let missing = d.path().join("no-such-repo");
+    let git_missing = format!("git:{}@b8148..b8233", missing.display());
     let not_git = d.path().join("patches");
     // 0003 ships with a check; this copy's 0003 has it taken out, to be refused as uncheckable.
     let p3 = d.path().join("patches").join(P3);
@@ -40,8 +42,32 @@ fn bad_input_is_refused_naming_the_value_and_nothing_is_written() {
             "the range's first version is above its last",
         ),
         (
-            vec!["--patch", P1, "--range", "git:https://x@a..b"],
-            "git:https://x@a..b",
+            vec![
+                "--patch",
+                P1,
+                "--range",
+                "npm:node-llama-cpp@3.15.0..3.16.0",
+            ],
+            "a range is of crate releases (crate:) or of a git repository's commits (git:)",
+        ),
+        (
+            vec!["--patch", P1, "--range", &git_missing],
+            "cannot fetch its branches and tags",
+        ),
+        (
+            vec!["--patch", P1, "--range", "git:/x@b1..b2~1"],
+            "`b2~1` is not a tag name or a commit id",
+        ),
+        (
+            vec![
+                "--patch",
+                P1,
+                "--range",
+                &git_missing,
+                "--vcs-repo",
+                not_git.to_str().expect("utf8"),
+            ],
+            "a git range is already in upstream order",
         ),
         (
             vec![
@@ -98,6 +124,13 @@ fn bad_input_is_refused_naming_the_value_and_nothing_is_written() {
         assert!(
             !ws.path().join("build").exists(),
             "{args:?}: something was built or logged"
+        );
+        let cached: Vec<_> = std::fs::read_dir(ws.path().join("vendor/cache/git"))
+            .map(|d| d.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert!(
+            cached.is_empty(),
+            "{args:?}: a cache repository was left: {cached:?}"
         );
     }
     // The bundle is untouched (--write was never reached): the shipped bytes.

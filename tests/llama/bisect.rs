@@ -143,3 +143,140 @@ fn bisect_of_0001_over_0_1_137_to_0_1_140_names_0_1_139_and_writes_it() {
     );
     assert_eq!(code(&lint), 0, "{}", stderr(&lint));
 }
+
+/// The vendored tree of `crate:llama-cpp-sys-2@VERSION` in the shared workspace (its
+/// `llama.cpp/`, as pinforge unpacked it, beside pinforge's `.git`), fetched by a text audit when no test has yet.
+fn vendored_tree(recipe: &str, version: &str) -> std::path::PathBuf {
+    let find = || {
+        std::fs::read_dir(llama_ws().join("vendor"))
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                let n = p
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                n.starts_with(&format!("llama-cpp-sys-2-{version}-")) && !n.contains('+')
+            })
+    };
+    if let Some(p) = find() {
+        return p;
+    }
+    let onto = format!("crate:llama-cpp-sys-2@{version}");
+    let o = pinforge(llama_ws(), &["audit", recipe, "--onto", &onto]);
+    assert!(code(&o) <= 1, "audit --onto {onto}: {}", stderr(&o));
+    find().expect("the audit vendored the tree")
+}
+
+/// `bisect --range git:` over a real git repository of llama.cpp trees: the trees three
+/// releases vendor, committed in upstream order (0.1.138's b8148, 0.1.140's b8233, 0.1.139's
+/// b8310: the release order is not upstream's) and tagged as the crate's bumps name them. The
+/// repository's root is the tree (as in llama.cpp's own repository, unlike the crate's
+/// `llama.cpp/`). The answer is the b8233 commit, and the header line names its tag; every
+/// probe is a tree the crate bisect or the audit built, so each is a compile-cache hit.
+#[test]
+fn bisect_of_0001_over_a_git_range_of_upstream_trees_names_the_b8233_tag() {
+    llama_build("unpatched-asan");
+    let d = shipped_copy();
+    let recipe_path = d.path().join("recipes/mrope-cpu.toml");
+    let recipe = recipe_path.to_str().expect("utf8");
+    // Its own recipe name, so its probe folders and log are not the crate bisect's.
+    let text = std::fs::read_to_string(&recipe_path).expect("recipe");
+    std::fs::write(
+        &recipe_path,
+        text.replacen("name = \"mrope-cpu\"", "name = \"mrope-git\"", 1),
+    )
+    .expect("rename recipe");
+    let repo = d.path().join("upstream").join("llama.cpp");
+    std::fs::create_dir_all(&repo).expect("mkdir");
+    let git = |args: &[&str]| {
+        let o = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t.invalid"])
+            .args(args)
+            .current_dir(&repo)
+            .output()
+            .expect("git");
+        assert!(
+            o.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    git(&["init", "-q"]);
+    for (version, tag) in [
+        ("0.1.138", "b8148"),
+        ("0.1.140", "b8233"),
+        ("0.1.139", "b8310"),
+    ] {
+        let tree = vendored_tree(recipe, version);
+        for e in std::fs::read_dir(&repo).expect("ls").flatten() {
+            if e.file_name() != ".git" {
+                let p = e.path();
+                if p.is_dir() {
+                    std::fs::remove_dir_all(&p).expect("rm");
+                } else {
+                    std::fs::remove_file(&p).expect("rm");
+                }
+            }
+        }
+        // The vendored tree is itself a git work tree (pinforge's pristine repository): its
+        // files are copied, not its .git.
+        let st = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("tar -C \"$1\" --exclude=./.git -cf - . | tar -C \"$2\" -xf -")
+            .arg("sh")
+            .arg(&tree)
+            .arg(&repo)
+            .status()
+            .expect("tar");
+        assert!(st.success());
+        // -f: the tree's own .gitignore must not leave files out of the commit.
+        git(&["add", "-A", "-f", "."]);
+        git(&[
+            "commit",
+            "-q",
+            "-m",
+            &format!("llama.cpp {tag} (the tree of crate {version})"),
+        ]);
+        git(&["tag", tag]);
+    }
+    let range = format!("git:{}@b8148..b8310", repo.display());
+    let args = ["bisect", recipe, "--patch", P1, "--range", &range, "--json"];
+    let t = Instant::now();
+    let o = pinforge(llama_ws(), &args);
+    eprintln!("bisect {range}: {:.1} s", t.elapsed().as_secs_f64());
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let j = json(&o);
+    crate::schemas::validate(&j);
+    assert_eq!(j["plan"]["kind"], "git", "{j:#}");
+    assert_eq!(j["plan"]["order"], "upstream", "{j:#}");
+    assert_eq!(j["plan"]["pins"].as_array().map(Vec::len), Some(3), "{j:#}");
+    assert!(j["plan"]["subdir"].is_null(), "{j:#}");
+    assert_eq!(j["found"]["kind"], "exact", "{j:#}");
+    assert_eq!(j["first_good"]["tags"][0], "b8233", "{j:#}");
+    assert_eq!(j["last_bad"]["tags"][0], "b8148", "{j:#}");
+    let probes = j["probes"].as_array().expect("probes");
+    assert!(
+        probes.len() <= j["bound"].as_u64().expect("bound") as usize,
+        "{j:#}"
+    );
+    for p in probes {
+        assert!(p["mark"] == "bad" || p["mark"] == "good", "{p:#}");
+        eprintln!(
+            "probe {}: {} {} ({} s, {} misses)",
+            p["step"],
+            p["releases"][0],
+            p["mark"],
+            p["build"]["seconds"],
+            p["build"]["compile_cache_misses"]
+        );
+    }
+    let line = j["applied_upstream"].as_str().expect("applied_upstream");
+    assert!(line.starts_with("b8233 (llama.cpp "), "{line}");
+    assert!(line.contains("the first fixed commit"), "{line}");
+    // The human form names the tag beside the commit.
+    let o = pinforge(llama_ws(), &args[..args.len() - 1]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).contains("(b8233)"), "{}", stdout(&o));
+}

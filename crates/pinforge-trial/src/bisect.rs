@@ -31,9 +31,10 @@ pub struct BisectRequest<'a> {
     pub recipe: &'a Recipe,
     /// The patch file (as the series names it).
     pub patch: String,
-    /// `crate:NAME@OLD..NEW`.
+    /// `crate:NAME@OLD..NEW` or `git:URL@OLD..NEW`.
     pub range: String,
-    /// A clone of the crate's source repository, to order releases by what they vendor.
+    /// A clone of the crate's source repository, to order releases by what they vendor
+    /// (crate ranges only).
     pub vcs_repo: Option<PathBuf>,
     /// Write the result's `Applied-Upstream` into the patch.
     pub write: bool,
@@ -100,6 +101,9 @@ pub struct Named {
     /// The upstream commit they vendor.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream: Option<String>,
+    /// The tags on it (git ranges).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
 }
 
 /// The whole bisect: plan, probes, result.
@@ -292,6 +296,7 @@ fn report_of(
             .map(|&i| plan.pins[i].version.clone())
             .collect(),
         upstream: plan.pins[plan.groups[g][0]].upstream.clone(),
+        tags: plan.pins[plan.groups[g][0]].tags.clone(),
     };
     let (last_bad, first_good) = match &found {
         Found::Exact {
@@ -389,7 +394,7 @@ fn probe(
     opts: &BuildOptions,
 ) -> Result<Probe> {
     let pin = &plan.pins[plan.groups[g][0]];
-    let onto = pin.onto(&plan.crate_name);
+    let onto = pin.onto(plan)?;
     let moved = check::new_pin_recipe(recipe, &onto);
     opts.reporter.stage(
         "bisect",

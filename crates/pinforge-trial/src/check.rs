@@ -153,7 +153,7 @@ fn is_sanitizer(v: &Variant) -> bool {
 /// The recipe moved onto the new pin, under its own name (`RECIPE.onto-PIN`), so that its
 /// builds have their own folders beside the old pin's.
 pub(crate) fn new_pin_recipe(recipe: &Recipe, onto: &Onto) -> Recipe {
-    let mut r = audit::moved_recipe(recipe, &onto.source);
+    let mut r = onto.moved(recipe);
     let slug: String = onto
         .spec
         .chars()
@@ -568,6 +568,7 @@ mod tests {
             spec: "crate:llama-cpp-sys-2@0.1.140".into(),
             source: recipe.pin.source.clone(),
             sha256_from: None,
+            subdir: None,
         };
         let r = new_pin_recipe(&recipe, &onto);
         assert_eq!(r.name, "mrope-cpu.onto-crate-llama-cpp-sys-2-0.1.140");

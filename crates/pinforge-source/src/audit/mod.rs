@@ -458,7 +458,7 @@ pub fn run_checked(
     let patches = bundle.select(None)?;
     let old_tree = upstream::pristine(ws, recipe)?;
     let old_patched = upstream::patched(ws, &old_tree, &patches)?;
-    let new_recipe = moved_recipe(recipe, &onto.source);
+    let new_recipe = onto.moved(recipe);
     let new_tree = upstream::pristine(ws, &new_recipe)?;
 
     let (history, history_note) = read_history(ws, onto, &old_tree, &new_tree)?;

@@ -15,6 +15,21 @@ pub struct Onto {
     pub source: PinSource,
     /// Where the digest came from, when not from the user.
     pub sha256_from: Option<String>,
+    /// The folder of the tree inside the new pin when it is not the recipe's (`Some(None)`:
+    /// the pin's root). A bisect over llama.cpp's own repository moves a crate recipe, whose
+    /// tree is the crate's `llama.cpp/`, onto commits whose tree is the root.
+    pub subdir: Option<Option<String>>,
+}
+
+impl Onto {
+    /// The recipe with its pin moved here ([`moved_recipe`], then this pin's folder).
+    pub fn moved(&self, recipe: &Recipe) -> Recipe {
+        let mut r = moved_recipe(recipe, &self.source);
+        if let Some(sub) = &self.subdir {
+            r.pin.subdir = sub.clone();
+        }
+        r
+    }
 }
 
 /// Parse `crate:NAME@VERSION`, `git:URL@REV`, `tarball:PATH` or `dir:PATH`. A crate's SHA-256
@@ -72,6 +87,7 @@ fn onto_crate(spec: &str, rest: &str, bad: &dyn Fn(&str) -> Error) -> Result<Ont
         sha256_from: Some(format!(
             "sha256 {sha256} taken from the registry index (the `cksum` cargo records as `checksum`)"
         )),
+        subdir: None,
     })
 }
 
@@ -109,6 +125,7 @@ fn onto_git(spec: &str, rest: &str, bad: &dyn Fn(&str) -> Error) -> Result<Onto>
         spec: spec.into(),
         source,
         sha256_from: None,
+        subdir: None,
     })
 }
 
@@ -139,5 +156,6 @@ fn onto_path(spec: &str, kind: &str, rest: &str, bad: &dyn Fn(&str) -> Error) ->
         sha256_from: Some(format!(
             "digest {sha256} computed from {rest} now (trust on first use)"
         )),
+        subdir: None,
     })
 }

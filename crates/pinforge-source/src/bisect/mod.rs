@@ -1,8 +1,10 @@
-//! `pinforge bisect` (issue #39 §2), the part that needs no build: the range of pins, what
-//! each release vendors and the order to probe them in ([`order`]), the search ([`search`]),
-//! and the `Applied-Upstream` line a result names. The probes themselves (build and smoke of
+//! `pinforge bisect` (issue #39 §2), the part that needs no build: the range of pins (crate
+//! releases, or the commits of a git repository's line: [`git`]), what each release vendors
+//! and the order to probe them in ([`order`]), the search ([`search`]), and the
+//! `Applied-Upstream` line a result names. The probes themselves (build and smoke of
 //! the patch's `Pinforge-Check`) are `trial::bisect`'s.
 
+pub mod git;
 pub mod order;
 pub mod search;
 
@@ -16,18 +18,33 @@ use pinforge_base::workspace::Workspace;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
-/// One release of the range.
+/// What a range's pins are.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum RangeKind {
+    /// Releases of a registry crate (`crate:NAME@OLD..NEW`).
+    #[default]
+    Crate,
+    /// Commits of a git repository (`git:URL@OLD..NEW`).
+    Git,
+}
+
+/// One pin of the range: a crate release, or a commit of a git range.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct RangePin {
-    /// `crate:NAME@VERSION`.
+    /// `crate:NAME@VERSION` or `git:URL@COMMIT`.
     pub spec: String,
-    /// The version.
+    /// The version (a git range: the commit's first 12 hex digits).
     pub version: String,
-    /// The `.crate`'s SHA-256, from the registry index.
-    #[schemars(with = "String")]
-    pub sha256: Sha256,
+    /// The `.crate`'s SHA-256, from the registry index (crate releases only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<String>")]
+    pub sha256: Option<Sha256>,
     /// Yanked in the index (still probed: an exact pin fetches it).
     pub yanked: bool,
+    /// The tags on this commit (git ranges), `bNNNN` and semver alike, sorted by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
     /// The crate repository's commit it was packaged from (`.cargo_vcs_info.json`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub crate_commit: Option<String>,
@@ -41,26 +58,45 @@ pub struct RangePin {
 
 impl RangePin {
     /// The pin as `audit` and the builds take it.
-    pub fn onto(&self, name: &str) -> Onto {
-        Onto {
-            spec: self.spec.clone(),
-            source: PinSource::Crate {
-                name: name.into(),
-                version: self.version.clone(),
-                sha256: self.sha256,
-            },
-            sha256_from: Some(format!(
-                "sha256 {} taken from the registry index",
-                self.sha256
-            )),
+    pub fn onto(&self, plan: &Plan) -> Result<Onto> {
+        match (plan.kind, &plan.git_url, &self.upstream, self.sha256) {
+            (RangeKind::Git, Some(url), Some(commit), _) => Ok(Onto {
+                spec: self.spec.clone(),
+                source: PinSource::Git {
+                    url: url.clone(),
+                    tag: None,
+                    commit: commit.clone(),
+                },
+                sha256_from: None,
+                subdir: Some(plan.subdir.clone()),
+            }),
+            (RangeKind::Crate, _, _, Some(sha256)) => Ok(Onto {
+                spec: self.spec.clone(),
+                source: PinSource::Crate {
+                    name: plan.crate_name.clone().unwrap_or_default(),
+                    version: self.version.clone(),
+                    sha256,
+                },
+                sha256_from: Some(format!("sha256 {sha256} taken from the registry index")),
+                subdir: None,
+            }),
+            _ => Err(Error::Internal(format!(
+                "bisect pin {} has neither a crate digest nor a git commit",
+                self.spec
+            ))),
         }
     }
 
-    /// How a person reads it: `0.1.140 (vendors c5a778891ba0)`.
+    /// How a person reads it: `0.1.140 (vendors c5a778891ba0)`, or `c5a778891ba0 (b8233)`.
     pub fn label(&self) -> String {
+        if let Some(t) = self.tags.first() {
+            return format!("{} ({t})", self.version);
+        }
         match &self.upstream {
-            Some(u) => format!("{} (vendors {})", self.version, &u[..u.len().min(12)]),
-            None => self.version.clone(),
+            Some(u) if !u.starts_with(&self.version) => {
+                format!("{} (vendors {})", self.version, &u[..u.len().min(12)])
+            }
+            _ => self.version.clone(),
         }
     }
 }
@@ -68,8 +104,18 @@ impl RangePin {
 /// The pins to bisect, grouped and in probe order.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Plan {
-    /// The crate.
-    pub crate_name: String,
+    /// What the pins are (the recorded runs before git ranges were crate ranges).
+    #[serde(default)]
+    pub kind: RangeKind,
+    /// The crate (crate ranges).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crate_name: Option<String>,
+    /// The repository (git ranges).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub git_url: Option<String>,
+    /// The folder of the tree inside each commit (git ranges; none: the repository's root).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subdir: Option<String>,
     /// The range as written.
     pub range: String,
     /// Every release in it, in version order.
@@ -87,15 +133,33 @@ pub struct Plan {
     pub notes: Vec<String>,
 }
 
+/// A parsed `--range`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Range {
+    /// `crate:NAME@OLD..NEW`.
+    Crate(String, semver::Version, semver::Version),
+    /// `git:URL@OLD..NEW`.
+    Git(git::GitRange),
+}
+
+/// Parse `crate:NAME@OLD..NEW` or `git:URL@OLD..NEW`.
+pub fn parse_range(spec: &str) -> Result<Range> {
+    if let Some(rest) = spec.strip_prefix("git:") {
+        return git::parse(spec, rest).map(Range::Git);
+    }
+    let (n, a, b) = parse_crate_range(spec)?;
+    Ok(Range::Crate(n, a, b))
+}
+
 /// Parse `crate:NAME@FROM..TO`.
-pub fn parse_range(spec: &str) -> Result<(String, semver::Version, semver::Version)> {
+fn parse_crate_range(spec: &str) -> Result<(String, semver::Version, semver::Version)> {
     let bad = |why: &str| {
         Error::input(format!("--range {spec}"), why.to_string())
-            .with_hint("write crate:NAME@OLD..NEW, e.g. crate:llama-cpp-sys-2@0.1.137..0.1.144")
+            .with_hint("write crate:NAME@OLD..NEW (e.g. crate:llama-cpp-sys-2@0.1.137..0.1.144) or git:URL@OLD..NEW (two tags or commits of a repository)")
     };
-    let rest = spec
-        .strip_prefix("crate:")
-        .ok_or_else(|| bad("only a range of crate releases is bisected this way"))?;
+    let rest = spec.strip_prefix("crate:").ok_or_else(|| {
+        bad("a range is of crate releases (crate:) or of a git repository's commits (git:)")
+    })?;
     let (name, versions) = rest
         .split_once('@')
         .ok_or_else(|| bad("no `@` before the versions"))?;
@@ -123,7 +187,19 @@ pub fn plan(
     vcs_repo: Option<&Path>,
     subdir: Option<&str>,
 ) -> Result<Plan> {
-    let (name, from, to) = parse_range(range)?;
+    let (name, from, to) = match parse_range(range)? {
+        Range::Crate(n, a, b) => (n, a, b),
+        Range::Git(g) => {
+            if let Some(p) = vcs_repo {
+                return Err(Error::input(
+                    format!("--vcs-repo {}", p.display()),
+                    "orders crate releases by what they vendor; a git range is already in upstream order",
+                )
+                .with_hint("leave --vcs-repo out for a git: range"));
+            }
+            return git::plan(ws, range, &g, subdir);
+        }
+    };
     // The repository is opened before the registry is read, so a wrong path costs no fetch.
     let repo = vcs_repo.map(open_vcs_repo).transpose()?;
     let releases = index::releases(&name, &from, &to)?;
@@ -132,8 +208,9 @@ pub fn plan(
         .map(|r| RangePin {
             spec: format!("crate:{name}@{}", r.version),
             version: r.version.to_string(),
-            sha256: r.sha256,
+            sha256: Some(r.sha256),
             yanked: r.yanked,
+            tags: Vec::new(),
             crate_commit: None,
             upstream: None,
             first_vendored: None,
@@ -169,7 +246,10 @@ pub fn plan(
         notes.push("some release's upstream commit is unknown (see above): releases are probed in version order".into());
     }
     Ok(Plan {
-        crate_name: name,
+        kind: RangeKind::Crate,
+        crate_name: Some(name),
+        git_url: None,
+        subdir: None,
         range: range.into(),
         pins,
         order: if by_upstream { "upstream" } else { "version" }.into(),
@@ -202,7 +282,8 @@ fn read_vendoring(
 ) -> Result<GitlinkHistory> {
     let mut link: Option<PathBuf> = None;
     for p in pins.iter_mut() {
-        let Some(v) = index::vcs_info(ws, name, &p.version, p.sha256)? else {
+        let Some(sha256) = p.sha256 else { continue };
+        let Some(v) = index::vcs_info(ws, name, &p.version, sha256)? else {
             notes.push(format!(
                 "{}: the crate carries no .cargo_vcs_info.json, so what it vendors is unknown",
                 p.version
@@ -289,6 +370,10 @@ fn inversion_note(older: &RangePin, newer: &RangePin, h: &GitlinkHistory) -> Str
 /// version without the defect when the order is upstream's (a later group can hold an
 /// earlier version).
 pub fn first_fixed_release(plan: &Plan, first_good: usize) -> Option<&RangePin> {
+    if plan.kind == RangeKind::Git {
+        // A git range's order is upstream's: the first good commit is the first fixed one.
+        return plan.groups.get(first_good).map(|g| &plan.pins[g[0]]);
+    }
     plan.groups[first_good..]
         .iter()
         .flatten()
@@ -302,10 +387,17 @@ pub fn first_fixed_release(plan: &Plan, first_good: usize) -> Option<&RangePin> 
 /// The `Applied-Upstream:` value a bisect names: the first tag (the bump's own claim) and the
 /// upstream commit when the order is upstream's, the first fixed release, and how it was found.
 pub fn applied_upstream(plan: &Plan, first_good: usize, today: &str) -> String {
+    if plan.kind == RangeKind::Git {
+        return git::applied_upstream(plan, first_good, today);
+    }
     let group = &plan.groups[first_good];
     let head = &plan.pins[group[0]];
     let fixed = first_fixed_release(plan, first_good).unwrap_or(head);
-    let krate = format!("crate {} {}", plan.crate_name, fixed.version);
+    let krate = format!(
+        "crate {} {}",
+        plan.crate_name.as_deref().unwrap_or_default(),
+        fixed.version
+    );
     match (&head.upstream, plan.order.as_str()) {
         (Some(u), "upstream") => {
             let by = head.first_vendored.as_ref();

@@ -225,6 +225,7 @@ mod tests {
                 tree_sha256: tree,
             },
             sha256_from: None,
+            subdir: None,
         };
         let pin = crate::upstream::ResolvedPin {
             kind: "dir".into(),
